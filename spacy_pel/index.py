@@ -1,0 +1,169 @@
+"""The entity index: entity table + FAISS index of entity vectors, on disk and in memory.
+
+A KB folder holds::
+
+    meta.json        counts, dimension, metric, index kind, the entity encoder's fingerprint
+    entities.jsonl   the entity records, in index order
+    embeddings.npy   the entity vectors (float16, the rows the index holds)
+    index.faiss      the FAISS index (exact inner product, or HNSW for large KBs)
+
+Folders are written whole into a temporary sibling and renamed into place, so a reader never sees
+a half-written KB.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import faiss
+import numpy as np
+
+from .encoder import BiEncoder, EncoderMismatchError, atomic_dir
+from .kb import Entity
+
+PathLike = Union[str, Path]
+FORMAT_VERSION = 1
+INDEX_KINDS = ("flat", "hnsw")
+
+
+def make_faiss_index(dim: int, kind: str = "flat", hnsw_m: int = 32) -> faiss.Index:
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        index.hnsw.efSearch = 128
+        return index
+    raise ValueError(f"index kind must be one of {INDEX_KINDS}, not {kind!r}")
+
+
+class EntityIndex:
+    """Entity ids, names and vectors with a FAISS index over them."""
+
+    def __init__(
+        self,
+        entities: Sequence[Entity],
+        embeddings: np.ndarray,
+        *,
+        metric: str,
+        fingerprint: str,
+        encoder_source: str = "",
+        kind: str = "flat",
+        faiss_index: Optional[faiss.Index] = None,
+    ):
+        if embeddings.ndim != 2 or len(entities) != len(embeddings):
+            raise ValueError(f"{len(entities)} entities but vectors of shape {embeddings.shape}")
+        self.entities = list(entities)
+        # float16 copy for saving and for --add; the FAISS index holds the float32 vectors
+        self.embeddings = np.asarray(embeddings, dtype=np.float16)
+        self.metric, self.fingerprint, self.encoder_source, self.kind = metric, fingerprint, encoder_source, kind
+        self.row: Dict[str, int] = {e.id: i for i, e in enumerate(self.entities)}
+        if faiss_index is None:
+            faiss_index = make_faiss_index(self.embeddings.shape[1], kind)
+            if len(self.embeddings):
+                faiss_index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
+        self.faiss = faiss_index
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls,
+        entities: Sequence[Entity],
+        encoder: BiEncoder,
+        *,
+        kind: str = "flat",
+        encoder_source: str = "",
+        batch_size: int = 128,
+        progress: bool = False,
+    ) -> "EntityIndex":
+        vectors = encoder.encode_entities(entities, batch_size=batch_size, progress=progress)
+        return cls(
+            entities,
+            vectors,
+            metric=encoder.config.similarity,
+            fingerprint=encoder.fingerprint(),
+            encoder_source=encoder_source or encoder.config.base,
+            kind=kind,
+        )
+
+    def check_encoder(self, encoder: BiEncoder, fingerprint: Optional[str] = None) -> None:
+        """Refuse an encoder whose entity side differs from the one that built this KB."""
+        fingerprint = fingerprint or encoder.fingerprint()
+        if fingerprint != self.fingerprint:
+            raise EncoderMismatchError(
+                f"this KB was built with entity encoder {self.fingerprint} ({self.encoder_source or 'unknown'}), "
+                f"but the encoder given has fingerprint {fingerprint}. Rebuild the KB with this encoder "
+                "(python -m spacy_pel.build_kb) or use the encoder that built it."
+            )
+
+    def add(self, entities: Sequence[Entity], encoder: BiEncoder, batch_size: int = 128, progress: bool = False):
+        """Append new entities, encoding only them (the existing vectors are kept as they are)."""
+        self.check_encoder(encoder)
+        clash = [e.id for e in entities if e.id in self.row]
+        seen = set()
+        clash += [e.id for e in entities if e.id in seen or seen.add(e.id)]
+        if clash:
+            raise ValueError(f"{len(clash)} entity id(s) already in the KB, e.g. {clash[:5]}")
+        vectors = encoder.encode_entities(entities, batch_size=batch_size, progress=progress)
+        start = len(self.entities)
+        self.entities.extend(entities)
+        self.row.update({e.id: start + i for i, e in enumerate(entities)})
+        self.embeddings = np.concatenate([self.embeddings, vectors.astype(np.float16)])
+        self.faiss.add(vectors)
+
+    # ------------------------------------------------------------------ searching
+    def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, rows) per query; rows are -1 where the KB has fewer than k entities."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if len(queries) == 0 or len(self.entities) == 0:
+            return np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
+        return self.faiss.search(queries, min(k, len(self.entities)))
+
+    def __len__(self) -> int:
+        return len(self.entities)
+
+    # ------------------------------------------------------------------ disk
+    def meta(self) -> dict:
+        return {
+            "format_version": FORMAT_VERSION,
+            "entities": len(self.entities),
+            "dim": int(self.embeddings.shape[1]),
+            "metric": self.metric,
+            "index": self.kind,
+            "encoder_fingerprint": self.fingerprint,
+            "encoder_source": self.encoder_source,
+        }
+
+    def to_disk(self, path: PathLike) -> None:
+        with atomic_dir(path) as tmp:
+            with (tmp / "entities.jsonl").open("w", encoding="utf8") as f:
+                for e in self.entities:
+                    f.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+            np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
+            faiss.write_index(self.faiss, str(tmp / "index.faiss"))
+            (tmp / "meta.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
+
+    @classmethod
+    def from_disk(cls, path: PathLike) -> "EntityIndex":
+        path = Path(path)
+        if not (path / "meta.json").exists():
+            raise FileNotFoundError(f"{path} is not a spacy_pel KB folder (no meta.json); build one with build_kb")
+        meta = json.loads((path / "meta.json").read_text(encoding="utf8"))
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not {FORMAT_VERSION}")
+        with (path / "entities.jsonl").open(encoding="utf8") as f:
+            entities = [Entity.from_dict(json.loads(line)) for line in f]
+        embeddings = np.load(path / "embeddings.npy", allow_pickle=False)
+        index = faiss.read_index(str(path / "index.faiss"))
+        if index.ntotal != len(entities) or meta["entities"] != len(entities):
+            raise ValueError(f"{path}: meta.json, entities.jsonl and index.faiss disagree on the entity count")
+        return cls(
+            entities,
+            embeddings,
+            metric=meta["metric"],
+            fingerprint=meta["encoder_fingerprint"],
+            encoder_source=meta.get("encoder_source", ""),
+            kind=meta.get("index", "flat"),
+            faiss_index=index,
+        )
