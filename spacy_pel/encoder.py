@@ -43,8 +43,10 @@ class EncoderConfig:
     base: str = DEFAULT_ENCODER
     mention_max_length: int = 128
     entity_max_length: int = 64
-    # "all": mean over every mention-input token (the paper); "span": over [M_s] … [M_e] only.
-    mention_pooling: str = "all"
+    # "span": mean over the [M_s] … [M_e] tokens (their hidden states still see the context);
+    # "all": over every mention-input token, as in the paper. "span" is the default because an
+    # untrained encoder links far better with it (README, "Design choices").
+    mention_pooling: str = "span"
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
     precision: str = "fp32"  # inference precision: "fp32" or "bf16"

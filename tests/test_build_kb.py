@@ -1,0 +1,105 @@
+import json
+
+import faiss
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spacy_pel.build_kb import app, build_kb
+from spacy_pel.encoder import BiEncoder, EncoderMismatchError
+from spacy_pel.index import EntityIndex
+
+
+def test_build_writes_complete_kb(kb_dir, tiny_encoder_dir):
+    meta = json.loads((kb_dir / "meta.json").read_text())
+    assert meta["entities"] == 5 and meta["dim"] == 32 and meta["metric"] == "cosine"
+    assert meta["encoder_fingerprint"] == BiEncoder.from_pretrained(tiny_encoder_dir).fingerprint()
+    index = EntityIndex.from_disk(kb_dir)
+    assert [e.id for e in index.entities] == ["D1", "D2", "D3", "D4", "D5"]
+    # the index holds the entities' own vectors: each entity retrieves itself first
+    scores, rows = index.search(index.embeddings.astype(np.float32), 1)
+    assert rows[:, 0].tolist() == [0, 1, 2, 3, 4]
+    assert not list(kb_dir.parent.glob("*.partial")) and not list(kb_dir.parent.glob(".kb.tmp-*"))
+
+
+def test_add_appends_without_reencoding(kb_dir, tiny_encoder_dir, tmp_path):
+    before = EntityIndex.from_disk(kb_dir)
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"id": "N1", "name": "famotidine"}\n{"id": "N2", "name": "delirium"}\n')
+    report = build_kb(None, kb_dir, "jsonl", str(tiny_encoder_dir), add=new, progress=False)
+    assert report["entities_encoded"] == 2 and report["entities_total"] == 7
+    after = EntityIndex.from_disk(kb_dir)
+    assert [e.id for e in after.entities][-2:] == ["N1", "N2"]
+    np.testing.assert_array_equal(after.embeddings[:5], before.embeddings)
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir)
+    q = enc.encode_entities(after.entities[5:6])
+    assert after.search(q, 1)[1][0, 0] == 5  # the new entity is linkable at once
+    with pytest.raises(ValueError, match="already in the KB"):
+        build_kb(None, kb_dir, "jsonl", str(tiny_encoder_dir), add=new, progress=False)
+
+
+def test_add_with_other_encoder_refused(kb_dir, other_tiny_bert, tmp_path):
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"id": "N1", "name": "famotidine"}\n')
+    with pytest.raises(EncoderMismatchError, match="Rebuild the KB"):
+        build_kb(None, kb_dir, "jsonl", str(other_tiny_bert), add=new, progress=False)
+    assert len(EntityIndex.from_disk(kb_dir)) == 5
+
+
+def test_failed_write_keeps_old_kb(kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"id": "N1", "name": "famotidine"}\n')
+
+    def broken(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(faiss, "write_index", broken)
+    with pytest.raises(OSError, match="disk full"):
+        build_kb(None, kb_dir, "jsonl", str(tiny_encoder_dir), add=new, progress=False)
+    monkeypatch.undo()
+    assert len(EntityIndex.from_disk(kb_dir)) == 5
+    assert not [p for p in kb_dir.parent.iterdir() if p.name.startswith(".kb.")]
+
+
+def test_resume_reuses_finished_chunks(kb_file, tiny_encoder_dir, tmp_path, monkeypatch):
+    import spacy_pel.build_kb as bk
+
+    monkeypatch.setattr(bk, "CHUNK", 2)
+    out = tmp_path / "kb"
+    calls, fail = [], [True]
+    original = BiEncoder.encode_entities
+
+    def failing(self, entities, **kw):
+        calls.append(len(entities))
+        if len(calls) == 2 and fail[0]:
+            fail[0] = False
+            raise RuntimeError("interrupted")
+        return original(self, entities, **kw)
+
+    monkeypatch.setattr(BiEncoder, "encode_entities", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        build_kb(kb_file, out, "jsonl", str(tiny_encoder_dir), progress=False)
+    assert not out.exists() and len(list((tmp_path / "kb.partial").glob("chunk_*.npy"))) == 1
+    calls.clear()
+    build_kb(kb_file, out, "jsonl", str(tiny_encoder_dir), progress=False)
+    assert calls == [2, 1]  # chunk 0 came from disk
+    fresh = tmp_path / "fresh"
+    monkeypatch.setattr(BiEncoder, "encode_entities", original)
+    build_kb(kb_file, fresh, "jsonl", str(tiny_encoder_dir), progress=False)
+    np.testing.assert_allclose(EntityIndex.from_disk(out).embeddings, EntityIndex.from_disk(fresh).embeddings)
+
+
+def test_hnsw_index_and_cli(kb_file, tiny_encoder_dir, tmp_path):
+    out = tmp_path / "kb_hnsw"
+    result = CliRunner().invoke(
+        app, ["--kb", str(kb_file), "--output", str(out), "--encoder", str(tiny_encoder_dir), "--index", "hnsw"]
+    )
+    assert result.exit_code == 0, result.output
+    index = EntityIndex.from_disk(out)
+    assert index.kind == "hnsw" and isinstance(index.faiss, faiss.IndexHNSWFlat)
+    assert index.search(index.embeddings.astype(np.float32), 1)[1][:, 0].tolist() == [0, 1, 2, 3, 4]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "A", "name": "x"}\n{"id": "A", "name": "y"}\n')
+    result = CliRunner().invoke(app, ["--kb", str(bad), "--output", str(tmp_path / "x"), "--encoder", str(tiny_encoder_dir)])
+    assert result.exit_code != 0 and "bad.jsonl:2" in str(result.exception)
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,79 @@
+import numpy as np
+import pytest
+import torch
+
+from spacy_pel.encoder import BiEncoder, EncoderConfig, Mention
+from spacy_pel.kb import Entity
+
+ENTS = [Entity("D1", "lithium carbonate", ["Li2CO3"], ["Chemical"]), Entity("D2", "flutter", [], ["Disease"], "x")]
+
+
+def test_save_load_roundtrip(tiny_bert, tmp_path):
+    enc = BiEncoder.from_pretrained(str(tiny_bert))
+    m = [Mention("Lithium carbonate toxicity in a newborn.", 0, 17)]
+    before = enc.encode_entities(ENTS), enc.encode_mentions(m)
+    enc.save(tmp_path / "enc")
+    assert (tmp_path / "enc" / "entity" / "model.safetensors").exists()
+    assert not list((tmp_path / "enc").rglob("*.bin")) and not list((tmp_path / "enc").rglob("*.pt"))
+    again = BiEncoder.from_pretrained(tmp_path / "enc")
+    assert again.fingerprint() == enc.fingerprint()
+    np.testing.assert_allclose(again.encode_entities(ENTS), before[0], atol=1e-6)
+    np.testing.assert_allclose(again.encode_mentions(m), before[1], atol=1e-6)
+
+
+def test_fingerprint_tracks_entity_weights(tiny_bert):
+    enc = BiEncoder.from_pretrained(str(tiny_bert))
+    fp = enc.fingerprint()
+    with torch.no_grad():
+        enc.mention_model.embeddings.word_embeddings.weight[5] += 1.0
+    assert enc.fingerprint() == fp  # the mention side does not change entity vectors
+    with torch.no_grad():
+        enc.entity_model.embeddings.word_embeddings.weight[5] += 1.0
+    assert enc.fingerprint() != fp
+
+
+def test_entity_input_layout(tiny_bert):
+    enc = BiEncoder.from_pretrained(str(tiny_bert), entity_max_length=16)
+    tok = enc.tokenizer
+    long = Entity("D9", "aspirin", [f"synonym{i}" for i in range(50)], ["Chemical"])
+    (ids,) = enc.entity_inputs([long])
+    assert len(ids) == 16 and ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    assert ids.count(tok.sep_token_id) == 3
+    assert tok.decode(ids[1 : ids.index(tok.sep_token_id)]) == "aspirin"
+
+
+def test_mention_input_markers_and_context(tiny_bert):
+    enc = BiEncoder.from_pretrained(str(tiny_bert), mention_max_length=16)
+    text = " ".join(f"w{i}" for i in range(40)) + " lithium " + " ".join(f"v{i}" for i in range(40))
+    start = text.index("lithium")
+    ((ids, (a, b)),) = enc.mention_inputs([Mention(text, start, start + 7)])
+    assert len(ids) == 16
+    assert ids[a] == enc.marker_ids[0] and ids[b] == enc.marker_ids[1]
+    assert enc.tokenizer.decode(ids[a + 1 : b]) == "lithium"
+    left, right = a - 1, len(ids) - 2 - b
+    assert abs(left - right) <= 1  # the context budget is split evenly
+    # at the very start of a text all the budget goes to the right
+    ((ids, (a, b)),) = enc.mention_inputs([Mention(text, 0, 2)])
+    assert a == 1 and len(ids) == 16
+
+
+def test_long_documents_and_bad_offsets(tiny_bert):
+    enc = BiEncoder.from_pretrained(str(tiny_bert))
+    text = "lithium " * 2000  # ≫ 512 word pieces
+    vecs = enc.encode_mentions([Mention(text, 0, 7), Mention(text, len(text) - 8, len(text) - 1)])
+    assert vecs.shape == (2, enc.dim) and np.isfinite(vecs).all()
+    with pytest.raises(ValueError, match="outside a text"):
+        enc.mention_inputs([Mention("short", 2, 99)])
+
+
+def test_batching_does_not_change_vectors(tiny_bert):
+    enc = BiEncoder.from_pretrained(str(tiny_bert))
+    ents = ENTS + [Entity(f"X{i}", "word " * i, [], []) for i in range(1, 9)]
+    np.testing.assert_allclose(enc.encode_entities(ents, batch_size=3), enc.encode_entities(ents, batch_size=64), atol=1e-5)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="mention_pooling"):
+        EncoderConfig(mention_pooling="max")
+    with pytest.raises(ValueError, match="similarity"):
+        EncoderConfig(similarity="l2")

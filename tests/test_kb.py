@@ -1,0 +1,122 @@
+import pytest
+
+from spacy_pel.kb import KBFormatError, read_kb, read_jsonl, write_jsonl
+
+from .conftest import shared
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf8")
+    return path
+
+
+def test_jsonl_roundtrip(kb_file, tmp_path):
+    entities = read_jsonl(kb_file)
+    assert [e.id for e in entities] == ["D1", "D2", "D3", "D4", "D5"]
+    assert entities[0].aliases == ["Li2CO3"] and entities[1].description == "valve leak"
+    out = tmp_path / "again.jsonl"
+    write_jsonl(entities, out)
+    assert read_jsonl(out) == entities
+
+
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ('{"id": "A", "name": "x"}\n{"id": "B", "name": \n', "invalid JSON"),
+        ('{"id": "A", "name": "x"}\n{"id": "A", "name": "y"}\n', "duplicate entity id 'A'"),
+        ('{"id": "A", "name": "x"}\n{"name": "no id"}\n', "string \"id\""),
+        ('{"id": "A", "name": "x"}\n{"id": "B", "name": "y", "aliases": "z"}\n', '"aliases" must be a list'),
+    ],
+)
+def test_jsonl_errors_name_file_and_line(tmp_path, bad, fragment):
+    path = write(tmp_path, "bad.jsonl", bad)
+    with pytest.raises(KBFormatError) as err:
+        read_jsonl(path)
+    assert f"{path}:2:" in str(err.value) and fragment in str(err.value)
+
+
+def test_mesh_reader_on_real_files(tmp_path):
+    desc = shared("mesh", "mesh_id_label_mappings.tsv").read_text(encoding="utf8").splitlines()[:300]
+    supp = shared("mesh", "mesh_supp_id_label_mappings.tsv").read_text(encoding="utf8").splitlines()[:300]
+    folder = tmp_path / "mesh"
+    folder.mkdir()
+    (folder / "mesh_id_label_mappings.tsv").write_text("\n".join(desc) + "\n", encoding="utf8")
+    (folder / "mesh_supp_id_label_mappings.tsv").write_text("\n".join(supp) + "\n", encoding="utf8")
+    entities = {e.id: e for e in read_kb(folder, "mesh")}
+    assert len(entities) == 600
+    temefos = entities["D000002"]
+    assert temefos.name == "Temefos" and temefos.aliases == ["Temephos"]
+    assert temefos.types == ["Chemicals and Drugs"]
+    assert temefos.extra["tree_numbers"][0] == "D02.705.400.625.800"
+    # supplementary records inherit the branches of the descriptors they map to, when those are read
+    mapped = [e for e in entities.values() if e.id.startswith("C") and e.extra["mapped_to"][0] in entities]
+    assert all(e.types == entities[e.extra["mapped_to"][0]].types for e in mapped if len(e.extra["mapped_to"]) == 1)
+
+
+def test_mesh_errors(tmp_path):
+    path = write(tmp_path, "m.tsv", "D000002\tTemefos\tTemephos\tD02\t\nD000003\tno columns\n")
+    with pytest.raises(KBFormatError, match=r"m\.tsv:2:"):
+        read_kb(path, "mesh")
+    path = write(tmp_path, "d.tsv", "D000002\tTemefos\t\tD02\t\nD000002\tAgain\t\tD02\t\n")
+    with pytest.raises(KBFormatError, match=r"d\.tsv:2: duplicate entity id 'D000002' \(first seen at .*d\.tsv:1\)"):
+        read_kb(path, "mesh")
+
+
+def test_medic_reader(tmp_path):
+    path = write(
+        tmp_path,
+        "medic.txt",
+        "C565588||Epidermolysis Bullosa With Diaphragmatic Hernia\n"
+        "270400|D019082||Smith-Lemli-Opitz Syndrome|SLOS|SLOS\n"
+        "145250||HYPERPIGMENTATION, FAMILIAL|FPH\n",
+    )
+    entities = read_kb(path, "medic")
+    assert [e.id for e in entities] == ["C565588", "D019082", "OMIM:145250"]
+    assert entities[1].extra["alt_ids"] == ["OMIM:270400"] and entities[1].aliases == ["SLOS"]
+    bad = write(tmp_path, "bad.txt", "C565588||A disease\nno separator here\n")
+    with pytest.raises(KBFormatError, match=r"bad\.txt:2:"):
+        read_kb(bad, "medic")
+
+
+def test_medic_real_file():
+    entities = read_kb(shared("ncbi-disease", "medic_06Jul2012.txt"), "medic")
+    assert len(entities) == 11915
+
+
+OBO = """format-version: 1.2
+ontology: test
+
+[Term]
+id: DOID:0001
+name: disease
+def: "A \\"generic\\" disease." [url:x]
+synonym: "illness" EXACT []
+namespace: disease_ontology
+
+[Term]
+id: DOID:0002
+name: old thing
+is_obsolete: true
+
+[Typedef]
+id: part_of
+name: part of
+"""
+
+
+def test_obo_reader(tmp_path):
+    entities = read_kb(write(tmp_path, "t.obo", OBO), "obo")
+    assert len(entities) == 1
+    e = entities[0]
+    assert (e.id, e.name, e.aliases, e.description, e.types) == (
+        "DOID:0001", "disease", ["illness"], 'A "generic" disease.', ["disease_ontology"]
+    )
+    bad = write(tmp_path, "bad.obo", "[Term]\nid: X:1\nname: x\nsynonym: not quoted\n")
+    with pytest.raises(KBFormatError, match=r"bad\.obo:4:"):
+        read_kb(bad, "obo")
+
+
+def test_unknown_format(kb_file):
+    with pytest.raises(ValueError, match="unknown KB format"):
+        read_kb(kb_file, "csv")
