@@ -141,6 +141,7 @@ class BiEncoder(torch.nn.Module):
         ``overrides`` set :class:`EncoderConfig` fields (for a saved encoder only fields that do not
         change what the weights mean may differ: lengths, pooling, precision).
         """
+        quiet_transformers()
         path = Path(str(name_or_path))
         if (path / CONFIG_FILE).exists():
             data = json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))
@@ -165,6 +166,7 @@ class BiEncoder(torch.nn.Module):
 
     def save(self, path: PathLike) -> None:
         """Write the encoder folder atomically (safetensors weights, tokenizer, JSON settings)."""
+        quiet_transformers()
         with atomic_dir(path) as tmp:
             self.tokenizer.save_pretrained(tmp / "tokenizer")
             self.mention_model.save_pretrained(tmp / "mention", safe_serialization=True)

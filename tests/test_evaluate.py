@@ -29,7 +29,7 @@ def test_groups_and_recall(kb_dir, tmp_path):
     report = evaluate(linker, docs, train_ids={"D1"}, threshold=-1.0)
     assert report["counts"] == {"in_kb": 2, "absent": 1, "nil": 1, "seen": 1, "unseen": 1}
     assert report["recall_in_kb"]["R@64"] == 1.0  # 5 entities: every gold id is in the top 64
-    assert report["recall_all_linkable"]["R@64"] == pytest.approx(2 / 3)
+    assert report["recall_all_linkable"]["R@64"] == pytest.approx(2 / 3, abs=1e-3)
     assert report["nil"]["r"] == 0.0  # threshold -1: nothing is NIL
     strict = evaluate(linker, docs, threshold=2.0)
     assert strict["nil"]["r"] == 1.0 and strict["nil"]["p"] == 0.25
