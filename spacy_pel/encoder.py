@@ -272,24 +272,24 @@ class BiEncoder(torch.nn.Module):
                 pool[row, a : b + 1] = 1
         return ids.to(self.device_), mask.to(self.device_), pool.to(self.device_)
 
-    def _finish(self, vectors: torch.Tensor) -> torch.Tensor:
+    def _finish(self, vectors: torch.Tensor, normalize: Optional[bool] = None) -> torch.Tensor:
         vectors = vectors.float()
-        if self.config.similarity == "cosine":
+        if normalize if normalize is not None else self.config.similarity == "cosine":
             vectors = torch.nn.functional.normalize(vectors, dim=-1)
         return vectors
 
-    def embed(self, model, seqs: Sequence[List[int]], spans=None, inputs_embeds=None) -> torch.Tensor:
-        """One batch through ``model`` and pooling (keeps the graph: used in training too)."""
-        ids, mask, pool = self._collate(seqs, spans)
-        if inputs_embeds is not None:
-            hidden = model(inputs_embeds=inputs_embeds, attention_mask=mask).last_hidden_state
-        else:
-            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        return self._finish(mean_pool(hidden, pool))
+    def embed(self, model, seqs: Sequence[List[int]], spans=None, normalize: Optional[bool] = None) -> torch.Tensor:
+        """One batch through ``model`` and pooling (keeps the graph: used in training too).
 
-    def embed_mentions(self, inputs) -> torch.Tensor:
+        Vectors are L2-normalised when the similarity is cosine, unless ``normalize`` says otherwise.
+        """
+        ids, mask, pool = self._collate(seqs, spans)
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self._finish(mean_pool(hidden, pool), normalize)
+
+    def embed_mentions(self, inputs, normalize: Optional[bool] = None) -> torch.Tensor:
         spans = [sp for _, sp in inputs] if self.config.mention_pooling == "span" else None
-        return self.embed(self.mention_model, [s for s, _ in inputs], spans)
+        return self.embed(self.mention_model, [s for s, _ in inputs], spans, normalize)
 
     def embed_entities(self, seqs: Sequence[List[int]]) -> torch.Tensor:
         return self.embed(self.entity_model, seqs)

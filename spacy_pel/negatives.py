@@ -202,6 +202,8 @@ class HardNegativeMiner:
             return sample_excluding(self.rng, self.n_entities, self.k, gold_rows)
         hard, real = self.hard(mention_vecs, gold_rows, self.n_hard)
         forbidden = [set(g) | set(h[r].tolist()) for g, h, r in zip(gold_rows, hard, real)]
+        # a KB too small to avoid the hard rows: random ones may repeat them, never a gold one
+        forbidden = [f if len(f) < self.n_entities else set(g) for f, g in zip(forbidden, gold_rows)]
         random = sample_excluding(self.rng, self.n_entities, self.k, forbidden)
         # unreal hard slots (tiny KBs) take random rows from the spare columns
         hard = np.where(real, hard, random[:, self.k - self.n_hard :])

@@ -1,0 +1,115 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.encoder import BiEncoder
+from spacy_pel.index import EntityIndex
+from spacy_pel.train import Trainer, load_config, train
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_pb_random.cfg"
+SENTS = [
+    ("Lithium carbonate toxicity was seen.", 0, 2, "D1"),
+    ("The newborn had tricuspid regurgitation today.", 3, 5, "D2"),
+    ("Then atrial flutter began.", 1, 3, "D3"),
+    ("Aspirin was given.", 0, 1, "D4"),
+    ("Warfarin was stopped.", 0, 1, "D5|D4"),
+    ("Bevacizumab caused harm.", 0, 1, "NIL"),
+]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    nlp = spacy.blank("en")
+    docs = []
+    for text, a, b, kb_id in SENTS:
+        doc = nlp.make_doc(text)
+        doc.spans[GOLD_KEY] = [Span(doc, a, b, label="X", kb_id=kb_id)]
+        doc.ents = list(doc.spans[GOLD_KEY])
+        docs.append(doc)
+    write_docbin(docs, tmp_path / "train.spacy")
+    return tmp_path / "train.spacy"
+
+
+def overrides(corpus, kb_dir, tiny_encoder_dir, **extra):
+    base = {
+        "paths.train": str(corpus),
+        "paths.dev": str(corpus),
+        "paths.kb": str(kb_dir),
+        "encoder.base": str(tiny_encoder_dir),
+        "negatives.count": 3,
+        "training.batch_size": 4,
+        "training.lr": 0.003,
+        "training.warmup": 0.1,
+        "training.eval_every": 5,
+        "training.eval_docs": 0,
+        "training.device": "cpu",
+    }
+    base.update(extra)
+    return base
+
+
+def batch_loss(trainer):
+    import torch
+
+    torch.manual_seed(0)
+    examples = trainer.stages[-1][1]
+    trainer.encoder.eval()
+    with torch.no_grad():
+        trainer.random = type(trainer.random)(len(trainer.index), trainer.k, seed=1)
+        return float(trainer.step_loss(examples))
+
+
+def test_training_lowers_loss_and_resumes(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    out = tmp_path / "run"
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 10})
+    before = batch_loss(Trainer(load_config(CONFIG, ov), tmp_path / "scratch"))
+    state = train(CONFIG, out, ov, progress=False)
+    assert state["step"] == 10 and [h["step"] for h in state["history"]] == [5, 10]
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["skipped_train_mentions"] == {"nil": 1, "absent": 0}
+    trained = Trainer(load_config(CONFIG, ov), out)  # resumes from out/last
+    assert trained.resuming and trained.state["step"] == 10
+    assert batch_loss(trained) < before
+    # the entity tower was frozen: the KB built with the base encoder still fits the trained one
+    best = BiEncoder.from_pretrained(out / "best")
+    EntityIndex.from_disk(kb_dir).check_encoder(best)
+    # a longer run continues from step 10 instead of starting over
+    state = train(CONFIG, out, {**ov, "training.max_steps": 15}, progress=False)
+    assert [h["step"] for h in state["history"]] == [5, 10, 15]
+
+
+def test_trained_entity_tower_with_fgsm_and_hard_negatives(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = overrides(
+        corpus,
+        kb_dir,
+        tiny_encoder_dir,
+        **{
+            "training.max_steps": 4,
+            "training.train_entity_encoder": True,
+            "training.eval_kb_sample": 2,
+            "negatives.hard_fraction": 0.5,
+            "negatives.count": 2,
+            "negatives.refresh_every": 2,
+            "fgsm.enabled": True,
+            "loss.name": "ce",
+        },
+    )
+    state = train(CONFIG, tmp_path / "run", ov, progress=False)
+    assert state["step"] == 4 and np.isfinite(state["history"][-1]["loss"])
+    best = BiEncoder.from_pretrained(tmp_path / "run" / "best")
+    assert best.config.similarity == "dot"
+    with pytest.raises(ValueError, match="built with entity encoder"):
+        EntityIndex.from_disk(kb_dir).check_encoder(best)  # entity weights changed: rebuild the KB
+
+
+def test_synonym_prealignment_alone(kb_dir, tiny_encoder_dir, tmp_path, corpus):
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"paths.train": None, "synonyms.steps": 3})
+    trainer = Trainer(load_config(CONFIG, ov), tmp_path / "run")
+    (name, examples, steps), = trainer.stages
+    assert name == "synonyms" and steps == 3 and len(examples) == 3  # Li2CO3, flutter, acetylsalicylic acid
+    assert trainer.run(progress=False)["step"] == 3
