@@ -89,8 +89,12 @@ def evaluate(
 ) -> dict:
     """Metrics of ``linker`` on the gold mentions of ``docs`` (see the module doc)."""
     rows, seconds = mention_table(linker, docs, progress=progress)
-    kb_ids = linker.index.row
     threshold = linker.threshold if threshold is None else threshold
+    return metrics(rows, seconds, linker.index.row, train_ids, threshold)
+
+
+def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, threshold: Optional[float] = None) -> dict:
+    """Metrics from :func:`mention_table` rows; ``kb_ids`` is the set (or dict) of ids in the KB."""
     groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
     ranks = np.full(len(rows), np.inf)
     top = np.zeros(len(rows))

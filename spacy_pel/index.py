@@ -112,6 +112,19 @@ class EntityIndex:
         self.embeddings = np.concatenate([self.embeddings, vectors.astype(np.float16)])
         self.faiss.add(vectors)
 
+    def subset(self, rows: Sequence[int]) -> "EntityIndex":
+        """A KB of only these rows (same encoder, exact float32 vectors, nothing re-encoded)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        vectors = self.faiss.reconstruct_n(0, self.faiss.ntotal)[rows]
+        return EntityIndex(
+            [self.entities[i] for i in rows],
+            vectors,
+            metric=self.metric,
+            fingerprint=self.fingerprint,
+            encoder_source=self.encoder_source,
+            kind=self.kind,
+        )
+
     # ------------------------------------------------------------------ searching
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, rows) per query; rows are -1 where the KB has fewer than k entities."""

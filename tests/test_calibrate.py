@@ -1,0 +1,35 @@
+import numpy as np
+import pytest
+import spacy
+from confection import Config
+
+from spacy_pel.calibrate import calibrate, nil_curve
+
+
+def test_nil_curve_picks_best_f1():
+    top = np.array([0.1, 0.2, 0.3, 0.8, 0.9, 0.35])
+    nil = np.array([1, 1, 0, 0, 0, 1], dtype=bool)
+    curve = nil_curve(top, nil)
+    # NIL if score < t: the best cut is between 0.35 and 0.8 → P 3/4, R 1 → F1 0.857 …
+    # … or between 0.2 and 0.3 → P 1, R 2/3 → F1 0.8; the first wins
+    assert curve["f"] == pytest.approx(6 / 7)
+    assert 0.35 < curve["threshold"] < 0.8
+    pred = top < curve["threshold"]
+    assert (pred & nil).sum() == 3 and pred.sum() == 4
+    with pytest.raises(ValueError, match="no gold NIL"):
+        nil_curve(top, np.zeros(6, bool))
+
+
+def test_calibrate_writes_threshold_into_pipeline(kb_dir, tmp_path):
+    from .test_evaluate import gold_doc
+    from spacy_pel.corpora import write_docbin
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    nlp.to_disk(tmp_path / "pipe")
+    write_docbin([gold_doc(nlp, [(0, 2, "D1"), (4, 6, "NIL"), (7, 9, "D3")])], tmp_path / "dev.spacy")
+    summary = calibrate(tmp_path / "pipe", tmp_path / "dev.spacy", tmp_path / "out", plot=tmp_path / "pr.png")
+    assert summary["nil_mentions"] == 1 and (tmp_path / "pr.png").stat().st_size > 1000
+    cfg = Config().from_disk(tmp_path / "out" / "config.cfg")
+    assert cfg["components"]["pel_linker"]["threshold"] == pytest.approx(summary["threshold"])
+    assert spacy.load(tmp_path / "out").get_pipe("pel_linker").threshold == pytest.approx(summary["threshold"])

@@ -1,0 +1,37 @@
+import numpy as np
+import spacy
+
+from spacy_pel.corpora import GOLD_KEY, read_docbin, write_docbin
+from spacy_pel.index import EntityIndex
+from spacy_pel.kb import Entity
+from spacy_pel.okb import make_okb, removed_ids
+
+
+def test_removed_ids_follow_tree_branches():
+    ents = [
+        Entity("D1", "epilepsy", extra={"tree_numbers": ["C10.228.140"]}),
+        Entity("D2", "flu", extra={"tree_numbers": ["C01.925"]}),
+        Entity("C1", "a rare epilepsy", extra={"mapped_to": ["D1"]}),
+        Entity("C2", "mixed", extra={"mapped_to": ["D1", "D2"]}),
+    ]
+    assert removed_ids(ents, ["C10"]) == {"D1", "C1"}
+
+
+def test_make_okb_cuts_kb_and_relabels(kb_dir, tmp_path):
+    from .test_evaluate import gold_doc
+
+    nlp = spacy.blank("en")
+    write_docbin([gold_doc(nlp, [(0, 2, "D1"), (4, 6, "D2|D3"), (7, 9, "D3")])], tmp_path / "dev.spacy")
+    full = EntityIndex.from_disk(kb_dir)
+    # give D3 a tree number so that it falls under the removed branch
+    full.entities[2].extra["tree_numbers"] = ["C10.1"]
+    full.to_disk(kb_dir)
+    report = make_okb(kb_dir, ["C10"], [tmp_path / "dev.spacy"], tmp_path / "okb")
+    assert report["removed_entities"] == 1
+    assert report["corpora"]["dev.spacy"] == {"mentions": 3, "to_nil": 1, "partly_removed": 1}
+    okb = EntityIndex.from_disk(tmp_path / "okb" / "kb")
+    assert [e.id for e in okb.entities] == ["D1", "D2", "D4", "D5"]
+    np.testing.assert_allclose(okb.faiss.reconstruct_n(0, 4), full.faiss.reconstruct_n(0, 5)[[0, 1, 3, 4]])
+    (doc,) = read_docbin(nlp, tmp_path / "okb" / "dev.spacy")
+    assert [s.kb_id_ for s in doc.spans[GOLD_KEY]] == ["D1", "D2", "NIL"]
+    assert [e.kb_id_ for e in doc.ents] == ["D1", "D2", "NIL"]
