@@ -13,7 +13,7 @@ from confection import Config
 
 from .corpora import NIL, read_docbin
 from .evaluate import average_precision, mention_table
-from .linker import PELLinker
+from .linker import find_linker
 
 
 def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray) -> dict:
@@ -63,17 +63,10 @@ def plot_curve(curve: dict, path: Path, title: str = "NIL detection") -> None:
     plt.close(fig)
 
 
-def linker_of(nlp) -> PELLinker:
-    for name, proc in nlp.pipeline:
-        if isinstance(proc, PELLinker):
-            return name, proc
-    raise ValueError("the pipeline has no pel_linker")
-
-
 def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] = None, docs: Sequence[int] = ()) -> dict:
     """Calibrate ``pipeline`` on ``corpus`` (optionally only docs[0]:docs[1]) and save it to ``output``."""
     nlp = spacy.load(pipeline)
-    name, linker = linker_of(nlp)
+    name, linker = find_linker(nlp)
     gold_docs = read_docbin(nlp, corpus)
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]

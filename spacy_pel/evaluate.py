@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
-import spacy
 import typer
 from spacy.tokens import Doc, Span
 from tqdm.auto import tqdm
 
 from .corpora import GOLD_KEY, NIL, gold_ids, read_docbin
-from .linker import PELLinker
+from .linker import PELLinker, load_pipeline
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -183,14 +182,9 @@ def main(
     title: str = typer.Option("spacy_pel evaluation", "--title"),
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
-    if pipeline is not None:
-        nlp = spacy.load(pipeline)
-        linker = next(p for _, p in nlp.pipeline if isinstance(p, PELLinker))
-    elif kb is not None:
-        nlp = spacy.blank("en")
-        linker = nlp.add_pipe("pel_linker", config={"kb": str(kb), "encoder": encoder})
-    else:
+    if pipeline is None and kb is None:
         raise typer.BadParameter("give --pipeline or --kb")
+    nlp, linker = load_pipeline(pipeline, kb, encoder)
     docs = read_docbin(nlp, corpus)
     train_ids = corpus_ids(read_docbin(nlp, train)) if train else None
     report = evaluate(linker, docs, train_ids, threshold, progress=True)

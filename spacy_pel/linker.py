@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+import spacy
 import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -86,6 +87,25 @@ def make_pel_linker(
         device=device,
         spans_key=spans_key,
     )
+
+
+def find_linker(nlp: Language) -> Tuple[str, "PELLinker"]:
+    """The (name, component) of the pipeline's pel_linker."""
+    for name, proc in nlp.pipeline:
+        if isinstance(proc, PELLinker):
+            return name, proc
+    raise ValueError("the pipeline has no pel_linker")
+
+
+def load_pipeline(pipeline=None, kb=None, encoder: Optional[str] = None) -> Tuple[Language, "PELLinker"]:
+    """A saved pipeline (``spacy.load``), or a blank English one linking against a KB folder."""
+    if pipeline is not None:
+        nlp = spacy.load(pipeline)
+        return nlp, find_linker(nlp)[1]
+    if kb is None:
+        raise ValueError("give a saved pipeline or a KB folder")
+    nlp = spacy.blank("en")
+    return nlp, nlp.add_pipe("pel_linker", config={"kb": str(kb), "encoder": encoder})
 
 
 class PELLinker(Pipe):

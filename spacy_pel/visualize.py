@@ -4,13 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional
 
-import spacy
 import typer
 from spacy import displacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
 from .corpora import read_docbin
+from .linker import load_pipeline
 
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
 
@@ -41,13 +41,9 @@ def main(
     url_template: str = typer.Option(MESH_URL, "--url-template", help="KB link, {} is the id"),
 ):
     """Link the entities of the first --limit documents and render them with KB links."""
-    if pipeline is not None:
-        nlp = spacy.load(pipeline)
-    elif kb is not None:
-        nlp = spacy.blank("en")
-        nlp.add_pipe("pel_linker", config={"kb": str(kb)})
-    else:
+    if pipeline is None and kb is None:
         raise typer.BadParameter("give --pipeline or --kb")
+    nlp, _ = load_pipeline(pipeline, kb)
     docs = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(docs, url_template), encoding="utf8")
