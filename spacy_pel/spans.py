@@ -1,0 +1,392 @@
+"""One-pass document encoding and end-to-end span scoring (SPEC section 2, collective dual encoder).
+
+A document is tokenised once into word pieces, cut into overlapping windows of at most
+``max_pieces`` pieces (``[CLS] window [SEP]`` fits BERT's 512 positions), and every window goes
+through the mention transformer once, batched across documents. Each piece keeps the hidden state
+from the window in which it has the most context on both sides; each spaCy token is the mean of its
+pieces. From these token vectors ``H``:
+
+* :func:`enumerate_spans` lists every span of at most ``L`` tokens,
+* :class:`SpanScorer` gives ``p(m|(i,j)) = σ(w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q)``,
+* :func:`greedy_non_overlapping` keeps the best non-overlapping spans,
+* :func:`span_means` (and :func:`span_link_vectors`, normalised like the encoder's mention
+  vectors) give each kept span's vector for linking.
+
+Linking N mentions of a document therefore costs one pass over the document, not N passes.
+A trained :class:`SpanScorer` is saved as ``NAME.safetensors`` plus ``NAME.json`` (hidden size).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from .encoder import BiEncoder
+
+PathLike = Union[str, Path]
+MAX_PIECES = 510  # word pieces per window; + [CLS] and [SEP] = BERT's 512 positions
+MAX_SPAN_LEN = 10  # SPEC's L
+SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
+SPAN_SCORER_VERSION = 1
+
+
+# ---------------------------------------------------------------------------- word pieces
+def _token_piece_ranges(offsets: np.ndarray, doc) -> np.ndarray:
+    """[start, end) word-piece range of each spaCy token, from the pieces' character offsets.
+
+    A piece belongs to every token its characters overlap (a piece may straddle two spaCy tokens,
+    e.g. ``don`` for ``do`` + ``n't``). A token overlapping no piece gets the empty range at the
+    position where its pieces would be.
+    """
+    n = len(doc)
+    out = np.zeros((n, 2), dtype=np.int64)
+    if n == 0:
+        return out
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    tok_start = np.fromiter((t.idx for t in doc), dtype=np.int64, count=n)
+    tok_end = tok_start + np.fromiter((len(t.text) for t in doc), dtype=np.int64, count=n)
+    # first piece ending after the token starts, first piece starting at or after the token ends
+    lo = np.searchsorted(offsets[:, 1], tok_start, side="right")
+    hi = np.searchsorted(offsets[:, 0], tok_end, side="left")
+    out[:, 0] = np.minimum(lo, hi)
+    out[:, 1] = hi
+    return out
+
+
+def align_wordpieces(tokenizer, doc) -> Tuple[List[int], np.ndarray]:
+    """Tokenise ``doc.text`` once; return the piece ids and each token's [start, end) piece range.
+
+    No special tokens are added. ``token_pieces`` has shape ``[len(doc), 2]``; a token with no word
+    piece (whitespace, or characters the tokenizer drops) has an empty range ``(k, k)``.
+    """
+    enc = tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    return list(enc["input_ids"]), _token_piece_ranges(enc["offset_mapping"], doc)
+
+
+def chunk_windows(
+    n_pieces: int, max_pieces: int = MAX_PIECES, stride: Optional[int] = None
+) -> Tuple[List[Tuple[int, int]], np.ndarray]:
+    """Overlapping windows ``[start, end)`` covering ``n_pieces`` pieces, and each piece's owner.
+
+    Windows start every ``stride`` pieces (default ``max_pieces // 2``); the last one is aligned to
+    the end of the document so every window is full. ``owner[p]`` is the window in which piece ``p``
+    has the most context, i.e. maximising ``min(p - start, end - 1 - p)`` (ties: earlier window).
+    A document that fits gives the single window ``(0, n_pieces)``; an empty one gives none.
+    """
+    if max_pieces < 1:
+        raise ValueError(f"max_pieces must be positive, not {max_pieces}")
+    stride = max_pieces // 2 if stride is None else stride
+    if not 1 <= stride <= max_pieces:
+        raise ValueError(f"stride must be in 1..max_pieces ({max_pieces}), not {stride}")
+    if n_pieces < 0:
+        raise ValueError(f"n_pieces must be >= 0, not {n_pieces}")
+    if n_pieces == 0:
+        return [], np.zeros(0, dtype=np.int64)
+    if n_pieces <= max_pieces:
+        return [(0, n_pieces)], np.zeros(n_pieces, dtype=np.int64)
+    last = n_pieces - max_pieces
+    starts = list(range(0, last, stride)) + [last]
+    windows = [(s, s + max_pieces) for s in starts]
+    owner = np.zeros(n_pieces, dtype=np.int64)
+    best = np.full(n_pieces, -1, dtype=np.int64)
+    for w, (s, e) in enumerate(windows):
+        p = np.arange(s, e)
+        context = np.minimum(p - s, e - 1 - p)
+        better = context > best[s:e]
+        best[s:e][better] = context[better]
+        owner[s:e][better] = w
+    return windows, owner
+
+
+def _max_window(encoder: BiEncoder, max_pieces: Optional[int]) -> int:
+    """The window size: ``max_pieces`` or what the model's position table allows (at most 510)."""
+    limit = int(getattr(encoder.mention_model.config, "max_position_embeddings", MAX_PIECES + 2)) - 2
+    if max_pieces is None:
+        return min(MAX_PIECES, limit)
+    if not 1 <= max_pieces <= limit:
+        raise ValueError(f"max_pieces must be in 1..{limit} for this model, not {max_pieces}")
+    return max_pieces
+
+
+def _pool_tokens(pieces: torch.Tensor, token_pieces: np.ndarray) -> torch.Tensor:
+    """Mean of each token's piece vectors (zero for a token without pieces); keeps the graph."""
+    n_tokens, hidden = len(token_pieces), pieces.shape[-1]
+    lengths = token_pieces[:, 1] - token_pieces[:, 0]
+    token_of = np.repeat(np.arange(n_tokens), lengths)
+    piece_of = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    piece_of += np.repeat(token_pieces[:, 0], lengths)
+    device = pieces.device
+    summed = torch.zeros((n_tokens, hidden), dtype=pieces.dtype, device=device).index_add(
+        0, torch.from_numpy(token_of).to(device), pieces[torch.from_numpy(piece_of).to(device)]
+    )
+    counts = torch.from_numpy(np.maximum(lengths, 1)).to(device=device, dtype=pieces.dtype)
+    return summed / counts.unsqueeze(1)
+
+
+def encode_docs(
+    encoder: BiEncoder,
+    docs: Sequence,
+    batch_size: int = 8,
+    grad: bool = False,
+    max_pieces: Optional[int] = None,
+    stride: Optional[int] = None,
+) -> List[torch.Tensor]:
+    """Contextual token vectors ``[len(doc), hidden]`` for each doc, from one pass of the mention model.
+
+    Windows of all documents are length-sorted and run ``batch_size`` at a time with dynamic
+    padding. With ``grad=False`` the model runs in eval mode under ``torch.inference_mode`` (and the
+    encoder's inference precision); with ``grad=True`` the graph is kept and the model's train/eval
+    mode is left to the caller. Vectors are float32 on ``encoder.device_`` and are *not* normalised
+    (see :func:`span_link_vectors`). Tokens without word pieces get zero vectors.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, not {batch_size}")
+    window = _max_window(encoder, max_pieces)
+    tok = encoder.tokenizer
+    model = encoder.mention_model
+    hidden = int(model.config.hidden_size)
+    device = encoder.device_
+    docs = list(docs)
+    texts = [d.text for d in docs]
+    enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False) if texts else None
+    plans = []  # per doc: (piece ranges, windows, owner)
+    seqs: List[List[int]] = []
+    for i, doc in enumerate(docs):
+        ids = enc["input_ids"][i]
+        ranges = _token_piece_ranges(enc["offset_mapping"][i], doc)
+        windows, owner = chunk_windows(len(ids), window, stride)
+        plans.append((ranges, windows, owner))
+        for s, e in windows:
+            seqs.append([tok.cls_token_id, *ids[s:e], tok.sep_token_id])
+
+    was_training = model.training
+    if not grad:
+        model.eval()
+    grad_mode = torch.inference_mode() if not grad else contextlib.nullcontext()
+    precision = encoder._autocast() if not grad else contextlib.nullcontext()
+    try:
+        with grad_mode, precision:
+            states = _run_windows(model, tok.pad_token_id, seqs, batch_size, device)
+        # outside inference mode, so the vectors are ordinary tensors (a span scorer trained on
+        # frozen vectors needs to save them for backward)
+        with torch.no_grad() if not grad else contextlib.nullcontext():
+            return _stitch(plans, states, hidden, device)
+    finally:
+        model.train(was_training)
+
+
+def _run_windows(model, pad_id: int, seqs: List[List[int]], batch_size: int, device) -> List[torch.Tensor]:
+    """Hidden states of each sequence's pieces (``[CLS]``/``[SEP]`` dropped), batched by length."""
+    states: List[Optional[torch.Tensor]] = [None] * len(seqs)
+    order = np.argsort(-np.asarray([len(s) for s in seqs], dtype=np.int64), kind="stable")
+    for b in range(0, len(order), batch_size):
+        idx = order[b : b + batch_size]
+        width = len(seqs[idx[0]])
+        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, j in enumerate(idx):
+            ids[row, : len(seqs[j])] = torch.tensor(seqs[j], dtype=torch.long)
+            mask[row, : len(seqs[j])] = 1
+        out = model(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state.float()
+        for row, j in enumerate(idx):
+            states[j] = out[row, 1 : len(seqs[j]) - 1]
+    return states  # type: ignore[return-value]
+
+
+def _stitch(plans, states: List[torch.Tensor], hidden: int, device) -> List[torch.Tensor]:
+    """Each piece's state from its owner window, then each token's mean over its pieces."""
+    results: List[torch.Tensor] = []
+    first = 0
+    for ranges, windows, owner in plans:
+        if not windows:
+            results.append(torch.zeros((len(ranges), hidden), dtype=torch.float32, device=device))
+            continue
+        parts, where = [], []
+        for w, (s, _) in enumerate(windows):
+            mine = np.flatnonzero(owner == w)
+            if len(mine):
+                parts.append(states[first + w][torch.from_numpy(mine - s).to(device)])
+                where.append(mine)
+        first += len(windows)
+        pieces = torch.cat(parts)
+        position = np.concatenate(where)
+        if not np.all(position[1:] > position[:-1]):
+            pieces = pieces[torch.from_numpy(np.argsort(position, kind="stable")).to(device)]
+        results.append(_pool_tokens(pieces, ranges))
+    return results
+
+
+# ---------------------------------------------------------------------------- spans
+def enumerate_spans(n_tokens: int, max_len: int = MAX_SPAN_LEN) -> Tuple[np.ndarray, np.ndarray]:
+    """Every span of 1..``max_len`` tokens of an ``n_tokens`` document: int64 ``starts``, exclusive ``ends``.
+
+    Ordered by start, then by length; there are ``Σ_{l=1..min(L,n)} (n - l + 1)`` of them.
+    """
+    if max_len < 1:
+        raise ValueError(f"max_len must be positive, not {max_len}")
+    if n_tokens <= 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.repeat(np.arange(n_tokens, dtype=np.int64), max_len)
+    ends = starts + np.tile(np.arange(1, max_len + 1, dtype=np.int64), n_tokens)
+    keep = ends <= n_tokens
+    return starts[keep], ends[keep]
+
+
+def enumerate_doc_spans(
+    doc, max_len: int = MAX_SPAN_LEN, skip_punct: bool = True
+) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`enumerate_spans` without spans that start or end on a whitespace token (or, with
+    ``skip_punct``, on a punctuation token). Such spans are never sensible mentions, and dropping
+    them shrinks the candidate set a lot. A gold mention that does start or end with punctuation
+    (e.g. ``"Na(+)"``) is then not enumerable: callers training the scorer should use
+    ``skip_punct=False`` or check their gold spans against the result.
+    """
+    starts, ends = enumerate_spans(len(doc), max_len)
+    bad = np.fromiter(
+        (t.is_space or (skip_punct and t.is_punct) for t in doc), dtype=bool, count=len(doc)
+    )
+    if len(starts) == 0:
+        return starts, ends
+    keep = ~bad[starts] & ~bad[ends - 1]
+    return starts[keep], ends[keep]
+
+
+def _as_index(x, device: torch.device) -> torch.Tensor:
+    """An int64 tensor on ``device`` from a numpy array, list or tensor."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device=device, dtype=torch.long)
+    return torch.as_tensor(np.asarray(x, dtype=np.int64), device=device)
+
+
+def _check_spans(n: int, starts: torch.Tensor, ends: torch.Tensor) -> None:
+    if starts.shape != ends.shape or starts.dim() != 1:
+        raise ValueError("starts and ends must be 1-d and of the same length")
+    if len(starts) and (bool((starts < 0).any()) or bool((ends > n).any()) or bool((ends <= starts).any())):
+        raise ValueError(f"spans must satisfy 0 <= start < end <= {n}")
+
+
+def _prefix_sum(x: torch.Tensor) -> torch.Tensor:
+    """Cumulative sum along dim 0 with a leading zero row, in float64 so long documents stay exact."""
+    c = torch.cumsum(x.to(torch.float64), dim=0)
+    return torch.cat([torch.zeros_like(c[:1]), c])
+
+
+def span_means(H: torch.Tensor, starts, ends) -> torch.Tensor:
+    """Mean of ``H[start:end]`` for every span, ``[S, hidden]``, via one cumulative sum."""
+    st, en = _as_index(starts, H.device), _as_index(ends, H.device)
+    _check_spans(H.shape[0], st, en)
+    c = _prefix_sum(H)
+    sums = c[en] - c[st]
+    return (sums / (en - st).unsqueeze(1).to(sums.dtype)).to(H.dtype)
+
+
+def span_link_vectors(encoder: BiEncoder, H: torch.Tensor, starts, ends) -> torch.Tensor:
+    """Span vectors for linking: :func:`span_means`, normalised as the encoder's similarity asks."""
+    return encoder._finish(span_means(H, starts, ends))
+
+
+class SpanScorer(torch.nn.Module):
+    """``logit(i, j) = w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q + b`` with ``j = end - 1``.
+
+    The single bias ``b`` lives on ``w_s``; ``w_e`` and ``w_m`` have none.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        if hidden_size < 1:
+            raise ValueError(f"hidden_size must be positive, not {hidden_size}")
+        self.hidden_size = int(hidden_size)
+        self.w_s = torch.nn.Linear(hidden_size, 1)
+        self.w_e = torch.nn.Linear(hidden_size, 1, bias=False)
+        self.w_m = torch.nn.Linear(hidden_size, 1, bias=False)
+
+    def forward(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
+        """Span logits ``[S]`` for the token vectors ``H [n, hidden]`` and spans ``[start, end)``."""
+        st, en = _as_index(starts, H.device), _as_index(ends, H.device)
+        _check_spans(H.shape[0], st, en)
+        s = self.w_s(H).squeeze(-1)
+        e = self.w_e(H).squeeze(-1)
+        m = _prefix_sum(self.w_m(H).squeeze(-1))
+        inside = (m[en] - m[st]).to(s.dtype)
+        return s[st] + e[en - 1] + inside
+
+    def probs(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
+        """``p(m | (i, j)) = σ(logit)``."""
+        return torch.sigmoid(self.forward(H, starts, ends))
+
+
+def greedy_non_overlapping(starts, ends, scores) -> List[int]:
+    """Indices of the spans kept greedily by descending score, skipping any span that overlaps an
+    already kept one. Ties go to the earlier index; the result is in document order (start, end).
+    """
+    st = np.asarray(starts, dtype=np.int64)
+    en = np.asarray(ends, dtype=np.int64)
+    sc = scores.detach().float().cpu().numpy() if isinstance(scores, torch.Tensor) else np.asarray(scores)
+    if not (len(st) == len(en) == len(sc)):
+        raise ValueError("starts, ends and scores must have the same length")
+    if len(st) == 0:
+        return []
+    taken = np.zeros(int(en.max()), dtype=bool)
+    kept: List[int] = []
+    for k in np.argsort(-sc, kind="stable"):
+        if not taken[st[k] : en[k]].any():
+            taken[st[k] : en[k]] = True
+            kept.append(int(k))
+    kept.sort(key=lambda k: (int(st[k]), int(en[k])))
+    return kept
+
+
+# ---------------------------------------------------------------------------- saving
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _atomic_write(target: Path, write) -> None:
+    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
+    """Write ``path`` (safetensors weights) and ``path`` with suffix ``.json`` (hidden size)."""
+    path = Path(path)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
+    meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size}
+    _atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
+    _atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
+
+
+def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
+    """Read a :class:`SpanScorer` written by :func:`save_span_scorer`."""
+    path = Path(path)
+    meta_path = _meta_path(path)
+    for p in (path, meta_path):
+        if not p.exists():
+            raise FileNotFoundError(f"span scorer file missing: {p}")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf8"))
+        hidden = int(meta["hidden_size"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{meta_path}: not a span scorer description ({err})") from err
+    if meta.get("format") != SPAN_SCORER_FORMAT:
+        raise ValueError(f"{meta_path}: format is {meta.get('format')!r}, expected {SPAN_SCORER_FORMAT!r}")
+    scorer = SpanScorer(hidden)
+    try:
+        scorer.load_state_dict(load_file(str(path), device=device))
+    except RuntimeError as err:
+        raise ValueError(f"{path}: weights do not fit a span scorer of hidden size {hidden} ({err})") from err
+    return scorer.to(device)
