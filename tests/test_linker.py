@@ -120,3 +120,16 @@ def test_spans_key_mode(kb_dir):
     doc = nlp(doc)
     assert all(s.kb_id_.startswith("D") for s in doc.spans["mentions"])
     assert all(s._.pel_candidates for s in doc.spans["mentions"]) and not doc.ents
+
+
+def test_collective_mode_links_every_span(kb_dir):
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "collective": True, "top_k": 2})
+    long_text = " ".join(["aspirin and warfarin"] * 400)
+    docs = [make_doc(nlp), nlp.make_doc(""), make_doc(nlp, long_text, ((0, 1, "Chemical"), (1198, 1199, "Chemical")))]
+    out = list(nlp.pipe(docs))
+    assert [len(d.ents) for d in out] == [3, 0, 2]
+    assert all(e.kb_id_.startswith("D") and len(e._.pel_candidates) == 2 for d in out for e in d.ents)
+    # the same span text in the same context gives the same vector either way it is batched
+    single = nlp(make_doc(nlp))
+    assert [e._.pel_candidates for e in single.ents] == [e._.pel_candidates for e in out[0].ents]
