@@ -73,7 +73,7 @@ def mention_table(
         linker.spans_key = key
     entities = linker.index.entities
     rows = []
-    for doc, (scores, idx) in zip(docs, predictions):
+    for doc, (_, scores, idx) in zip(docs, predictions):
         for span, s, r in zip(gold_spans(doc), scores, idx):
             rows.append((gold_ids(span.kb_id_), [entities[j].id if j >= 0 else None for j in r], s))
     return rows, seconds
@@ -139,6 +139,26 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
         report["recall_seen"] = recall(groups["seen"])
         report["recall_unseen"] = recall(groups["unseen"])
     return report
+
+
+def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc]) -> dict:
+    """End-to-end micro P/R/F1: strict (same span, right id) and partial (overlapping span, right id;
+    each gold mention matched at most once). NIL gold mentions and NIL predictions are left out."""
+    tp_strict = tp_partial = n_pred = n_gold = 0
+    for pred_doc, gold_doc in zip(predicted, gold):
+        golds = [(s.start, s.end, set(gold_ids(s.kb_id_))) for s in gold_spans(gold_doc) if s.kb_id_ != NIL]
+        preds = [(s.start, s.end, s.kb_id_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+        n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
+        tp_strict += sum(1 for a, b, i in preds if any(a == x and b == y and i in ids for x, y, ids in golds))
+        used = set()
+        for a, b, i in preds:
+            for g, (x, y, ids) in enumerate(golds):
+                if g not in used and a < y and x < b and i in ids:
+                    used.add(g)
+                    tp_partial += 1
+                    break
+    return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
+            "predicted": n_pred, "gold": n_gold}
 
 
 def markdown(report: dict, title: str = "spacy_pel evaluation") -> str:

@@ -29,7 +29,15 @@ from spacy.vocab import Vocab
 
 from .encoder import BiEncoder, Mention, quiet_transformers
 from .index import EntityIndex
-from .spans import encode_docs, span_link_vectors
+from .spans import (
+    SpanScorer,
+    encode_docs,
+    enumerate_doc_spans,
+    greedy_non_overlapping,
+    load_span_scorer,
+    save_span_scorer,
+    span_link_vectors,
+)
 
 NIL = "NIL"
 CANDIDATES_ATTR = "pel_candidates"
@@ -51,6 +59,10 @@ if not Span.has_extension(CANDIDATES_ATTR):
         "device": "auto",
         "spans_key": None,
         "collective": False,
+        "find_spans": False,
+        "span_scorer": None,
+        "span_threshold": 0.5,
+        "max_span_len": 10,
     },
     assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
     requires=["doc.ents"],
@@ -69,6 +81,10 @@ def make_pel_linker(
     device: str,
     spans_key: Optional[str],
     collective: bool,
+    find_spans: bool,
+    span_scorer: Optional[str],
+    span_threshold: float,
+    max_span_len: int,
 ) -> "PELLinker":
     """Create a ``pel_linker``.
 
@@ -79,6 +95,9 @@ def make_pel_linker(
     spans_key: link ``doc.spans[spans_key]`` instead of ``doc.ents``.
     collective: encode each document once (≤512-piece windows) and take every span's vector from
     that pass, instead of one marked-up input per mention (faster with many mentions per doc).
+    find_spans: end-to-end — find the mentions with the span scorer (``span_scorer``: a file from
+    ``spacy_pel.train_spans``; kept if above ``span_threshold``, ≤ ``max_span_len`` tokens) and
+    replace ``doc.ents`` with them, linked from the same document pass; no NER needed.
     """
     return PELLinker(
         nlp.vocab,
@@ -93,6 +112,10 @@ def make_pel_linker(
         device=device,
         spans_key=spans_key,
         collective=collective,
+        find_spans=find_spans,
+        span_scorer=span_scorer,
+        span_threshold=span_threshold,
+        max_span_len=max_span_len,
     )
 
 
@@ -131,6 +154,10 @@ class PELLinker(Pipe):
         device: str = "auto",
         spans_key: Optional[str] = None,
         collective: bool = False,
+        find_spans: bool = False,
+        span_scorer: Optional[str] = None,
+        span_threshold: float = 0.5,
+        max_span_len: int = 10,
     ):
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
@@ -139,6 +166,9 @@ class PELLinker(Pipe):
         self.top_k, self.threshold, self.nil_label = top_k, threshold, nil_label
         self.batch_size, self.context_window, self.device = batch_size, context_window, device
         self.spans_key, self.collective = spans_key, collective
+        self.find_spans, self.span_threshold, self.max_span_len = find_spans, span_threshold, max_span_len
+        self.span_scorer_path = span_scorer
+        self.span_scorer: Optional[SpanScorer] = None
         self.encoder: Optional[BiEncoder] = None
         self.index: Optional[EntityIndex] = None
 
@@ -148,6 +178,8 @@ class PELLinker(Pipe):
         index.check_encoder(encoder)
         encoder.config.mention_max_length = self.context_window
         self.encoder, self.index = encoder.to_device(self.device), index
+        if self.span_scorer is None and self.span_scorer_path:
+            self.span_scorer = load_span_scorer(self.span_scorer_path, device=str(self.encoder.device_))
 
     def load_resources(self, kb: str, encoder: Optional[str] = None) -> None:
         quiet_transformers()
@@ -185,37 +217,62 @@ class PELLinker(Pipe):
             return doc.ents
         return doc.spans[self.spans_key] if self.spans_key in doc.spans else []
 
-    def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
-        """Per doc: (scores, rows) arrays of shape (n_spans, k), best first; rows -1 = no entity."""
+    def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[list, np.ndarray, np.ndarray]]:
+        """Per doc: ([(start, end, label)], scores, rows) — the spans linked and their top-k
+        (scores, KB rows) arrays, best first; rows -1 = no entity. With ``find_spans`` the spans are
+        the enumerator's, else the doc's own."""
         self._ready()
         k = k or self.top_k
-        counts = [len(self._spans(doc)) for doc in docs]
-        if self.collective:
-            vectors = self.collective_vectors(docs)
+        if self.find_spans:
+            spans, vectors = self.found_spans(docs)
         else:
-            mentions = [Mention(d.text, s.start_char, s.end_char) for d in docs for s in self._spans(d)]
-            vectors = self.encoder.encode_mentions(mentions, batch_size=self.batch_size)
+            spans = [[(s.start, s.end, s.label) for s in self._spans(d)] for d in docs]
+            vectors = self.span_vectors(docs, spans)
         scores, rows = self.index.search(vectors, k)
         out, start = [], 0
-        for n in counts:
-            out.append((scores[start : start + n], rows[start : start + n]))
+        for doc_spans in spans:
+            n = len(doc_spans)
+            out.append((doc_spans, scores[start : start + n], rows[start : start + n]))
             start += n
         return out
 
-    def collective_vectors(self, docs: Sequence[Doc]) -> np.ndarray:
-        """Span vectors from one pass over each document (docs without spans are skipped)."""
-        with_spans = [d for d in docs if len(self._spans(d))]
-        if not with_spans:
+    def span_vectors(self, docs: Sequence[Doc], spans: Sequence[list]) -> np.ndarray:
+        """Mention vectors: one marked-up input per mention, or (collective) one pass per doc."""
+        if not self.collective:
+            mentions = [Mention(d.text, d[a].idx, d[b - 1].idx + len(d[b - 1])) for d, sp in zip(docs, spans) for a, b, _ in sp]
+            return self.encoder.encode_mentions(mentions, batch_size=self.batch_size)
+        busy = [(d, sp) for d, sp in zip(docs, spans) if sp]
+        if not busy:
             return np.zeros((0, self.encoder.dim), np.float32)
-        hidden = encode_docs(self.encoder, with_spans, batch_size=max(1, self.batch_size // 8))
-        out = []
+        hidden = encode_docs(self.encoder, [d for d, _ in busy], batch_size=max(1, self.batch_size // 8))
         with torch.inference_mode():
-            for doc, H in zip(with_spans, hidden):
-                spans = self._spans(doc)
-                starts = [s.start for s in spans]
-                ends = [s.end for s in spans]
-                out.append(span_link_vectors(self.encoder, H, starts, ends).cpu().numpy())
-        return np.concatenate(out)
+            return np.concatenate(
+                [
+                    span_link_vectors(self.encoder, H, [a for a, _, _ in sp], [b for _, b, _ in sp]).cpu().numpy()
+                    for (_, sp), H in zip(busy, hidden)
+                ]
+            )
+
+    def found_spans(self, docs: Sequence[Doc]) -> Tuple[List[list], np.ndarray]:
+        """End-to-end: score every span of ≤ ``max_span_len`` tokens, keep those above
+        ``span_threshold`` (greedy by score, no overlaps) and take their vectors from the same pass."""
+        if self.span_scorer is None:
+            raise ValueError(f"{self.name}: find_spans needs a span scorer (train one with spacy_pel.train_spans)")
+        hidden = encode_docs(self.encoder, docs, batch_size=max(1, self.batch_size // 8))
+        spans, vectors = [], []
+        with torch.inference_mode():
+            for doc, H in zip(docs, hidden):
+                starts, ends = enumerate_doc_spans(doc, self.max_span_len)
+                if len(starts) == 0:
+                    spans.append([])
+                    continue
+                probs = self.span_scorer.probs(H, starts, ends).cpu().numpy()
+                keep = np.flatnonzero(probs > self.span_threshold)
+                chosen = [keep[i] for i in greedy_non_overlapping(starts[keep], ends[keep], probs[keep])]
+                spans.append([(int(starts[i]), int(ends[i]), 0) for i in chosen])
+                if chosen:
+                    vectors.append(span_link_vectors(self.encoder, H, starts[chosen], ends[chosen]).cpu().numpy())
+        return spans, np.concatenate(vectors) if vectors else np.zeros((0, self.encoder.dim), np.float32)
 
     def decide(self, scores: np.ndarray, rows: np.ndarray) -> str:
         if rows.size == 0 or rows[0] < 0:
@@ -226,14 +283,16 @@ class PELLinker(Pipe):
 
     def set_annotations(self, docs: Sequence[Doc], predictions) -> None:
         entities = self.index.entities
-        for doc, (scores, rows) in zip(docs, predictions):
-            old = list(self._spans(doc))
-            if not old:
+        for doc, (spans, scores, rows) in zip(docs, predictions):
+            if not spans and not (self.find_spans and len(doc.ents)):
                 continue
             new = []
-            for span, s, r in zip(old, scores, rows):
+            for (a, b, label), s, r in zip(spans, scores, rows):
                 kb_id = self.decide(s, r)
-                new.append(Span(doc, span.start, span.end, label=span.label, kb_id=kb_id))
+                if self.find_spans and not label:  # found spans: labelled with their entity's first KB type
+                    types = entities[r[0]].types if kb_id != self.nil_label and r[0] >= 0 else []
+                    label = types[0] if types else "ENTITY"
+                new.append(Span(doc, a, b, label=label, kb_id=kb_id))
             if self.spans_key is None:
                 doc.ents = new  # fresh Span objects: setting kb_id_ on doc.ents' copies would not stick
             else:
@@ -267,6 +326,9 @@ class PELLinker(Pipe):
             "context_window": self.context_window,
             "spans_key": self.spans_key,
             "collective": self.collective,
+            "find_spans": self.find_spans,
+            "span_threshold": self.span_threshold,
+            "max_span_len": self.max_span_len,
         }
 
     def to_disk(self, path, *, exclude=tuple()) -> None:
@@ -277,12 +339,16 @@ class PELLinker(Pipe):
             self._ready()
             self.encoder.save(path / "encoder")
             self.index.to_disk(path / "kb")
+            if self.span_scorer is not None:
+                save_span_scorer(self.span_scorer, path / "span_scorer.safetensors")
 
     def from_disk(self, path, *, exclude=tuple()) -> "PELLinker":
         path = Path(path)
         cfg = srsly.read_json(path / "cfg.json")
         for key, value in cfg.items():
             setattr(self, key, value)
+        if (path / "span_scorer.safetensors").exists():
+            self.span_scorer = load_span_scorer(path / "span_scorer.safetensors")
         if (path / "kb").exists():
             quiet_transformers()
             self.set_resources(BiEncoder.from_pretrained(path / "encoder"), EntityIndex.from_disk(path / "kb"))
