@@ -26,15 +26,15 @@ from spacy_pel.train import train
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parent / "configs" / "train_pb_random.cfg"
 BUDGET = {
-    "training.max_steps": 200,
+    "training.max_steps": 120,
     "training.batch_size": 32,
-    "training.lr": 3e-5,
-    "training.eval_every": 100,
+    "training.lr": 5e-5,
+    "training.eval_every": 60,
     "training.eval_docs": 100,
     "encoder.mention_max_length": 64,
     "negatives.count": 32,
 }
-SYN_STEPS = 200
+SYN_STEPS = 120
 RUNS = {
     "untrained": None,
     "pb_random": {},
@@ -113,7 +113,7 @@ def write_table(out: Path) -> None:
         "Reproduce: `python benchmarks/retriever.py` (needs `kbs/mesh` and the converted corpora; see the script's doc).",
         "",
         f"Budget for every trained run: {BUDGET['training.max_steps']} steps × batch {BUDGET['training.batch_size']} mentions "
-        f"(≈0.7 epoch), {BUDGET['negatives.count']} negatives per mention, lr {BUDGET['training.lr']}, 25% warm-up, "
+        f"(≈0.4 epoch; a 2-core CPU's budget), {BUDGET['negatives.count']} negatives per mention, lr {BUDGET['training.lr']}, 25% warm-up, "
         f"mention context {BUDGET['encoder.mention_max_length']} word pieces, entity tower frozen (the KB built with the "
         f"base encoder is reused), CPU (2 cores). Pre-alignment adds {SYN_STEPS} steps on KB synonym pairs.",
         "",
