@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+import faiss
 import numpy as np
 import spacy
 import torch
@@ -36,6 +37,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from .corpora import NIL, gold_ids, read_docbin
+from .discovery import ROOT, arborescence_positives
 from .encoder import BiEncoder, Mention, atomic_dir
 from .evaluate import gold_spans
 from .index import EntityIndex
@@ -80,6 +82,54 @@ def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: i
     rng.shuffle(pairs)
     mentions = [Mention(text, 0, len(text)) for text, _ in pairs]
     return Examples(encoder.mention_inputs(mentions), [{row} for _, row in pairs])
+
+
+class ArborescenceTargets:
+    """Per-mention positives for the arborescence objective, from a cache of training-mention
+    vectors refreshed every ``refresh_every`` steps (a cluster larger than ``max_cluster`` is cut to
+    the mention and its ``max_cluster - 1`` nearest coreferent mentions, to bound Edmonds' cost)."""
+
+    def __init__(self, examples: Examples, refresh_every: int, max_cluster: int):
+        self.examples, self.refresh_every, self.max_cluster = examples, refresh_every, max_cluster
+        self.entity = np.array([min(g) for g in examples.gold], dtype=np.int64)
+        self.members: Dict[int, np.ndarray] = {}
+        for i, e in enumerate(self.entity):
+            self.members.setdefault(int(e), []).append(i)
+        self.members = {e: np.array(v, dtype=np.int64) for e, v in self.members.items()}
+        self.vectors: Optional[np.ndarray] = None
+        self.index = None
+
+    def refresh(self, encoder: BiEncoder, normalize: bool) -> None:
+        inputs = self.examples.inputs
+        fn = lambda batch: encoder.embed_mentions(batch, normalize=normalize)  # noqa: E731
+        self.vectors = encoder._encode(inputs, [len(s) for s, _ in inputs], fn, 64, "mention cache", False)
+        self.index = faiss.IndexFlatIP(self.vectors.shape[1])
+        self.index.add(self.vectors)
+
+    def positive(self, i: int, table: torch.Tensor) -> torch.Tensor:
+        """The vector of mention ``i``'s parent: its entity's (table) or a coreferent mention's (cache)."""
+        e = int(self.entity[i])
+        cluster = self.members[e]
+        vecs = self.vectors[cluster]
+        if len(cluster) > self.max_cluster:
+            near = np.argsort(-(vecs @ self.vectors[i]), kind="stable")[: self.max_cluster]
+            if not (cluster[near] == i).any():
+                near[-1] = int(np.flatnonzero(cluster == i)[0])
+            cluster, vecs = cluster[near], vecs[near]
+        entity_vec = table[e].cpu().numpy()
+        parents = arborescence_positives(vecs @ entity_vec, vecs @ vecs.T)
+        parent = parents[int(np.flatnonzero(cluster == i)[0])]
+        return table[e] if parent == ROOT else torch.from_numpy(self.vectors[cluster[parent]])
+
+    def negatives(self, query: np.ndarray, idx: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The ``n`` nearest training mentions of another gold entity, per batch mention."""
+        _, found = self.index.search(np.ascontiguousarray(query, dtype=np.float32), min(len(self.entity), n * 4 + 32))
+        rows = np.zeros((len(idx), n), dtype=np.int64)
+        real = np.zeros((len(idx), n), dtype=bool)
+        for b, i in enumerate(idx):
+            ok = [j for j in found[b] if j >= 0 and self.entity[j] != self.entity[i]][:n]
+            rows[b, : len(ok)], real[b, : len(ok)] = ok, True
+        return rows, real
 
 
 # ------------------------------------------------------------------------ checkpoints
@@ -153,7 +203,19 @@ class Trainer:
         self.kind = neg["kind"]
         self.random = RandomNegatives(n, self.k, seed=self.seed)
         self.miner = HardNegativeMiner(self.k, hard_fraction=float(neg["hard_fraction"]), seed=self.seed, n_entities=n)
+        if t.get("objective", "linking") == "arborescence":
+            self.miner.refresh(self.index.embeddings.astype(np.float32))  # k/2 nearest wrong entities
         self.refresh_every = int(neg["refresh_every"])
+        self.arborescence: Optional[ArborescenceTargets] = None
+        if t.get("objective", "linking") == "arborescence":
+            if self.train_entities or not self.stages or self.stages[-1][0] != "mentions":
+                raise ValueError("the arborescence objective needs mention training with a frozen entity tower")
+            arbo = cfg.get("arborescence", {})
+            self.arborescence = ArborescenceTargets(
+                self.stages[-1][1], int(arbo.get("refresh_every", 60)), int(arbo.get("max_cluster", 32))
+            )
+        elif t.get("objective", "linking") != "linking":
+            raise ValueError(f"training.objective must be 'linking' or 'arborescence', not {t['objective']!r}")
         params = [p_ for p_ in self.encoder.parameters() if p_.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=float(t["lr"]), weight_decay=float(t.get("weight_decay", 0.01)))
         self.total = sum(s for _, _, s in self.stages)
@@ -224,6 +286,23 @@ class Trainer:
             loss = loss + float(fgsm["weight"]) * self.loss(m, pos_adv, neg_adv, mask_t[:, :n])
         return loss
 
+    def arborescence_loss(self, batch: Examples, idx: np.ndarray) -> torch.Tensor:
+        """arboEL: the positive is the mention's parent in the minimum spanning arborescence of its
+        gold entity's cluster; negatives are k/2 nearest wrong entities and k/2 nearest
+        non-coreferent training mentions."""
+        m = self.encoder.embed_mentions(batch.inputs, normalize=self.normalize_mentions)
+        arbo = self.arborescence
+        query = m.detach().float().cpu().numpy()
+        half = max(1, self.k // 2)
+        ent_rows, ent_real = self.miner.hard(query, batch.gold, half) if self.miner.index is not None else (
+            self.random.sample(batch.gold)[:, :half], np.ones((len(idx), half), bool))
+        men_rows, men_real = arbo.negatives(query, idx, self.k - half)
+        pos = torch.stack([arbo.positive(int(i), self.table) for i in idx])
+        cache = torch.from_numpy(arbo.vectors).to(m.device)
+        neg = torch.cat([self.table[torch.from_numpy(np.maximum(ent_rows, 0))], cache[torch.from_numpy(men_rows)]], dim=1)
+        mask = torch.from_numpy(np.concatenate([ent_real, men_real], axis=1)).to(m.device)
+        return self.loss(m, pos.to(m.device), neg, mask)
+
     def dev_recall(self) -> float:
         """Recall@1 of the dev mentions against the KB (re-encoded first when the tower trains)."""
         if not len(self.dev):
@@ -244,7 +323,7 @@ class Trainer:
 
     # -------------------------------------------------------------- run
     def batches(self):
-        """(stage, step-in-stage, batch) from the current global step on, deterministic per seed."""
+        """(stage, example indices, batch) from the current global step on, deterministic per seed."""
         bs = int(self.cfg["training"]["batch_size"])
         start = 0
         for name, examples, steps in self.stages:
@@ -256,7 +335,7 @@ class Trainer:
                 epoch, offset = divmod(local, per_epoch)
                 order = np.random.default_rng(self.seed + 1000 * epoch + len(name)).permutation(len(examples))
                 idx = order[offset * bs : (offset + 1) * bs]
-                yield name, Examples([examples.inputs[i] for i in idx], [examples.gold[i] for i in idx])
+                yield name, idx, Examples([examples.inputs[i] for i in idx], [examples.gold[i] for i in idx])
             start += steps
 
     def run(self, progress: bool = True) -> dict:
@@ -268,13 +347,16 @@ class Trainer:
         self.refresh_hard_index()
         bar = tqdm(total=self.total, initial=self.state["step"], desc="training", disable=not progress)
         t0, losses = time.perf_counter(), []
-        for stage, batch in self.batches():
+        for stage, idx, batch in self.batches():
             step = self.state["step"]
             if self.train_entities and self.refresh_every and step and step % self.refresh_every == 0:
                 self.refresh_hard_index()
+            arbo = self.arborescence is not None and stage == "mentions"
+            if arbo and (self.arborescence.vectors is None or step % self.arborescence.refresh_every == 0):
+                self.arborescence.refresh(self.encoder, self.normalize_mentions)
             for group in self.optimizer.param_groups:
                 group["lr"] = float(t["lr"]) * self.schedule(step)
-            loss = self.step_loss(batch)
+            loss = self.arborescence_loss(batch, idx) if arbo else self.step_loss(batch)
             self.optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in self.encoder.parameters() if p.requires_grad], clip)

@@ -113,3 +113,17 @@ def test_synonym_prealignment_alone(kb_dir, tiny_encoder_dir, tmp_path, corpus):
     (name, examples, steps), = trainer.stages
     assert name == "synonyms" and steps == 3 and len(examples) == 3  # Li2CO3, flutter, acetylsalicylic acid
     assert trainer.run(progress=False)["step"] == 3
+
+
+def test_arborescence_objective_runs_and_uses_coreferent_mentions(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 4, "training.objective": "arborescence",
+                                                       "arborescence.refresh_every": 2, "negatives.count": 4})
+    trainer = Trainer(load_config(CONFIG, ov), tmp_path / "run")
+    arbo = trainer.arborescence
+    assert arbo is not None and {int(k): len(v) for k, v in arbo.members.items()} == {0: 1, 1: 1, 2: 1, 3: 2}
+    state = trainer.run(progress=False)
+    assert state["step"] == 4 and np.isfinite(state["history"][-1]["loss"])
+    # negatives never include a coreferent mention (same gold entity)
+    rows, real = arbo.negatives(arbo.vectors, np.arange(len(arbo.entity)), 2)
+    for i, (r, ok) in enumerate(zip(rows, real)):
+        assert all(arbo.entity[j] != arbo.entity[i] for j, o in zip(r, ok) if o)
