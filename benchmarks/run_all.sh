@@ -9,3 +9,4 @@ mkdir -p benchmarks/logs corpus
 python benchmarks/foundation.py
 python benchmarks/retriever.py
 python benchmarks/e2e.py
+python benchmarks/discovery.py
