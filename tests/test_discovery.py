@@ -272,3 +272,21 @@ def test_cluster_scores_known_values():
     assert cluster_scores([0, 0, 0], [5, 5, 5]) == {"ari": 1.0, "nmi": 1.0}  # one cluster
     with pytest.raises(ValueError):
         cluster_scores([0], [0, 1])
+
+
+def test_pel_discovery_pipeline_step_clusters_each_batch(kb_dir):
+    import spacy as _spacy
+    from spacy.tokens import Span as _Span
+
+    nlp = _spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    nlp.add_pipe("pel_discovery", config={"threshold": 2.0, "batch_size": 2})  # 2.0: nothing links
+    docs = []
+    for text in ["aspirin helps", "aspirin hurts", "warfarin too"]:
+        doc = nlp.make_doc(text)
+        doc.ents = [_Span(doc, 0, 1, label="Chemical")]
+        docs.append(doc)
+    out = list(nlp.pipe(docs))
+    ids = [d.ents[0].kb_id_ for d in out]
+    assert all(i.startswith("NIL:") for i in ids)
+    assert ids[2] == "NIL:0"  # the third doc is a batch of its own: numbering restarts per batch
