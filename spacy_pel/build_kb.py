@@ -15,16 +15,17 @@ import numpy as np
 import typer
 from tqdm.auto import tqdm
 
-from .encoder import DEFAULT_ENCODER, BiEncoder, quiet_transformers
+from .encoder import DEFAULT_ENCODER, BiEncoder
 from .index import INDEX_KINDS, EntityIndex
 from .kb import READERS, read_kb
 
 CHUNK = 16384
 
 
-def encode_resumable(entities, encoder: BiEncoder, work: Path, batch_size: int, progress: bool) -> np.ndarray:
-    """Encode in chunks saved under ``work``; chunks already there (same encoder) are reused."""
-    fingerprint = encoder.fingerprint()
+def encode_resumable(
+    entities, encoder: BiEncoder, fingerprint: str, work: Path, batch_size: int, progress: bool
+) -> np.ndarray:
+    """Encode in chunks saved under ``work``; chunks already there (same ``fingerprint``) are reused."""
     stamp = work / "fingerprint.txt"
     if work.exists() and (not stamp.exists() or stamp.read_text() != f"{fingerprint} {len(entities)}"):
         shutil.rmtree(work)
@@ -63,14 +64,12 @@ def build_kb(
 
     Returns the report written to ``output/build_report.json``: counts, wall time, entities/s.
     """
-    quiet_transformers()
     t0 = time.perf_counter()
     if add is not None:
         existing = EntityIndex.from_disk(output)
         source = existing.encoder_source if encoder == DEFAULT_ENCODER else encoder
         enc = BiEncoder.from_pretrained(source, precision=precision).to_device(device)
         new = read_kb(add, format)
-        existing.check_encoder(enc)
         t_enc = time.perf_counter()
         existing.add(new, enc, batch_size=batch_size, progress=progress)
         encoded, index_obj = len(new), existing
@@ -81,12 +80,13 @@ def build_kb(
         enc = BiEncoder.from_pretrained(encoder, precision=precision).to_device(device)
         t_enc = time.perf_counter()
         work = output.with_name(output.name + ".partial")
-        vectors = encode_resumable(entities, enc, work, batch_size, progress)
+        fingerprint = enc.fingerprint()
+        vectors = encode_resumable(entities, enc, fingerprint, work, batch_size, progress)
         index_obj = EntityIndex(
             entities,
             vectors,
             metric=enc.config.similarity,
-            fingerprint=enc.fingerprint(),
+            fingerprint=fingerprint,
             encoder_source=str(encoder),
             kind=index,
         )

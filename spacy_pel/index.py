@@ -87,9 +87,9 @@ class EntityIndex:
             kind=kind,
         )
 
-    def check_encoder(self, encoder: BiEncoder, fingerprint: Optional[str] = None) -> None:
+    def check_encoder(self, encoder: BiEncoder) -> None:
         """Refuse an encoder whose entity side differs from the one that built this KB."""
-        fingerprint = fingerprint or encoder.fingerprint()
+        fingerprint = encoder.fingerprint()
         if fingerprint != self.fingerprint:
             raise EncoderMismatchError(
                 f"this KB was built with entity encoder {self.fingerprint} ({self.encoder_source or 'unknown'}), "

@@ -27,7 +27,7 @@ from spacy.training import Example
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from .encoder import BiEncoder, Mention, quiet_transformers
+from .encoder import BiEncoder, Mention
 from .index import EntityIndex
 from .spans import (
     SpanScorer,
@@ -182,7 +182,6 @@ class PELLinker(Pipe):
             self.span_scorer = load_span_scorer(self.span_scorer_path, device=str(self.encoder.device_))
 
     def load_resources(self, kb: str, encoder: Optional[str] = None) -> None:
-        quiet_transformers()
         index = EntityIndex.from_disk(kb)
         source = encoder or index.encoder_source
         if not source:
@@ -350,7 +349,6 @@ class PELLinker(Pipe):
         if (path / "span_scorer.safetensors").exists():
             self.span_scorer = load_span_scorer(path / "span_scorer.safetensors")
         if (path / "kb").exists():
-            quiet_transformers()
             self.set_resources(BiEncoder.from_pretrained(path / "encoder"), EntityIndex.from_disk(path / "kb"))
         return self
 
