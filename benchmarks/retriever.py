@@ -44,6 +44,7 @@ RUNS = {
     "pb_mixed50_fgsm": {"negatives.hard_fraction": 0.5, "fgsm.enabled": True, "fgsm.negatives": 4},
     "prealign_only": {"paths.train": None, "synonyms.steps": SYN_STEPS},
     "prealign_only_ce_mixed50": {"paths.train": None, "synonyms.steps": SYN_STEPS, "loss.name": "ce", "negatives.hard_fraction": 0.5},
+    "ce_whole_kb": {"loss.name": "ce", "negatives.kind": "kb"},
     "best+prealign": "best",
     "best_x4_steps": "best_x4",
 }

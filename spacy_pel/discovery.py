@@ -129,6 +129,7 @@ def cluster(
     k: int = 10,
     threshold: Optional[float] = None,
     mention_threshold: Optional[float] = None,
+    mention_margin: float = 0.0,
 ) -> Tuple[List[Optional[str]], np.ndarray]:
     """Cluster mentions with the entities: (entity id of each mention's component or None,
     component number of each mention, numbered by first mention).
@@ -150,6 +151,14 @@ def cluster(
     tied mention should rather start a NIL cluster is what ``threshold`` decides. Without a
     threshold every mention keeps its nearest-entity edge unless it is refused, so every component
     ends with an entity and nothing is discovered.
+
+    ``mention_margin`` (β) is subtracted from mention–mention similarities when edges are ordered
+    (thresholds apply to the raw similarities). ArboEL trains both affinities on one scale; with a
+    frozen entity tower they are not (mention–mention similarities run far higher than
+    mention–entity ones), and with β = 0 the mentions merge with each other before they reach their
+    entities, so one entity takes a whole region. β makes a mention–mention edge outrank an entity
+    edge only when it is that much stronger; β = ``inf`` puts every entity edge first (independent
+    linking above λ, with mentions below λ joining their nearest mentions' clusters).
     """
     vecs = np.ascontiguousarray(mention_vecs, dtype=np.float32)
     m = len(vecs)
@@ -168,7 +177,7 @@ def cluster(
     eu = np.flatnonzero(linked).astype(np.int64)
     ev = np.array([slot[ent_ids[i]] for i in eu], dtype=np.int64)
     u, v = np.concatenate([u, eu]), np.concatenate([v, ev])
-    w = np.concatenate([w, ent_scores[eu]]).astype(np.float64)
+    w = np.concatenate([w.astype(np.float64) - mention_margin, ent_scores[eu].astype(np.float64)])
     order = np.lexsort((v, u, -w))
     roots = _constrained_union(m + len(slot_ids), m, u[order].tolist(), v[order].tolist())
     entity_of_root = {r: slot_ids[n - m] for n, r in enumerate(roots[m:], start=m)}
@@ -238,12 +247,14 @@ def discover(
     spans_key: Optional[str] = None,
     threshold: Optional[float] = None,
     mention_threshold: Optional[float] = None,
+    mention_margin: float = 0.0,
 ) -> Dict[str, int]:
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
     together: mention vectors from the ``pel_linker``'s encoder, :func:`cluster`, then each span's
     ``kb_id_`` is set to its entity's id or its ``NIL:<n>`` cluster id (fresh spans replace the old).
 
-    ``threshold`` defaults to the linker's NIL threshold (pass ``-inf`` for none). Returns the counts
+    ``threshold`` defaults to the linker's NIL threshold (pass ``-inf`` for none); ``mention_margin``
+    as in :func:`cluster`. Returns the counts
     ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
     """
     linker = _linker(nlp_or_linker)
@@ -257,7 +268,7 @@ def discover(
         for a, b, label in doc_spans
     ]
     vectors = linker.span_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
-    entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold)
+    entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin)
     ids = iter(nil_cluster_ids(components, entity_for_mention, keys))
     for doc, doc_spans in zip(docs, spans):
         if not doc_spans:
@@ -350,6 +361,9 @@ def main(
     mention_threshold: Optional[float] = typer.Option(
         None, "--mention-threshold", help="Floor for mention–mention edges (default: --threshold)"
     ),
+    mention_margin: float = typer.Option(
+        0.0, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger"
+    ),
 ):
     """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
     kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
@@ -364,10 +378,10 @@ def main(
         if GOLD_KEY not in doc.spans:
             doc.spans[GOLD_KEY] = gold  # keep the gold ids: doc.ents is overwritten below
         doc.spans[DISCOVERED_KEY] = [Span(doc, s.start, s.end, label=s.label) for s in gold]
-    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold))
+    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin))
     for doc in docs:
         doc.ents = filter_spans(doc.spans[DISCOVERED_KEY])
-    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold})
+    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold, "mention_margin": mention_margin})
     report["gold"] = gold_cluster_scores(docs)
     write_docbin(docs, output)
     typer.echo(json.dumps(report, indent=2))
@@ -379,28 +393,32 @@ if __name__ == "__main__":
 
 @Language.factory(
     "pel_discovery",
-    default_config={"linker": "pel_linker", "k": 10, "threshold": None, "batch_size": 1000},
+    default_config={"linker": "pel_linker", "k": 10, "threshold": None, "mention_margin": 0.0, "batch_size": 1000},
     assigns=["doc.ents", "token.ent_kb_id"],
     requires=["doc.ents"],
 )
-def make_discovery(nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int):
+def make_discovery(
+    nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], mention_margin: float, batch_size: int
+):
     """Clustering inference as a pipeline step after ``pel_linker``: ``nlp.pipe`` clusters the
     mentions of each batch of ``batch_size`` docs together (the batch is the corpus)."""
-    return Discovery(nlp, name, linker, k, threshold, batch_size)
+    return Discovery(nlp, name, linker, k, threshold, batch_size, mention_margin)
 
 
 class Discovery:
-    def __init__(self, nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int):
+    def __init__(self, nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int,
+                 mention_margin: float = 0.0):
         self.nlp, self.name, self.linker_name = nlp, name, linker
-        self.k, self.threshold, self.batch_size = k, threshold, batch_size
+        self.k, self.threshold, self.batch_size, self.mention_margin = k, threshold, batch_size, mention_margin
 
     def __call__(self, doc: Doc) -> Doc:
-        discover(self.nlp.get_pipe(self.linker_name), [doc], self.k, threshold=self.threshold)
+        discover(self.nlp.get_pipe(self.linker_name), [doc], self.k, threshold=self.threshold, mention_margin=self.mention_margin)
         return doc
 
     def pipe(self, stream, batch_size: Optional[int] = None):
         from spacy.util import minibatch
 
         for docs in minibatch(stream, size=self.batch_size):
-            discover(self.nlp.get_pipe(self.linker_name), docs, self.k, threshold=self.threshold)
+            discover(self.nlp.get_pipe(self.linker_name), docs, self.k, threshold=self.threshold,
+                     mention_margin=self.mention_margin)
             yield from docs

@@ -1,7 +1,8 @@
 """Retriever training (``python -m spacy_pel.train CONFIG --output DIR``).
 
 Settings come from a spaCy-style config (``configs/train_*.cfg``; see ``configs/README.md``). The
-loop: a batch of mentions → mention vectors → negatives (random, in-batch, or mixed-p hard) →
+loop: a batch of mentions → mention vectors → negatives (random, in-batch, mixed-p hard, or the
+whole KB when the entity tower is frozen) →
 proxy or cross-entropy loss (+ λ·FGSM term) → AdamW with linear warm-up/decay. Every
 ``eval_every`` steps it measures dev recall@1, keeps the best encoder in ``DIR/best`` and a
 resumable checkpoint in ``DIR/last`` (weights and optimiser state in safetensors, state in JSON).
@@ -31,6 +32,7 @@ import faiss
 import numpy as np
 import spacy
 import torch
+import torch.nn.functional as F
 import typer
 from confection import Config
 from safetensors.torch import load_file, save_file
@@ -43,6 +45,25 @@ from .evaluate import gold_spans
 from .index import EntityIndex
 from .losses import LOSSES, fgsm_entity_vectors, make_loss
 from .negatives import HardNegativeMiner, RandomNegatives, in_batch
+
+# "sampled": random or mixed-p hard; "in_batch"; "kb": softmax over every KB row (frozen tower only)
+NEGATIVE_KINDS = ("sampled", "in_batch", "kb")
+
+
+def whole_kb_scores(m: torch.Tensor, table: torch.Tensor, gold: Sequence[Set[int]], kind: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Scores of every mention against every KB row ``[B, N]`` and the non-gold mask ``[B, N]``.
+
+    With a frozen entity tower the KB's vectors are a constant ``table``, so the softmax can run
+    over all of it (one ``[B, d] × [d, N]`` product) instead of over sampled negatives. ``kind`` is
+    the loss's similarity ("cosine" normalises both sides, "dot" does not).
+    """
+    if kind == "cosine":
+        m, table = F.normalize(m, dim=-1), F.normalize(table, dim=-1)
+    scores = m @ table.T
+    mask = torch.ones(scores.shape, dtype=torch.bool, device=m.device)
+    for i, g in enumerate(gold):
+        mask[i, list(g)] = False
+    return scores, mask
 
 
 @dataclass
@@ -201,6 +222,10 @@ class Trainer:
         neg = cfg["negatives"]
         self.k = int(neg["count"])
         self.kind = neg["kind"]
+        if self.kind not in NEGATIVE_KINDS:
+            raise ValueError(f"negatives.kind must be one of {NEGATIVE_KINDS}, not {self.kind!r}")
+        if self.kind == "kb" and self.train_entities:
+            raise ValueError('negatives.kind = "kb" (softmax over the whole KB) needs a frozen entity tower')
         self.random = RandomNegatives(n, self.k, seed=self.seed)
         self.miner = HardNegativeMiner(self.k, hard_fraction=float(neg["hard_fraction"]), seed=self.seed, n_entities=n)
         if t.get("objective", "linking") == "arborescence":
@@ -268,11 +293,18 @@ class Trainer:
     def step_loss(self, batch: Examples) -> torch.Tensor:
         m = self.encoder.embed_mentions(batch.inputs, normalize=self.normalize_mentions)
         positives = [min(g) for g in batch.gold]
-        rows, mask = self.negatives(m, batch.gold, positives)
         pos = self.entity_vectors(np.asarray(positives))
-        neg = self.entity_vectors(rows)
-        mask_t = torch.from_numpy(mask).to(m.device)
-        loss = self.loss(m, pos, neg, mask_t)
+        if self.kind == "kb":
+            neg_s, mask_t = whole_kb_scores(m, self.table, batch.gold, self.loss.kind)
+            loss = self.loss.from_scores(self.loss.scores(m, pos), neg_s, mask_t)
+            # FGSM perturbs the top-scoring wrong entities
+            top = neg_s.detach().masked_fill(~mask_t, float("-inf")).topk(min(self.k, neg_s.shape[1]), dim=1).indices
+            rows, mask_t = top.cpu().numpy(), torch.ones(top.shape, dtype=torch.bool, device=m.device)
+        else:
+            rows, mask = self.negatives(m, batch.gold, positives)
+            neg = self.entity_vectors(rows)
+            mask_t = torch.from_numpy(mask).to(m.device)
+            loss = self.loss(m, pos, neg, mask_t)
         fgsm = self.cfg["fgsm"]
         if fgsm["enabled"]:
             n = int(fgsm["negatives"]) or rows.shape[1]

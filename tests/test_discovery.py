@@ -119,6 +119,22 @@ def test_chain_between_two_entities_is_cut_at_its_weakest_link():
     assert ents == ["E1", "E1"] and comps[0] == comps[1]
 
 
+def test_mention_margin_lets_entity_edges_win():
+    # two mentions nearer to each other (0.98) than to their own entities (E1 / E2): with β = 0 they
+    # merge first and share one entity; with β larger than the gap each keeps its own entity
+    mentions = unit([[1, 0.75, 0, 0], [0.75, 1, 0, 0]])
+    sims = mentions @ mentions.T
+    ents, comps = cluster(mentions, (ENTITY_VECS, ENTITY_IDS), k=1)
+    assert sims[0, 1] > (mentions @ ENTITY_VECS.T).max() and len(set(ents)) == 1 and comps[0] == comps[1]
+    ents, comps = cluster(mentions, (ENTITY_VECS, ENTITY_IDS), k=1, mention_margin=0.5)
+    assert ents == ["E1", "E2"] and comps[0] != comps[1]
+    # β = inf: a mention below λ still joins its nearest mention's cluster and takes its entity
+    strong, weak = unit([[1, 0.05, 0, 0]])[0], unit([[0.6, 0.1, 0.8, 0]])[0]
+    ents, _ = cluster(np.stack([strong, weak]), (ENTITY_VECS, ENTITY_IDS), k=1, threshold=0.7,
+                      mention_threshold=0.5, mention_margin=float("inf"))
+    assert float(weak @ ENTITY_VECS[0]) < 0.7 <= float(strong @ ENTITY_VECS[0]) and ents == ["E1", "E1"]
+
+
 def reference_partition(m, u, v, w, entity_edges):
     """Maximum spanning forest, then cut the weakest edge on an entity–entity path until none is left.
     ``entity_edges``: (mention, similarity, entity id); entity nodes are the (string) ids."""

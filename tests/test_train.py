@@ -127,3 +127,31 @@ def test_arborescence_objective_runs_and_uses_coreferent_mentions(corpus, kb_dir
     rows, real = arbo.negatives(arbo.vectors, np.arange(len(arbo.entity)), 2)
     for i, (r, ok) in enumerate(zip(rows, real)):
         assert all(arbo.entity[j] != arbo.entity[i] for j, o in zip(r, ok) if o)
+
+
+@pytest.mark.parametrize("loss", ["ce", "proxy"])
+def test_whole_kb_negatives_equal_every_non_gold_row_as_sampled_negative(corpus, kb_dir, tiny_encoder_dir, tmp_path, loss):
+    import torch
+
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": "kb", "loss.name": loss})
+    trainer = Trainer(load_config(CONFIG, ov), tmp_path / "kb")
+    trainer.encoder.eval()
+    batch = trainer.stages[-1][1]
+    with torch.no_grad():
+        got = float(trainer.step_loss(batch))
+        m = trainer.encoder.embed_mentions(batch.inputs, normalize=trainer.normalize_mentions)
+        n = len(trainer.index)
+        rows = np.array([[r for r in range(n)] for _ in batch.gold])
+        mask = torch.tensor([[r not in g for r in range(n)] for g in batch.gold])
+        pos = trainer.table[[min(g) for g in batch.gold]]
+        want = float(trainer.loss(m, pos, trainer.table[torch.from_numpy(rows)], mask))
+    assert got == pytest.approx(want, rel=1e-5)
+    # (the mask above drops every gold row, composite partners included: D4 for "D5|D4")
+    state = train(CONFIG, tmp_path / "run", {**ov, "training.max_steps": 4}, progress=False)
+    assert state["step"] == 4
+
+
+def test_whole_kb_negatives_refuse_a_trained_entity_tower(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": "kb", "training.train_entity_encoder": True})
+    with pytest.raises(ValueError, match="frozen entity tower"):
+        Trainer(load_config(CONFIG, ov), tmp_path / "kb")

@@ -1,0 +1,86 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.encoder import BiEncoder
+from spacy_pel.index import EntityIndex
+from spacy_pel.spans import load_span_scorer
+from spacy_pel.train_e2e import DocExample, E2ETrainer, train_e2e
+from spacy_pel.train import load_config
+
+CONFIG_DEFAULT = Path(__file__).resolve().parents[1] / "configs" / "train_e2e.cfg"
+TEXTS = [
+    ("Lithium carbonate toxicity was seen in the patient .", [(0, 2, "D1")]),
+    ("The newborn had tricuspid regurgitation and atrial flutter today .", [(3, 5, "D2"), (6, 8, "D3")]),
+    ("Aspirin was given , then warfarin was stopped .", [(0, 1, "D4"), (5, 6, "D5|D4")]),
+    ("Bevacizumab caused harm .", [(0, 1, "NIL")]),
+]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    nlp = spacy.blank("en")
+    docs = []
+    for text, spans in TEXTS:
+        doc = nlp.make_doc(text)
+        doc.spans[GOLD_KEY] = [Span(doc, a, b, label="X", kb_id=i) for a, b, i in spans]
+        doc.ents = list(doc.spans[GOLD_KEY])
+        docs.append(doc)
+    write_docbin(docs, tmp_path / "train.spacy")
+    return tmp_path / "train.spacy"
+
+
+def settings(corpus, kb_dir, tiny_encoder_dir, **extra):
+    return {"paths.train": str(corpus), "paths.dev": str(corpus), "paths.kb": str(kb_dir),
+            "encoder.base": str(tiny_encoder_dir), "training.batch_docs": 2, "training.lr": 0.003,
+            "training.eval_every": 3, "training.eval_docs": 0, "training.device": "cpu", "spans.max_len": 4, **extra}
+
+
+def test_doc_example_labels_gold_spans_and_keeps_in_kb_rows(corpus, kb_dir, tiny_encoder_dir):
+    index = EntityIndex.from_disk(kb_dir)
+    doc = spacy.blank("en").make_doc(TEXTS[2][0])
+    doc.spans[GOLD_KEY] = [Span(doc, 0, 1, label="X", kb_id="D4"), Span(doc, 5, 6, label="X", kb_id="D5|D4")]
+    ex = DocExample(doc, index, 4)
+    assert int(ex.labels.sum()) == 2
+    assert {(int(s), int(e)) for s, e, y in zip(ex.starts, ex.ends, ex.labels) if y} == {(0, 1), (5, 6)}
+    assert ex.linked == [(0, 1, {index.row["D4"]}), (5, 6, {index.row["D5"], index.row["D4"]})]
+    assert (ex.ends - ex.starts).max() <= 4
+
+
+@pytest.mark.parametrize("kind", ["kb", "sampled"])
+def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(corpus, kb_dir, tiny_encoder_dir, tmp_path, kind):
+    import torch
+
+    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": kind, "negatives.count": 3, "training.max_steps": 12})
+    cfg = load_config(CONFIG_DEFAULT, ov)
+    scratch = E2ETrainer(cfg, tmp_path / "scratch")
+    torch.manual_seed(0)
+    scratch.encoder.eval()
+    with torch.no_grad():
+        _, link0, span0 = scratch.step_loss(scratch.train_docs)
+    out = tmp_path / "run"
+    state = train_e2e(CONFIG_DEFAULT, out, {**ov, "training.max_steps": 6}, progress=False)
+    assert state["step"] == 6
+    state = train_e2e(CONFIG_DEFAULT, out, ov, progress=False)  # resumes at step 6
+    assert state["step"] == 12 and [h["step"] for h in state["history"]] == [3, 6, 9, 12]
+    trained = E2ETrainer(load_config(CONFIG_DEFAULT, ov), out)
+    assert trained.resuming
+    trained.encoder.eval()
+    with torch.no_grad():
+        _, link1, span1 = trained.step_loss(trained.train_docs)
+    assert link1 < link0 and span1 < span0
+    # the best model is an encoder folder + span scorer that pel_linker takes as they are
+    best = out / "best"
+    report = json.loads((best / "span_report.json").read_text())
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("pel_linker", config={"find_spans": True, "span_scorer": str(best / "span_scorer.safetensors"),
+                                                "span_threshold": report["threshold"]})
+    linker.set_resources(BiEncoder.from_pretrained(best), EntityIndex.from_disk(kb_dir))
+    doc = nlp(TEXTS[0][0])
+    assert all(e.kb_id_ for e in doc.ents)
+    assert load_span_scorer(best / "span_scorer.safetensors").hidden_size == trained.scorer.hidden_size
