@@ -83,7 +83,7 @@ def make_pel_linker(
     collective: bool,
     find_spans: bool,
     span_scorer: Optional[str],
-    span_threshold: float,
+    span_threshold: Optional[float],
     max_span_len: int,
 ) -> "PELLinker":
     """Create a ``pel_linker``.
@@ -96,7 +96,8 @@ def make_pel_linker(
     collective: encode each document once (≤512-piece windows) and take every span's vector from
     that pass, instead of one marked-up input per mention (faster with many mentions per doc).
     find_spans: end-to-end — find the mentions with the span scorer (``span_scorer``: a file from
-    ``spacy_pel.train_spans``; kept if above ``span_threshold``, ≤ ``max_span_len`` tokens) and
+    ``spacy_pel.train_spans`` or ``spacy_pel.train_e2e``; kept if above ``span_threshold`` — None:
+    the γ in the ``span_report.json`` beside the scorer file —, ≤ ``max_span_len`` tokens) and
     replace ``doc.ents`` with them, linked from the same document pass; no NER needed.
     """
     return PELLinker(
@@ -156,7 +157,7 @@ class PELLinker(Pipe):
         collective: bool = False,
         find_spans: bool = False,
         span_scorer: Optional[str] = None,
-        span_threshold: float = 0.5,
+        span_threshold: Optional[float] = 0.5,
         max_span_len: int = 10,
     ):
         if top_k < 1:
@@ -180,6 +181,9 @@ class PELLinker(Pipe):
         self.encoder, self.index = encoder.to_device(self.device), index
         if self.span_scorer is None and self.span_scorer_path:
             self.span_scorer = load_span_scorer(self.span_scorer_path, device=str(self.encoder.device_))
+            if self.span_threshold is None:  # the γ chosen when the scorer was trained, if recorded
+                report = Path(self.span_scorer_path).parent / "span_report.json"
+                self.span_threshold = float(srsly.read_json(report)["threshold"]) if report.exists() else 0.5
 
     def load_resources(self, kb: str, encoder: Optional[str] = None) -> None:
         index = EntityIndex.from_disk(kb)

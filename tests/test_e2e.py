@@ -53,3 +53,30 @@ def test_train_span_scorer_and_find_spans(kb_dir, tiny_encoder_dir, tmp_path):
     again = spacy.load(tmp_path / "pipe")(linker_nlp.make_doc(docs[0].text))
     assert [(e.start, e.end, e.kb_id_, e.label_) for e in again.ents] == [(e.start, e.end, e.kb_id_, e.label_) for e in out.ents]
     assert list(linker_nlp.pipe([linker_nlp.make_doc(""), linker_nlp.make_doc("word")]))
+
+
+def test_null_span_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir, tiny_encoder_dir, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_pel.corpora import write_docbin
+    from spacy_pel.evaluate import app
+
+    nlp = spacy.blank("en")
+    docs = gold_docs(nlp)
+    encoder = BiEncoder.from_pretrained(tiny_encoder_dir)
+    report = train_span_scorer(encoder, docs, docs, tmp_path / "spans", epochs=30, lr=0.05, progress=False)
+    pipe = spacy.blank("en")
+    linker = pipe.add_pipe("pel_linker", config={"kb": str(kb_dir), "find_spans": True, "span_threshold": None,
+                                                 "span_scorer": str(tmp_path / "spans" / "span_scorer.safetensors")})
+    pipe(pipe.make_doc(docs[0].text))
+    assert linker.span_threshold == report["threshold"]
+    pipe.to_disk(tmp_path / "pipe")
+    assert spacy.load(tmp_path / "pipe").get_pipe("pel_linker").span_threshold == report["threshold"]
+    write_docbin(docs, tmp_path / "gold.spacy")
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--pipeline", str(tmp_path / "pipe"), "--e2e",
+                                      "--output", str(tmp_path / "e2e.json")])
+    assert result.exit_code == 0, result.output
+    out = json.loads((tmp_path / "e2e.json").read_text())
+    assert out["docs"] == len(docs) and out["gold"] == 24 and 0.0 <= out["strict"]["f"] <= out["partial"]["f"] <= 1.0
