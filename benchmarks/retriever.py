@@ -45,6 +45,8 @@ RUNS = {
     "prealign_only": {"paths.train": None, "synonyms.steps": SYN_STEPS},
     "prealign_only_ce_mixed50": {"paths.train": None, "synonyms.steps": SYN_STEPS, "loss.name": "ce", "negatives.hard_fraction": 0.5},
     "ce_whole_kb": {"loss.name": "ce", "negatives.kind": "kb"},
+    "ce_cosine_mixed50": {"loss.name": "ce_cosine", "negatives.hard_fraction": 0.5},
+    "ce_cosine_whole_kb": {"loss.name": "ce_cosine", "negatives.kind": "kb"},
     "best+prealign": "best",
     "best_x4_steps": "best_x4",
 }

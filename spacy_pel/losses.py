@@ -4,6 +4,9 @@
   its class; positive and negative terms are decoupled, so random negatives still give gradient.
 * :func:`cross_entropy_loss` -- Eq. 1 (dot product): ``-log softmax`` of the positive among
   {positive} ∪ negatives.
+* ``"ce_cosine"`` -- Eq. 1 on cosine similarity scaled by ``scale`` (a fixed softmax temperature,
+  as in NormSoftmax): with unit-length entity vectors and a frozen entity tower, the dot-product CE
+  can only sharpen its softmax by growing the mention norm; a fixed scale does it from step one.
 * :func:`make_loss` -- pick one by name (``LOSSES``); the result knows its similarity kind.
 * :func:`fgsm_entity_vectors` -- the FGSM regulariser of Eq. 5-8: adversarial positive and negative
   entity vectors from perturbed entity-encoder input embeddings; add ``λ · loss(m, P_adv)``.
@@ -93,6 +96,13 @@ def ce_loss_from_scores(pos_s: Tensor, neg_s: Tensor, neg_mask: Optional[Tensor]
     return F.cross_entropy(logits, target)
 
 
+def scaled_ce_loss_from_scores(
+    pos_s: Tensor, neg_s: Tensor, scale: float = 20.0, neg_mask: Optional[Tensor] = None
+) -> Tensor:
+    """Eq. 1 on ``scale``-times the (cosine) similarities."""
+    return ce_loss_from_scores(scale * pos_s, scale * neg_s, neg_mask=neg_mask)
+
+
 # ---------------------------------------------------------------- losses on vectors
 def proxy_loss(
     m: Tensor,
@@ -127,6 +137,7 @@ class LossSpec:
 LOSSES: Dict[str, LossSpec] = {
     "proxy": LossSpec(proxy_loss_from_scores, "cosine", {"alpha": 32.0, "delta": 0.0}),
     "ce": LossSpec(ce_loss_from_scores, "dot", {}),
+    "ce_cosine": LossSpec(scaled_ce_loss_from_scores, "cosine", {"scale": 20.0}),
 }
 
 

@@ -75,6 +75,15 @@ def test_ce_equals_torch_cross_entropy():
     torch.testing.assert_close(make_loss("ce")(m, pos, neg), expect)
 
 
+def test_scaled_cosine_ce_is_ce_on_scaled_cosines():
+    gen = torch.Generator().manual_seed(6)
+    m, pos, neg = torch.randn(4, 8, generator=gen), torch.randn(4, 8, generator=gen), torch.randn(4, 6, 8, generator=gen)
+    loss = make_loss("ce_cosine", scale=10)
+    assert loss.kind == "cosine"
+    logits = 10 * torch.cat([F.cosine_similarity(m, pos, dim=-1)[:, None], F.cosine_similarity(m[:, None], neg, dim=-1)], dim=1)
+    torch.testing.assert_close(loss(m * 3, pos, neg), F.cross_entropy(logits, torch.zeros(4, dtype=torch.long)))
+
+
 # ---------------------------------------------------------------- masking
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_masked_negatives_change_nothing(name):
