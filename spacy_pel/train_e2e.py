@@ -45,6 +45,7 @@ from .spans import (
     load_span_scorer,
     save_span_scorer,
     span_link_vectors,
+    span_means,
 )
 from .train import load_checkpoint, save_checkpoint, whole_kb_scores
 
@@ -138,6 +139,9 @@ class E2ETrainer:
         neg = self.table[torch.from_numpy(rows).to(m.device)]
         return self.loss.from_scores(pos_s, self.loss.scores(m, neg))
 
+    def loss_vectors(self, m: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.normalize(m, dim=-1) if self.loss.kind == "cosine" else m
+
     def step_loss(self, batch: Sequence[DocExample]) -> Tuple[torch.Tensor, float, float]:
         hidden = encode_docs(self.encoder, [b.doc for b in batch], batch_size=len(batch), grad=True)
         logits, labels, vecs, gold = [], [], [], []
@@ -148,13 +152,15 @@ class E2ETrainer:
             if ex.linked:
                 st = [s for s, _, _ in ex.linked]
                 en = [e for _, e, _ in ex.linked]
-                vecs.append(span_link_vectors(self.encoder, H, st, en))
+                # as in the retriever trainer: raw means for a dot-product loss (a normalised query
+                # would cap its logits at ±1), unit vectors for a cosine one; rankings are the same
+                vecs.append(span_means(H, st, en))
                 gold.extend(rows for _, _, rows in ex.linked)
         span_loss = (
             torch.nn.functional.binary_cross_entropy_with_logits(torch.cat(logits), torch.cat(labels))
             if logits else torch.zeros((), device=self.encoder.device_)
         )
-        link_loss = self.link_loss(torch.cat(vecs), gold) if vecs else torch.zeros((), device=self.encoder.device_)
+        link_loss = self.link_loss(self.loss_vectors(torch.cat(vecs)), gold) if vecs else torch.zeros((), device=self.encoder.device_)
         return link_loss + self.span_weight * span_loss, float(link_loss.detach()), float(span_loss.detach())
 
     # ------------------------------------------------------------------ evaluation
