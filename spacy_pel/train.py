@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 import typer
 from confection import Config
+from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key value parser
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -443,7 +444,7 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Output folder: best/ (encoder), last/ (checkpoint)"),
 ):
     """Train the retriever. Override settings as in spaCy: --training.max_steps 100 --paths.train x."""
-    overrides = spacy.util.parse_config_overrides(ctx.args)
+    overrides = parse_config_overrides(ctx.args)
     state = train(config, output, overrides)
     typer.echo(json.dumps({k: state[k] for k in ("step", "best", "best_step", "train_seconds")}, indent=2))
 

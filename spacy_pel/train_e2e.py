@@ -29,6 +29,7 @@ import spacy
 import torch
 import typer
 from confection import Config
+from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key value parser
 from tqdm.auto import tqdm
 
 from .corpora import NIL, gold_ids, read_docbin
@@ -293,7 +294,7 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Output folder: best/ (encoder + span scorer), last/"),
 ):
     """Jointly train the mention transformer, span scorer and linking. Overrides: --training.max_steps 50."""
-    overrides = spacy.util.parse_config_overrides(ctx.args)
+    overrides = parse_config_overrides(ctx.args)
     state = train_e2e(config, output, overrides)
     typer.echo(json.dumps({k: state[k] for k in ("step", "best", "best_step", "train_seconds", "span_report")}, indent=2))
 

@@ -155,3 +155,18 @@ def test_whole_kb_negatives_refuse_a_trained_entity_tower(corpus, kb_dir, tiny_e
     ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": "kb", "training.train_entity_encoder": True})
     with pytest.raises(ValueError, match="frozen entity tower"):
         Trainer(load_config(CONFIG, ov), tmp_path / "kb")
+
+
+def test_train_cli_takes_config_overrides(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_pel.train import app
+
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 2, "loss.name": "ce"})
+    args = [str(CONFIG), "--output", str(tmp_path / "cli")]
+    for key, value in ov.items():
+        args += [f"--{key}", str(value)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output[result.output.index("{"):])["step"] == 2
+    assert (tmp_path / "cli" / "best").is_dir()

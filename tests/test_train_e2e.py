@@ -84,3 +84,16 @@ def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(cor
     doc = nlp(TEXTS[0][0])
     assert all(e.kb_id_ for e in doc.ents)
     assert load_span_scorer(best / "span_scorer.safetensors").hidden_size == trained.scorer.hidden_size
+
+
+def test_train_e2e_cli(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_pel.train_e2e import app
+
+    args = [str(CONFIG_DEFAULT), "--output", str(tmp_path / "cli")]
+    for key, value in settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 2, "negatives.count": 3}).items():
+        args += [f"--{key}", str(value)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cli" / "best" / "span_scorer.safetensors").exists()
