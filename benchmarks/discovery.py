@@ -24,7 +24,7 @@ from retriever import BUDGET, CONFIG  # noqa: E402
 
 from spacy_pel.calibrate import nil_curve  # noqa: E402
 from spacy_pel.corpora import NIL, gold_ids, read_docbin  # noqa: E402
-from spacy_pel.discovery import cluster, cluster_scores  # noqa: E402
+from spacy_pel.discovery import cluster, cluster_scores, nearest_entities  # noqa: E402
 from spacy_pel.encoder import BiEncoder  # noqa: E402
 from spacy_pel.evaluate import average_precision, gold_spans, prf  # noqa: E402
 from spacy_pel.index import EntityIndex  # noqa: E402
@@ -63,19 +63,25 @@ def evaluate(name, encoder_dir, index, okb_index, docs, removed, cache: Path):
     t0 = time.perf_counter()
     by_cluster, _ = cluster(vecs, index, k=10)  # arboEL as specified: β = 0
     cluster_s = time.perf_counter() - t0
+    near_s, near_ids = nearest_entities(vecs, index)  # the KB search, once for the settings below
+
+    def near(idx):
+        return near_s[idx], [near_ids[i] for i in idx]
+
     # β tuned on dev docs 0-249 (clustering those docs' mentions), reported on docs 250-499
     part = np.flatnonzero(tune)
     grid = {}
     for beta in MARGINS:
-        ents, _ = cluster(vecs[part], index, k=10, mention_margin=beta)
+        ents, _ = cluster(vecs[part], index, k=10, mention_margin=beta, nearest=near(part))
         grid[beta] = recall_at_1(ents, [golds[i] for i in part], in_kb[part])
     beta = max(grid, key=lambda b: (grid[b], -b))
     held = np.flatnonzero(test)
-    tuned_test, _ = cluster(vecs[held], index, k=10, mention_margin=beta)
-    tuned_all, _ = cluster(vecs, index, k=10, mention_margin=beta)
+    tuned_test, _ = cluster(vecs[held], index, k=10, mention_margin=beta, nearest=near(held))
+    tuned_all, _ = cluster(vecs, index, k=10, mention_margin=beta, nearest=(near_s, near_ids))
     # OKB: mentions of removed entities are NIL now; λ = NIL threshold calibrated on docs 0-249
     okb_gold = [[i for i in g if i not in removed] or [NIL] for g in golds]
-    okb_scores, _ = okb_index.search(vecs, 1)
+    okb_near = nearest_entities(vecs, okb_index)
+    okb_scores = okb_near[0][:, None]
     is_nil = np.array([g == [NIL] for g in okb_gold])
     lam = nil_curve(okb_scores[tune, 0], is_nil[tune])["threshold"]
     pred_nil = okb_scores[test, 0] < lam
@@ -86,7 +92,7 @@ def evaluate(name, encoder_dir, index, okb_index, docs, removed, cache: Path):
     true = [golds[i][0] for i in np.flatnonzero(target)]
     okb = {}
     for label, margin in (("beta_0", 0.0), ("beta_tuned", beta)):
-        entity_of, components = cluster(vecs, okb_index, k=10, threshold=lam, mention_margin=margin)
+        entity_of, components = cluster(vecs, okb_index, k=10, threshold=lam, mention_margin=margin, nearest=okb_near)
         pred = [entity_of[i] or f"NIL:{components[i]}" for i in np.flatnonzero(target)]
         okb[label] = {
             "margin": margin,

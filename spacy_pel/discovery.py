@@ -130,6 +130,7 @@ def cluster(
     threshold: Optional[float] = None,
     mention_threshold: Optional[float] = None,
     mention_margin: float = 0.0,
+    nearest: Optional[Tuple[np.ndarray, Sequence[Optional[str]]]] = None,
 ) -> Tuple[List[Optional[str]], np.ndarray]:
     """Cluster mentions with the entities: (entity id of each mention's component or None,
     component number of each mention, numbered by first mention).
@@ -168,7 +169,9 @@ def cluster(
     u, v, w = mention_knn_edges(vecs, k)
     if mention_threshold is not None:
         u, v, w = u[w >= mention_threshold], v[w >= mention_threshold], w[w >= mention_threshold]
-    ent_scores, ent_ids = nearest_entities(vecs, entities)
+    ent_scores, ent_ids = nearest_entities(vecs, entities) if nearest is None else nearest
+    if len(ent_scores) != m or len(ent_ids) != m:
+        raise ValueError(f"nearest entities given for {len(ent_scores)} mentions, not {m}")
     linked = np.array([i is not None for i in ent_ids], dtype=bool)
     if threshold is not None:
         linked &= ent_scores >= threshold

@@ -306,3 +306,16 @@ def test_pel_discovery_pipeline_step_clusters_each_batch(kb_dir):
     ids = [d.ents[0].kb_id_ for d in out]
     assert all(i.startswith("NIL:") for i in ids)
     assert ids[2] == "NIL:0"  # the third doc is a batch of its own: numbering restarts per batch
+
+
+def test_precomputed_nearest_entities_give_the_same_clusters():
+    from spacy_pel.discovery import nearest_entities
+
+    mentions = hand_mentions()
+    near = nearest_entities(mentions, (ENTITY_VECS, ENTITY_IDS))
+    for beta in (0.0, 0.3):
+        a = cluster(mentions, (ENTITY_VECS, ENTITY_IDS), k=3, threshold=0.5, mention_margin=beta)
+        b = cluster(mentions, (ENTITY_VECS, ENTITY_IDS), k=3, threshold=0.5, mention_margin=beta, nearest=near)
+        assert a[0] == b[0] and list(a[1]) == list(b[1])
+    with pytest.raises(ValueError, match="nearest entities"):
+        cluster(mentions, (ENTITY_VECS, ENTITY_IDS), nearest=(near[0][:2], near[1][:2]))
