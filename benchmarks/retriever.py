@@ -9,6 +9,7 @@ NIL P/R/F1 is reported on documents 250-499; NIL average precision is over all o
 Writes benchmarks/retriever/<run>.json and benchmarks/retriever.md.
 """
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -47,6 +48,11 @@ RUNS = {
     "ce_whole_kb": {"loss.name": "ce", "negatives.kind": "kb"},
     "ce_cosine_mixed50": {"loss.name": "ce_cosine", "negatives.hard_fraction": 0.5},
     "ce_cosine_whole_kb": {"loss.name": "ce_cosine", "negatives.kind": "kb"},
+    # longer runs of the best setting: one epoch (what `spacy project run all` trains), then two more
+    # epochs continued from its checkpoint (the linear schedule restarts over 3 epochs: a warm restart)
+    "ce_mixed50_1ep": {"loss.name": "ce", "negatives.hard_fraction": 0.5, "training.max_steps": 0, "training.epochs": 1, "training.eval_every": 100},
+    "ce_mixed50_3ep": {"loss.name": "ce", "negatives.hard_fraction": 0.5, "training.max_steps": 0, "training.epochs": 3,
+                       "training.eval_every": 100, "_continue": "ce_mixed50_1ep"},
     "best+prealign": "best",
     "best_x4_steps": "best_x4",
 }
@@ -99,6 +105,11 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
             extra = {"synonyms.steps": SYN_STEPS} if ov == "best" else {"training.max_steps": 4 * BUDGET["training.max_steps"]}
             ov = {**RUNS[best], **extra, "_best": best}
         state, encoder_dir = {}, None
+        if isinstance(ov, dict) and "_continue" in ov and not (runs_dir / name).exists():
+            if not (runs_dir / ov["_continue"] / "last").exists():
+                print(f"skip {name}: run {ov['_continue']} first")
+                continue
+            shutil.copytree(runs_dir / ov["_continue"], runs_dir / name)
         if ov is not None:
             settings = {**base, **{k: v for k, v in ov.items() if not k.startswith("_")}}
             t0 = time.perf_counter()
