@@ -170,7 +170,9 @@ def main(pb: Path = typer.Option(Path("training/bench/pb_random/best")), kb: Pat
            "λ (the NIL threshold, calibrated on dev docs 0-249) removes weaker mention-entity and mention-mention edges before clustering; "
            "ARI/NMI compare the clusters of those mentions (an entity id or a NIL:n cluster) with their true MeSH ids.",
            f"Clustering all {sum(len(gold_spans(d)) for d in docs)} dev mentions took the time shown, beyond encoding "
-           f"({results[0]['encode_s']} s when not cached). arboEL (MedMentions, GPU) gained 13.6 points R@1 with clustering inference.", ""]
+           f"({results[0]['encode_s']} s when not cached). arboEL (MedMentions, GPU) gained 13.6 points R@1 with clustering inference.",
+           "The clustering times above were measured as they came; when other jobs share the cores they are not the "
+           "machine's speed: `benchmarks/cluster_time.py` times it alone (benchmarks/cluster_time.md).", ""]
     (HERE / "discovery.md").write_text("\n".join(md))
     print("\n".join(md))
 
