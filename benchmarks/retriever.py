@@ -154,6 +154,8 @@ def write_table(out: Path) -> None:
               "`ce_whole_kb`: CE with every KB row as a negative (`negatives.kind = \"kb\"`, an exact softmax over 354k "
               "entities); it ran while the 2 cores were shared with a KB build, so its train time and mentions/s are "
               "inflated (about 2×) and not comparable with the other rows.",
+              "`ce_cosine_mixed50`: CE on 20 × cosine (`loss.name = \"ce_cosine\"`, a fixed softmax temperature) with "
+              "mixed-50% negatives, same budget.",
               "`ce_mixed50_1ep` / `ce_mixed50_3ep`: the best setting beyond the shared budget — one epoch (286 steps; the run "
               "of `spacy project run all`, copied from its clean-clone run) and then two more epochs continued from its "
               "checkpoint (858 steps in all; the linear schedule restarts over the 3 epochs). Their train time and "
