@@ -67,6 +67,13 @@ def whole_kb_scores(m: torch.Tensor, table: torch.Tensor, gold: Sequence[Set[int
     return scores, mask
 
 
+def linear_schedule(step: int, warm: int, total: int) -> float:
+    """Learning-rate factor: linear warm-up over ``warm`` steps, then linear decay to 0 at ``total``."""
+    if step < warm:
+        return (step + 1) / warm
+    return max(0.0, (total - step) / max(1, total - warm))
+
+
 @dataclass
 class Examples:
     """Training examples: encoded mention inputs and the KB rows that are gold for each."""
@@ -253,10 +260,7 @@ class Trainer:
 
     # -------------------------------------------------------------- pieces
     def schedule(self, step: int) -> float:
-        """Linear warm-up over ``warmup`` of the steps, then linear decay to 0."""
-        if step < self.warm:
-            return (step + 1) / self.warm
-        return max(0.0, (self.total - step) / max(1, self.total - self.warm))
+        return linear_schedule(step, self.warm, self.total)
 
     def entity_vectors(self, rows: np.ndarray) -> torch.Tensor:
         """Vectors for KB rows: the stored table (frozen tower) or a fresh pass (trained tower)."""
@@ -426,12 +430,18 @@ def load_config(path: Path, overrides: Optional[dict] = None) -> Config:
     return Config().from_disk(path, overrides=overrides or {})
 
 
-def train(config: Path, output: Path, overrides: Optional[dict] = None, progress: bool = True) -> dict:
-    """Train as ``config`` says; returns the final state (step, best dev recall@1, history)."""
+def run_config(trainer_cls, config: Path, output: Path, overrides: Optional[dict] = None, progress: bool = True) -> dict:
+    """Load ``config`` with ``overrides``, save the resolved config as ``output/config.cfg`` and run
+    ``trainer_cls(cfg, output)``; returns its final state."""
     cfg = load_config(config, overrides)
     output.mkdir(parents=True, exist_ok=True)
     Config(cfg).to_disk(output / "config.cfg")
-    return Trainer(cfg, output).run(progress=progress)
+    return trainer_cls(cfg, output).run(progress=progress)
+
+
+def train(config: Path, output: Path, overrides: Optional[dict] = None, progress: bool = True) -> dict:
+    """Train as ``config`` says; returns the final state (step, best dev recall@1, history)."""
+    return run_config(Trainer, config, output, overrides, progress)
 
 
 app = typer.Typer(add_completion=False, help=__doc__)

@@ -28,7 +28,6 @@ import numpy as np
 import spacy
 import torch
 import typer
-from confection import Config
 from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key value parser
 from tqdm.auto import tqdm
 
@@ -48,7 +47,7 @@ from .spans import (
     span_link_vectors,
     span_means,
 )
-from .train import load_checkpoint, save_checkpoint, whole_kb_scores
+from .train import linear_schedule, load_checkpoint, run_config, save_checkpoint, whole_kb_scores
 
 SCORER_FILE = "span_scorer.safetensors"
 MAX_LINKED = 200  # per dev doc, most probable spans linked during evaluation (an unlinked kept span counts as wrong)
@@ -125,9 +124,7 @@ class E2ETrainer:
             self.state.update(load_checkpoint(last, self.optimizer))
 
     def schedule(self, step: int) -> float:
-        if step < self.warm:
-            return (step + 1) / self.warm
-        return max(0.0, (self.total - step) / max(1, self.total - self.warm))
+        return linear_schedule(step, self.warm, self.total)
 
     # ------------------------------------------------------------------ losses
     def link_loss(self, m: torch.Tensor, gold: List[Set[int]]) -> torch.Tensor:
@@ -278,10 +275,7 @@ class E2ETrainer:
 
 def train_e2e(config: Path, output: Path, overrides: Optional[dict] = None, progress: bool = True) -> dict:
     """Train as ``config`` says; returns the final state (steps, best dev strict F1, history, γ)."""
-    cfg = Config().from_disk(config, overrides=overrides or {})
-    output.mkdir(parents=True, exist_ok=True)
-    Config(cfg).to_disk(output / "config.cfg")
-    return E2ETrainer(cfg, output).run(progress=progress)
+    return run_config(E2ETrainer, config, output, overrides, progress)
 
 
 app = typer.Typer(add_completion=False, help=__doc__)
