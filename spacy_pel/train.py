@@ -20,6 +20,7 @@ before the mention steps (or alone, with ``paths.train = null``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -252,6 +253,14 @@ class Trainer:
         params = [p_ for p_ in self.encoder.parameters() if p_.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=float(t["lr"]), weight_decay=float(t.get("weight_decay", 0.01)))
         self.total = sum(s for _, _, s in self.stages)
+        # the encoder is also saved as DIR/after_<stage> when a stage that is not the last one ends
+        # (e.g. after synonym pre-alignment), so each stage can be evaluated on its own
+        ends = np.cumsum([s for _, _, s in self.stages])
+        self.stage_ends = {int(e): name for (name, _, _), e in zip(self.stages[:-1], ends[:-1])}
+        precision = str(t.get("precision", "fp32"))
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"training.precision must be 'fp32' or 'bf16', not {precision!r}")
+        self.bf16 = precision == "bf16"
         warm = max(1, int(float(t["warmup"]) * self.total))
         self.warm = warm
         self.state = {"step": 0, "best": -1.0, "best_step": 0, "history": [], "train_seconds": 0.0}
@@ -294,6 +303,12 @@ class Trainer:
         else:
             rows = self.random.sample(gold)
         return rows, np.ones(rows.shape, dtype=bool)
+
+    def autocast(self):
+        """bf16 autocast for the forward passes and losses (fast on GPUs; slow on CPUs without bf16 units)."""
+        if self.bf16:
+            return torch.autocast(self.encoder.device_.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def step_loss(self, batch: Examples) -> torch.Tensor:
         m = self.encoder.embed_mentions(batch.inputs, normalize=self.normalize_mentions)
@@ -393,7 +408,8 @@ class Trainer:
                 self.arborescence.refresh(self.encoder, self.normalize_mentions)
             for group in self.optimizer.param_groups:
                 group["lr"] = float(t["lr"]) * self.schedule(step)
-            loss = self.arborescence_loss(batch, idx) if arbo else self.step_loss(batch)
+            with self.autocast():
+                loss = self.arborescence_loss(batch, idx) if arbo else self.step_loss(batch)
             self.optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in self.encoder.parameters() if p.requires_grad], clip)
@@ -402,6 +418,8 @@ class Trainer:
             self.state["step"] = step + 1
             bar.update(1)
             bar.set_postfix(stage=stage, loss=f"{np.mean(losses[-20:]):.3f}", dev=f"{self.state['best']:.3f}")
+            if self.state["step"] in self.stage_ends:
+                self.encoder.save(self.output / f"after_{self.stage_ends[self.state['step']]}")
             if self.state["step"] % eval_every == 0 or self.state["step"] == self.total:
                 self.evaluate_and_save(np.mean(losses[-eval_every:]), time.perf_counter() - t0)
                 t0 = time.perf_counter()

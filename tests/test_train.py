@@ -170,3 +170,19 @@ def test_train_cli_takes_config_overrides(corpus, kb_dir, tiny_encoder_dir, tmp_
     assert result.exit_code == 0, result.output
     assert json.loads(result.output[result.output.index("{"):])["step"] == 2
     assert (tmp_path / "cli" / "best").is_dir()
+
+
+def test_stage_snapshot_after_prealignment_and_bf16_training(kb_dir, tiny_encoder_dir, tmp_path, corpus):
+    """Both stages run; the encoder at the end of synonym pre-alignment is kept as after_synonyms/,
+    and bf16 autocast training gives a finite loss."""
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"synonyms.steps": 2, "training.max_steps": 3,
+                                                       "training.precision": "bf16", "training.eval_every": 100})
+    state = train(CONFIG, tmp_path / "run", ov, progress=False)
+    assert state["step"] == 5 and np.isfinite(state["history"][-1]["loss"])
+    after = BiEncoder.from_pretrained(tmp_path / "run" / "after_synonyms")
+    best = BiEncoder.from_pretrained(tmp_path / "run" / "best")
+    a = dict(after.mention_model.named_parameters())
+    moved = [n for n, p in best.mention_model.named_parameters() if not np.allclose(p.detach().numpy(), a[n].detach().numpy())]
+    assert moved  # three more mention steps changed the weights after the snapshot
+    with pytest.raises(ValueError, match="precision"):
+        Trainer(load_config(CONFIG, {**ov, "training.precision": "fp16"}), tmp_path / "bad")
