@@ -63,6 +63,8 @@ if not Span.has_extension(CANDIDATES_ATTR):
         "span_scorer": None,
         "span_threshold": 0.5,
         "max_span_len": 10,
+        "alias_match": False,
+        "aliases": None,
     },
     assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
     requires=["doc.ents"],
@@ -85,6 +87,8 @@ def make_pel_linker(
     span_scorer: Optional[str],
     span_threshold: Optional[float],
     max_span_len: int,
+    alias_match: bool,
+    aliases: Optional[str],
 ) -> "PELLinker":
     """Create a ``pel_linker``.
 
@@ -99,6 +103,9 @@ def make_pel_linker(
     ``spacy_pel.train_spans`` or ``spacy_pel.train_e2e``; kept if above ``span_threshold`` — None:
     the γ in the ``span_report.json`` beside the scorer file —, ≤ ``max_span_len`` tokens) and
     replace ``doc.ents`` with them, linked from the same document pass; no NER needed.
+    alias_match: a mention whose text (normalised) is a KB name or synonym, or a surface form in
+    ``aliases`` (a JSON file from ``python -m spacy_pel.aliases``), is linked among those entities
+    (most frequent in annotated text, then best bi-encoder score); see :mod:`spacy_pel.aliases`.
     """
     return PELLinker(
         nlp.vocab,
@@ -117,6 +124,8 @@ def make_pel_linker(
         span_scorer=span_scorer,
         span_threshold=span_threshold,
         max_span_len=max_span_len,
+        alias_match=alias_match,
+        aliases=aliases,
     )
 
 
@@ -159,6 +168,8 @@ class PELLinker(Pipe):
         span_scorer: Optional[str] = None,
         span_threshold: Optional[float] = 0.5,
         max_span_len: int = 10,
+        alias_match: bool = False,
+        aliases: Optional[str] = None,
     ):
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
@@ -172,6 +183,9 @@ class PELLinker(Pipe):
         self.span_scorer: Optional[SpanScorer] = None
         self.encoder: Optional[BiEncoder] = None
         self.index: Optional[EntityIndex] = None
+        self.alias_match, self.aliases_path = alias_match, aliases
+        self.alias_counts: Optional[dict] = None  # read from `aliases` on first use, or from the pipeline folder
+        self.alias_table = None  # spacy_pel.aliases.AliasTable when alias_match
 
     # ------------------------------------------------------------------ resources
     def set_resources(self, encoder: BiEncoder, index: EntityIndex) -> None:
@@ -179,6 +193,12 @@ class PELLinker(Pipe):
         index.check_encoder(encoder)
         encoder.config.mention_max_length = self.context_window
         self.encoder, self.index = encoder.to_device(self.device), index
+        # imported here: `python -m spacy_pel.aliases` must not find its module already imported
+        from .aliases import AliasTable, read_aliases
+
+        if self.alias_match and self.alias_counts is None and self.aliases_path:
+            self.alias_counts = read_aliases(self.aliases_path)
+        self.alias_table = AliasTable(index, self.alias_counts) if self.alias_match else None
         if self.span_scorer is None and self.span_scorer_path:
             self.span_scorer = load_span_scorer(self.span_scorer_path, device=str(self.encoder.device_))
             if self.span_threshold is None:  # the γ chosen when the scorer was trained, if recorded
@@ -232,6 +252,9 @@ class PELLinker(Pipe):
             spans = [[(s.start, s.end, s.label) for s in self._spans(d)] for d in docs]
             vectors = self.span_vectors(docs, spans)
         scores, rows = self.index.search(vectors, k)
+        if self.alias_table is not None:
+            texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
+            scores, rows = self.alias_table.restrict(texts, vectors, scores, rows)
         out, start = [], 0
         for doc_spans in spans:
             n = len(doc_spans)
@@ -332,6 +355,7 @@ class PELLinker(Pipe):
             "find_spans": self.find_spans,
             "span_threshold": self.span_threshold,
             "max_span_len": self.max_span_len,
+            "alias_match": self.alias_match,
         }
 
     def to_disk(self, path, *, exclude=tuple()) -> None:
@@ -344,12 +368,20 @@ class PELLinker(Pipe):
             self.index.to_disk(path / "kb")
             if self.span_scorer is not None:
                 save_span_scorer(self.span_scorer, path / "span_scorer.safetensors")
+        if self.alias_counts is not None:
+            from .aliases import write_aliases
+
+            write_aliases(self.alias_counts, path / "aliases.json")
 
     def from_disk(self, path, *, exclude=tuple()) -> "PELLinker":
         path = Path(path)
         cfg = srsly.read_json(path / "cfg.json")
         for key, value in cfg.items():
             setattr(self, key, value)
+        if (path / "aliases.json").exists():
+            from .aliases import read_aliases
+
+            self.alias_counts = read_aliases(path / "aliases.json")
         if (path / "span_scorer.safetensors").exists():
             self.span_scorer = load_span_scorer(path / "span_scorer.safetensors")
         if (path / "kb").exists():

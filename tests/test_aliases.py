@@ -1,0 +1,79 @@
+import json
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_pel.aliases import AliasTable, mention_counts, normalize, read_aliases, write_aliases
+from spacy_pel.corpora import GOLD_KEY
+from spacy_pel.index import EntityIndex
+
+TEXT = "Li2CO3 toxicity , then atrial-flutter and tricuspid valve leak"
+SPANS = ((0, 1, "Chemical"), (4, 7, "Disease"), (8, 11, "Disease"))
+
+
+def test_normalize():
+    assert normalize("Atrial-Flutter") == normalize("atrial  flutter") == "atrial flutter"
+    assert normalize(" Li2CO3. ") == "li2co3"
+
+
+def test_kb_names_put_the_named_entity_first_and_leave_others_alone(kb_dir):
+    index = EntityIndex.from_disk(kb_dir)
+    table = AliasTable(index)
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(3, index.embeddings.shape[1])).astype(np.float32)
+    scores, rows = index.search(vectors, 3)
+    texts = ["Li2CO3", "atrial-flutter", "tricuspid valve leak"]  # synonym, name, neither
+    s2, r2 = table.restrict(texts, vectors, scores, rows)
+    assert index.entities[r2[0, 0]].id == "D1" and index.entities[r2[1, 0]].id == "D3"
+    assert (r2[2] == rows[2]).all() and (s2[2] == scores[2]).all()  # no name matched: ranking stands
+    for i in range(2):  # the chosen entity's own score; the others follow in retrieval order, no repeats
+        own = float(index.embeddings[r2[i, 0]].astype(np.float32) @ vectors[i])
+        assert s2[i, 0] == pytest.approx(own, abs=1e-3)
+        assert len(set(r2[i])) == 3 and list(r2[i, 1:]) == [r for r in rows[i] if r != r2[i, 0]][:2]
+
+
+def test_train_surface_forms_win_over_kb_names(kb_dir, tmp_path):
+    nlp = spacy.blank("en")
+    doc = nlp.make_doc("flutter again and flutter and flutter")
+    doc.spans[GOLD_KEY] = [Span(doc, 0, 1, label="D", kb_id="D2"), Span(doc, 3, 4, label="D", kb_id="D2"),
+                           Span(doc, 5, 6, label="D", kb_id="D3|D5")]
+    counts = mention_counts([doc])
+    assert counts == {"flutter": {"D2": 2, "D3": 1, "D5": 1}}
+    write_aliases(counts, tmp_path / "a.json")
+    assert read_aliases(tmp_path / "a.json") == counts
+    index = EntityIndex.from_disk(kb_dir)
+    table = AliasTable(index, counts)
+    assert [index.entities[r].id for r in table.candidates("Flutter")] == ["D2"]  # most frequent in text
+    assert [index.entities[r].id for r in AliasTable(index).candidates("Flutter")] == ["D3"]  # the KB synonym
+
+
+def test_bad_aliases_file_names_it(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"x": {"D1": 1},\n oops}', encoding="utf8")
+    with pytest.raises(ValueError, match=r"bad.json:2"):
+        read_aliases(bad)
+    bad.write_text(json.dumps({"x": 3}), encoding="utf8")
+    with pytest.raises(ValueError, match="surface"):
+        read_aliases(bad)
+
+
+def test_linker_alias_match_and_roundtrip(kb_dir, tmp_path):
+    counts = {"tricuspid valve leak": {"D2": 3}}
+    write_aliases(counts, tmp_path / "aliases.json")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "alias_match": True,
+                                       "aliases": str(tmp_path / "aliases.json")})
+    doc = nlp.make_doc(TEXT)
+    doc.ents = [Span(doc, a, b, label=l) for a, b, l in SPANS]
+    ids = [e.kb_id_ for e in nlp(doc).ents]
+    assert ids == ["D1", "D3", "D2"]
+    assert [e._.pel_candidates[0][0] for e in doc.ents] == ids
+    nlp.to_disk(tmp_path / "pipe")
+    assert (tmp_path / "pipe" / "pel_linker" / "aliases.json").exists()
+    (tmp_path / "aliases.json").unlink()  # the saved pipeline carries its own copy
+    again = spacy.load(tmp_path / "pipe")
+    doc2 = again.make_doc(TEXT)
+    doc2.ents = [Span(doc2, a, b, label=l) for a, b, l in SPANS]
+    assert [e.kb_id_ for e in again(doc2).ents] == ids
