@@ -10,3 +10,5 @@ python benchmarks/foundation.py
 python benchmarks/retriever.py
 python benchmarks/e2e.py
 python benchmarks/discovery.py
+python benchmarks/aliases.py --encoder training/bench/ce_mixed50_3ep/best --name ce_mixed50_3ep
+python benchmarks/aliases.py --encoder training/bench/ce_cosine_mixed50_3ep/best --name ce_cosine_mixed50_3ep

@@ -65,6 +65,7 @@ if not Span.has_extension(CANDIDATES_ATTR):
         "max_span_len": 10,
         "alias_match": False,
         "aliases": None,
+        "resolve_abbreviations": False,
     },
     assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
     requires=["doc.ents"],
@@ -89,6 +90,7 @@ def make_pel_linker(
     max_span_len: int,
     alias_match: bool,
     aliases: Optional[str],
+    resolve_abbreviations: bool,
 ) -> "PELLinker":
     """Create a ``pel_linker``.
 
@@ -106,6 +108,9 @@ def make_pel_linker(
     alias_match: a mention whose text (normalised) is a KB name or synonym, or a surface form in
     ``aliases`` (a JSON file from ``python -m spacy_pel.aliases``), is linked among those entities
     (most frequent in annotated text, then best bi-encoder score); see :mod:`spacy_pel.aliases`.
+    resolve_abbreviations: a mention that is a short form defined in its document (``long form (SF)``,
+    :mod:`spacy_pel.abbreviations`) takes the candidates of a mention of the long form in the same
+    document, or else is looked up in the alias table by its long form.
     """
     return PELLinker(
         nlp.vocab,
@@ -126,6 +131,7 @@ def make_pel_linker(
         max_span_len=max_span_len,
         alias_match=alias_match,
         aliases=aliases,
+        resolve_abbreviations=resolve_abbreviations,
     )
 
 
@@ -170,6 +176,7 @@ class PELLinker(Pipe):
         max_span_len: int = 10,
         alias_match: bool = False,
         aliases: Optional[str] = None,
+        resolve_abbreviations: bool = False,
     ):
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
@@ -184,6 +191,7 @@ class PELLinker(Pipe):
         self.encoder: Optional[BiEncoder] = None
         self.index: Optional[EntityIndex] = None
         self.alias_match, self.aliases_path = alias_match, aliases
+        self.resolve_abbreviations = resolve_abbreviations
         self.alias_counts: Optional[dict] = None  # read from `aliases` on first use, or from the pipeline folder
         self.alias_table = None  # spacy_pel.aliases.AliasTable when alias_match
 
@@ -252,15 +260,47 @@ class PELLinker(Pipe):
             spans = [[(s.start, s.end, s.label) for s in self._spans(d)] for d in docs]
             vectors = self.span_vectors(docs, spans)
         scores, rows = self.index.search(vectors, k)
-        if self.alias_table is not None:
+        if self.alias_table is not None or self.resolve_abbreviations:
             texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
-            scores, rows = self.alias_table.restrict(texts, vectors, scores, rows)
+            lookup, copy_from = self.abbreviation_links(docs, spans, texts) if self.resolve_abbreviations else (texts, {})
+            if self.alias_table is not None:
+                scores, rows = self.alias_table.restrict(lookup, vectors, scores, rows)
+            for i, j in copy_from.items():
+                scores[i], rows[i] = scores[j], rows[j]
         out, start = [], 0
         for doc_spans in spans:
             n = len(doc_spans)
             out.append((doc_spans, scores[start : start + n], rows[start : start + n]))
             start += n
         return out
+
+    @staticmethod
+    def abbreviation_links(docs: Sequence[Doc], spans: Sequence[list], texts: List[str]) -> Tuple[List[str], Dict[int, int]]:
+        """Per mention (flat over ``docs``): the text to look up in the alias table (a defined short form's
+        long form), and ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j``."""
+        from .abbreviations import abbreviations
+        from .aliases import normalize
+
+        lookup, copy_from, start = list(texts), {}, 0
+        for doc, doc_spans in zip(docs, spans):
+            idx = range(start, start + len(doc_spans))
+            start += len(doc_spans)
+            defined = abbreviations(doc.text) if doc_spans else {}
+            if not defined:
+                continue
+            first: Dict[str, int] = {}
+            for g in idx:
+                first.setdefault(normalize(texts[g]), g)
+            for g in idx:
+                long = defined.get(texts[g].strip())
+                if long is None:
+                    continue
+                j = first.get(normalize(long))
+                if j is not None and j != g:
+                    copy_from[g] = j
+                else:
+                    lookup[g] = long
+        return lookup, copy_from
 
     def span_vectors(self, docs: Sequence[Doc], spans: Sequence[list]) -> np.ndarray:
         """Mention vectors: one marked-up input per mention, or (collective) one pass per doc."""
@@ -356,6 +396,7 @@ class PELLinker(Pipe):
             "span_threshold": self.span_threshold,
             "max_span_len": self.max_span_len,
             "alias_match": self.alias_match,
+            "resolve_abbreviations": self.resolve_abbreviations,
         }
 
     def to_disk(self, path, *, exclude=tuple()) -> None:

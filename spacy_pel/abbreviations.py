@@ -1,0 +1,54 @@
+"""Abbreviations defined in a text, ``long form (SF)``, found with Schwartz & Hearst's algorithm
+(PSB 2003): the short form's characters are matched right to left against the words before the
+parenthesis, the short form's first character starting a word.
+
+The linker's ``resolve_abbreviations`` uses them so that a mention ``RA`` in a document that wrote
+``retinoic acid (RA)`` is linked as its long form is.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional
+
+_PAREN = re.compile(r"\(([^()]{1,12})\)")
+
+
+def _valid_short(sf: str) -> bool:
+    return 2 <= len(sf) <= 10 and len(sf.split()) <= 2 and sf[0].isalnum() and any(c.isalpha() for c in sf)
+
+
+def best_long_form(short: str, words_before: str) -> Optional[str]:
+    """The shortest ending of ``words_before`` that contains the characters of ``short`` in order,
+    the first one at the start of a word (Schwartz & Hearst's ``findBestLongForm``); None if none."""
+    s, l = len(short) - 1, len(words_before) - 1
+    while s >= 0:
+        c = short[s].lower()
+        if not c.isalnum():
+            s -= 1
+            continue
+        while l >= 0 and (words_before[l].lower() != c or (s == 0 and l > 0 and words_before[l - 1].isalnum())):
+            l -= 1
+        if l < 0:
+            return None
+        l -= 1
+        s -= 1
+    start = words_before.rfind(" ", 0, l + 1) + 1
+    long = words_before[start:].strip()
+    if len(long) <= len(short) or short.lower() in long.lower().split():
+        return None
+    return long
+
+
+def abbreviations(text: str) -> Dict[str, str]:
+    """``{short form: long form}`` for each ``long form (SF)`` in ``text`` (the first definition wins)."""
+    found: Dict[str, str] = {}
+    for m in _PAREN.finditer(text):
+        short = m.group(1).strip()
+        if not _valid_short(short) or short in found:
+            continue
+        words = text[: m.start()].rstrip().split()
+        n = min(len(short) + 5, 2 * len(short))
+        long = best_long_form(short, " ".join(words[-n:]))
+        if long:
+            found[short] = long
+    return found
