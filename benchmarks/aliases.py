@@ -22,7 +22,7 @@ from spacy_pel.encoder import BiEncoder
 from spacy_pel.evaluate import corpus_ids, gold_spans, metrics
 from spacy_pel.corpora import gold_ids
 from spacy_pel.index import EntityIndex
-from spacy_pel.linker import PELLinker
+from spacy_pel.abbreviations import short_form_links
 
 HERE = Path(__file__).resolve().parent
 K = 64
@@ -72,7 +72,7 @@ def main(encoder: Path = typer.Option(..., help="trained encoder folder (frozen 
         sc, rw = table.restrict(texts, vectors, scores, rows)
         out[label] = report(sc, rw, encode_s)
     # resolve_abbreviations: a defined short form takes its long-form mention's candidates
-    lookup, copy_from = PELLinker.abbreviation_links(docs, spans, texts)
+    lookup, copy_from = short_form_links(docs, spans, texts)
     out["matched"]["abbreviations"] = len(copy_from) + sum(a != b for a, b in zip(lookup, texts))
     for label, table in (("retriever + abbreviations", None), ("retriever + KB names + train aliases + abbreviations", alone)):
         sc, rw = (scores.copy(), rows.copy()) if table is None else table.restrict(lookup, vectors, scores, rows)

@@ -8,7 +8,7 @@ The linker's ``resolve_abbreviations`` uses them so that a mention ``RA`` in a d
 from __future__ import annotations
 
 import re
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 _PAREN = re.compile(r"\(([^()]{1,12})\)")
 
@@ -52,3 +52,31 @@ def abbreviations(text: str) -> Dict[str, str]:
         if long:
             found[short] = long
     return found
+
+
+def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str]) -> Tuple[List[str], Dict[int, int]]:
+    """For the mentions of ``docs`` (``spans``: per doc ``(start, end, label)``; ``texts``: their texts,
+    flat over the docs): the text to look up in an alias table (a defined short form's long form), and
+    ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j`` of the same doc."""
+    from .aliases import normalize  # here: the linker imports this module, and `python -m spacy_pel.aliases` runs
+
+    lookup, copy_from, start = list(texts), {}, 0
+    for doc, doc_spans in zip(docs, spans):
+        idx = range(start, start + len(doc_spans))
+        start += len(doc_spans)
+        defined = abbreviations(doc.text) if doc_spans else {}
+        if not defined:
+            continue
+        first: Dict[str, int] = {}
+        for g in idx:
+            first.setdefault(normalize(texts[g]), g)
+        for g in idx:
+            long = defined.get(texts[g].strip())
+            if long is None:
+                continue
+            j = first.get(normalize(long))
+            if j is not None and j != g:
+                copy_from[g] = j
+            else:
+                lookup[g] = long
+    return lookup, copy_from

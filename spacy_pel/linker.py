@@ -27,6 +27,7 @@ from spacy.training import Example
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
+from .abbreviations import short_form_links
 from .encoder import BiEncoder, Mention
 from .index import EntityIndex
 from .spans import (
@@ -262,7 +263,7 @@ class PELLinker(Pipe):
         scores, rows = self.index.search(vectors, k)
         if self.alias_table is not None or self.resolve_abbreviations:
             texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
-            lookup, copy_from = self.abbreviation_links(docs, spans, texts) if self.resolve_abbreviations else (texts, {})
+            lookup, copy_from = short_form_links(docs, spans, texts) if self.resolve_abbreviations else (texts, {})
             if self.alias_table is not None:
                 scores, rows = self.alias_table.restrict(lookup, vectors, scores, rows)
             for i, j in copy_from.items():
@@ -273,34 +274,6 @@ class PELLinker(Pipe):
             out.append((doc_spans, scores[start : start + n], rows[start : start + n]))
             start += n
         return out
-
-    @staticmethod
-    def abbreviation_links(docs: Sequence[Doc], spans: Sequence[list], texts: List[str]) -> Tuple[List[str], Dict[int, int]]:
-        """Per mention (flat over ``docs``): the text to look up in the alias table (a defined short form's
-        long form), and ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j``."""
-        from .abbreviations import abbreviations
-        from .aliases import normalize
-
-        lookup, copy_from, start = list(texts), {}, 0
-        for doc, doc_spans in zip(docs, spans):
-            idx = range(start, start + len(doc_spans))
-            start += len(doc_spans)
-            defined = abbreviations(doc.text) if doc_spans else {}
-            if not defined:
-                continue
-            first: Dict[str, int] = {}
-            for g in idx:
-                first.setdefault(normalize(texts[g]), g)
-            for g in idx:
-                long = defined.get(texts[g].strip())
-                if long is None:
-                    continue
-                j = first.get(normalize(long))
-                if j is not None and j != g:
-                    copy_from[g] = j
-                else:
-                    lookup[g] = long
-        return lookup, copy_from
 
     def span_vectors(self, docs: Sequence[Doc], spans: Sequence[list]) -> np.ndarray:
         """Mention vectors: one marked-up input per mention, or (collective) one pass per doc."""

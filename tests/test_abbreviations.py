@@ -1,7 +1,7 @@
 import spacy
 from spacy.tokens import Span
 
-from spacy_pel.abbreviations import abbreviations, best_long_form
+from spacy_pel.abbreviations import abbreviations, best_long_form, short_form_links
 
 TEXT = ("Effects of retinoic acid (RA) on cells . RA was given with 5-fluorouracil (5-FU) in rats (n = 5) , "
         "then ammonia (NH3) .")
@@ -25,7 +25,7 @@ def test_linker_short_form_takes_long_form_candidates(kb_dir):
     doc = nlp.make_doc("We gave atrial flutter ( AF ) drugs and AF recurred , unlike AF2 .")
     doc.ents = [Span(doc, 2, 4, label="D"), Span(doc, 5, 6, label="D"), Span(doc, 9, 10, label="D"), Span(doc, 13, 14, label="D")]
     spans = [[(e.start, e.end, e.label) for e in doc.ents]]
-    lookup, copy_from = linker.abbreviation_links([doc], spans, [e.text for e in doc.ents])
+    lookup, copy_from = short_form_links([doc], spans, [e.text for e in doc.ents])
     assert copy_from == {1: 0, 2: 0} and lookup[3] == "AF2"
     nlp(doc)
     assert doc.ents[1]._.pel_candidates == doc.ents[0]._.pel_candidates == doc.ents[2]._.pel_candidates
