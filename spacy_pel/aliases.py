@@ -14,9 +14,7 @@ linkers combined with the retriever, which ranks everything the table does not d
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -24,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 import typer
 
+from .encoder import atomic_write
 from .index import EntityIndex
 
 PathLike = Union[str, Path]
@@ -54,7 +53,6 @@ def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
 class AliasTable:
     def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None):
         self.index = index
-        self.mentions = mentions or {}
         names: Dict[str, List[int]] = defaultdict(list)
         for row, entity in enumerate(index.entities):
             for name in {normalize(n) for n in (entity.name, *entity.aliases)}:
@@ -63,7 +61,7 @@ class AliasTable:
         self.names = dict(names)
         # surface → [(row, count)] restricted to ids the KB has
         self.seen: Dict[str, List[tuple]] = {}
-        for key, ids in self.mentions.items():
+        for key, ids in (mentions or {}).items():
             rows = [(index.row[i], c) for i, c in ids.items() if i in index.row]
             if rows:
                 self.seen[key] = rows
@@ -81,7 +79,7 @@ class AliasTable:
         mention's text, its best-scoring allowed entity goes first with its own bi-encoder score and
         the other candidates follow in retrieval order (the last one drops off)."""
         scores, rows = scores.copy(), rows.copy()
-        table = self.index.embeddings
+        table, k = self.index.embeddings, rows.shape[1]
         for i, text in enumerate(texts):
             allowed = self.candidates(text)
             if not allowed:
@@ -91,7 +89,6 @@ class AliasTable:
             best_row, best_score = allowed[j], float(allowed_scores[j])
             keep = rows[i] != best_row
             rest_r, rest_s = rows[i][keep], scores[i][keep]
-            k = rows.shape[1]
             rows[i] = np.concatenate([[best_row], rest_r])[:k]
             scores[i] = np.concatenate([[best_score], rest_s])[:k]
         return scores, rows
@@ -99,12 +96,8 @@ class AliasTable:
 
 def write_aliases(counts: Dict[str, Dict[str, int]], path: PathLike) -> None:
     """Write the surface → id counts as JSON, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".partial")
-    with os.fdopen(fd, "w", encoding="utf8") as f:
-        json.dump(counts, f, ensure_ascii=False, indent=0)
-    os.replace(tmp, path)
+    text = json.dumps(counts, ensure_ascii=False, indent=0)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf8"))
 
 
 def read_aliases(path: PathLike) -> Dict[str, Dict[str, int]]:

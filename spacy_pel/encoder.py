@@ -94,6 +94,20 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
 
+def atomic_write(target: PathLike, write) -> None:
+    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def atomic_dir(target: PathLike):
     """Context manager yielding a temporary folder that replaces ``target`` only on success."""
     return _AtomicDir(Path(target))

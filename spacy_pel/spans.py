@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -28,7 +26,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from .encoder import BiEncoder
+from .encoder import BiEncoder, atomic_write
 
 PathLike = Union[str, Path]
 MAX_PIECES = 510  # word pieces per window; + [CLS] and [SEP] = BERT's 512 positions
@@ -348,26 +346,13 @@ def _meta_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def _atomic_write(target: Path, write) -> None:
-    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
     """Write ``path`` (safetensors weights) and ``path`` with suffix ``.json`` (hidden size)."""
     path = Path(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
     meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size}
-    _atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
-    _atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
+    atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
 
 
 def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
