@@ -27,8 +27,8 @@ setup(
     extras_require={"test": ["pytest>=7"]},
     entry_points={
         "spacy_factories": [
-            "pel_linker = spacy_pel.linker:make_pel_linker",
-            "pel_discovery = spacy_pel.discovery:make_discovery",
+            "pel_linker = spacy_pel.pipeline.linker:make_pel_linker",
+            "pel_discovery = spacy_pel.discovery.component:make_discovery",
         ]
     },
 )

@@ -16,13 +16,12 @@ import numpy as np
 import spacy
 import typer
 
-from spacy_pel.aliases import AliasTable, mention_counts, normalize
-from spacy_pel.corpora import read_docbin
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.evaluate import corpus_ids, gold_spans, metrics
-from spacy_pel.corpora import gold_ids
-from spacy_pel.index import EntityIndex
-from spacy_pel.abbreviations import short_form_links
+from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.linking import metrics
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.pipeline.abbreviations import short_form_links
+from spacy_pel.pipeline.aliases import AliasTable, mention_counts, normalize
+from spacy_pel.retrieval.index import EntityIndex
 
 HERE = Path(__file__).resolve().parent
 K = 64

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import typer
 
-from spacy_pel.discovery import cluster
-from spacy_pel.index import EntityIndex
+from spacy_pel.discovery.cluster import cluster
+from spacy_pel.retrieval.index import EntityIndex
 
 HERE = Path(__file__).resolve().parent
 

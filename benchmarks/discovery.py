@@ -22,14 +22,19 @@ import typer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retriever import BUDGET, CONFIG  # noqa: E402
 
-from spacy_pel.calibrate import nil_curve  # noqa: E402
-from spacy_pel.corpora import NIL, gold_ids, read_docbin  # noqa: E402
-from spacy_pel.discovery import cluster, cluster_scores, nearest_entities  # noqa: E402
-from spacy_pel.encoder import BiEncoder  # noqa: E402
-from spacy_pel.evaluate import average_precision, gold_spans, prf  # noqa: E402
-from spacy_pel.index import EntityIndex  # noqa: E402
-from spacy_pel.okb import removed_ids  # noqa: E402
-from spacy_pel.train import train  # noqa: E402
+from spacy_pel.corpora import (  # noqa: E402
+    NIL,
+    gold_ids,
+    gold_spans,  # noqa: E402
+    read_docbin,
+)
+from spacy_pel.discovery.cluster import cluster, cluster_scores, nearest_entities  # noqa: E402
+from spacy_pel.evaluation.metrics import average_precision, prf
+from spacy_pel.evaluation.nil import nil_curve  # noqa: E402
+from spacy_pel.evaluation.okb import removed_ids  # noqa: E402
+from spacy_pel.models.encoder import BiEncoder  # noqa: E402
+from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
+from spacy_pel.training.retriever import train  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

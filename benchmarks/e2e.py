@@ -18,10 +18,10 @@ import typer
 from spacy.tokens import Doc
 
 from spacy_pel.corpora import read_docbin
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.evaluate import e2e_metrics, metrics, mention_table
-from spacy_pel.index import EntityIndex
-from spacy_pel.train_spans import train_span_scorer
+from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.span_scorer import train_span_scorer
 
 HERE = Path(__file__).resolve().parent
 

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retriever import BUDGET  # noqa: E402
 
 from spacy_pel.corpora import read_docbin  # noqa: E402
-from spacy_pel.encoder import BiEncoder  # noqa: E402
-from spacy_pel.evaluate import e2e_metrics, metrics, mention_table  # noqa: E402
-from spacy_pel.index import EntityIndex  # noqa: E402
-from spacy_pel.train_e2e import train_e2e  # noqa: E402
+from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics  # noqa: E402
+from spacy_pel.models.encoder import BiEncoder  # noqa: E402
+from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
+from spacy_pel.training.joint import train_e2e  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parent / "configs" / "train_e2e.cfg"

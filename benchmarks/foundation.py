@@ -14,9 +14,8 @@ import spacy
 import torch
 import typer
 
-from spacy_pel.corpora import NIL
-from spacy_pel.evaluate import corpus_ids, gold_spans, markdown, metrics, mention_table
-from spacy_pel.corpora import gold_ids, read_docbin
+from spacy_pel.corpora import NIL, corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.linking import markdown, mention_table, metrics
 
 HERE = Path(__file__).resolve().parent
 

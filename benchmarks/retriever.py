@@ -17,12 +17,13 @@ import numpy as np
 import spacy
 import typer
 
-from spacy_pel.calibrate import nil_curve
-from spacy_pel.corpora import NIL, read_docbin
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.evaluate import corpus_ids, gold_spans, metrics, mention_table, prf
-from spacy_pel.index import EntityIndex
-from spacy_pel.train import train
+from spacy_pel.corpora import NIL, corpus_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.linking import mention_table, metrics
+from spacy_pel.evaluation.metrics import prf
+from spacy_pel.evaluation.nil import nil_curve
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.retriever import train
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parent / "configs" / "train_pb_random.cfg"

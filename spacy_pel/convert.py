@@ -1,38 +1,5 @@
-"""``python -m spacy_pel.convert``: PubTator corpus → spaCy DocBin with linked gold entities."""
-from __future__ import annotations
-
-import json
-from pathlib import Path
-
-import spacy
-import typer
-
-from .corpora import ConversionStats, pubtator_to_docs, write_docbin
-
-
-def convert(input: Path, output: Path, lang: str = "en") -> dict:
-    """Convert ``input`` (PubTator) to ``output`` (.spacy); returns the conversion statistics."""
-    nlp = spacy.blank(lang)
-    stats = ConversionStats()
-    write_docbin(pubtator_to_docs(nlp, input, stats), output)
-    return stats.as_dict()
-
-
-app = typer.Typer(add_completion=False, help=__doc__)
-
-
-@app.command()
-def main(
-    input: Path = typer.Argument(..., help="PubTator file (BC5CDR, NCBI disease, MedMentions)"),
-    output: Path = typer.Argument(..., help="Output .spacy file"),
-    lang: str = typer.Option("en", "--lang", help="Language of the blank tokenizer"),
-):
-    """Convert a PubTator corpus; prints counts of mentions, NIL, composite, overlapping and unaligned."""
-    stats = convert(input, output, lang)
-    typer.echo(json.dumps(stats, indent=2))
-    if stats["unaligned"]:
-        typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow")
-
+"""``python -m spacy_pel.convert``: kept for old scripts; the same as ``python -m spacy_pel convert``."""
+from .cli.convert import app
 
 if __name__ == "__main__":
     app()

@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
@@ -195,3 +196,19 @@ def write_docbin(docs: Iterable[Doc], path: PathLike) -> int:
 
 def read_docbin(nlp: Language, path: PathLike) -> List[Doc]:
     return list(DocBin().from_disk(path).get_docs(nlp.vocab))
+
+
+def gold_spans(doc: Doc) -> Sequence[Span]:
+    return doc.spans[GOLD_KEY] if GOLD_KEY in doc.spans else doc.ents
+
+
+def corpus_ids(docs: Iterable[Doc]) -> set:
+    return {i for doc in docs for span in gold_spans(doc) for i in gold_ids(span.kb_id_) if i != NIL}
+
+
+def convert(input: Path, output: Path, lang: str = "en") -> dict:
+    """Convert ``input`` (PubTator) to ``output`` (.spacy); returns the conversion statistics."""
+    nlp = spacy.blank(lang)
+    stats = ConversionStats()
+    write_docbin(pubtator_to_docs(nlp, input, stats), output)
+    return stats.as_dict()

@@ -1,5 +1,5 @@
-"""``python -m spacy_pel.discover``: entity discovery by clustering (see :mod:`spacy_pel.discovery`)."""
-from .discovery import app
+"""``python -m spacy_pel.discover``: kept for old scripts; the same as ``python -m spacy_pel discover``."""
+from .cli.discover import app
 
 if __name__ == "__main__":
     app()

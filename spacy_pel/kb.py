@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Union
 
+from . import files
+
 PathLike = Union[str, Path]
 
 # First letter of a MeSH tree number → top-level category (MeSH's own labels).
@@ -134,9 +136,8 @@ def read_jsonl(path: PathLike) -> List[Entity]:
 
 
 def write_jsonl(entities: Iterable[Entity], path: PathLike) -> None:
-    with Path(path).open("w", encoding="utf8") as f:
-        for entity in entities:
-            f.write(json.dumps(entity.to_dict(), ensure_ascii=False) + "\n")
+    """Entities as JSON lines (the KB's ``jsonl`` format), written atomically."""
+    files.write_jsonl((e.to_dict() for e in entities), path)
 
 
 _MESH_ID = re.compile(r"^[CD]\d{6,9}$")

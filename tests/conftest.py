@@ -18,7 +18,7 @@ def make_tiny_bert(path: Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from spacy_pel.encoder import resolve_model_name
+    from spacy_pel.models.encoder import resolve_model_name
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_name("all-MiniLM-L6-v2"))
     torch.manual_seed(seed)
@@ -47,7 +47,7 @@ def other_tiny_bert(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_encoder_dir(tiny_bert, tmp_path_factory) -> Path:
-    from spacy_pel.encoder import BiEncoder
+    from spacy_pel.models.encoder import BiEncoder
 
     out = tmp_path_factory.mktemp("enc") / "encoder"
     BiEncoder.from_pretrained(str(tiny_bert)).save(out)
@@ -72,7 +72,7 @@ def kb_file(tmp_path) -> Path:
 
 @pytest.fixture
 def kb_dir(tmp_path, kb_file, tiny_encoder_dir) -> Path:
-    from spacy_pel.build_kb import build_kb
+    from spacy_pel.retrieval.build import build_kb
 
     out = tmp_path / "kb"
     build_kb(kb_file, out, format="jsonl", encoder=str(tiny_encoder_dir), progress=False)

@@ -1,7 +1,11 @@
 import spacy
 from spacy.tokens import Span
 
-from spacy_pel.abbreviations import abbreviations, best_long_form, short_form_links
+from spacy_pel.pipeline.abbreviations import (
+    abbreviations,
+    best_long_form,
+    short_form_links,
+)
 
 TEXT = ("Effects of retinoic acid (RA) on cells . RA was given with 5-fluorouracil (5-FU) in rats (n = 5) , "
         "then ammonia (NH3) .")

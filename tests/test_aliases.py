@@ -5,9 +5,15 @@ import pytest
 import spacy
 from spacy.tokens import Span
 
-from spacy_pel.aliases import AliasTable, mention_counts, normalize, read_aliases, write_aliases
 from spacy_pel.corpora import GOLD_KEY
-from spacy_pel.index import EntityIndex
+from spacy_pel.pipeline.aliases import (
+    AliasTable,
+    mention_counts,
+    normalize,
+    read_aliases,
+    write_aliases,
+)
+from spacy_pel.retrieval.index import EntityIndex
 
 TEXT = "Li2CO3 toxicity , then atrial-flutter and tricuspid valve leak"
 SPANS = ((0, 1, "Chemical"), (4, 7, "Disease"), (8, 11, "Disease"))

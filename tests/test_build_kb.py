@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from spacy_pel.build_kb import app, build_kb
-from spacy_pel.encoder import BiEncoder, EncoderMismatchError
-from spacy_pel.index import EntityIndex
+from spacy_pel.cli.build_kb import app
+from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
+from spacy_pel.retrieval.build import build_kb
+from spacy_pel.retrieval.index import EntityIndex
 
 
 def test_build_writes_complete_kb(kb_dir, tiny_encoder_dir):
@@ -62,7 +63,7 @@ def test_failed_write_keeps_old_kb(kb_dir, tiny_encoder_dir, tmp_path, monkeypat
 
 
 def test_resume_reuses_finished_chunks(kb_file, tiny_encoder_dir, tmp_path, monkeypatch):
-    import spacy_pel.build_kb as bk
+    import spacy_pel.retrieval.build as bk
 
     monkeypatch.setattr(bk, "CHUNK", 2)
     out = tmp_path / "kb"

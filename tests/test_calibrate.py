@@ -3,7 +3,7 @@ import pytest
 import spacy
 from confection import Config
 
-from spacy_pel.calibrate import calibrate, nil_curve
+from spacy_pel.evaluation.nil import calibrate, nil_curve
 
 
 def test_nil_curve_picks_best_f1():
@@ -21,8 +21,9 @@ def test_nil_curve_picks_best_f1():
 
 
 def test_calibrate_writes_threshold_into_pipeline(kb_dir, tmp_path):
-    from .test_evaluate import gold_doc
     from spacy_pel.corpora import write_docbin
+
+    from .test_evaluate import gold_doc
 
     nlp = spacy.blank("en")
     nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})

@@ -1,8 +1,14 @@
 import pytest
 import spacy
 
-from spacy_pel.convert import convert
-from spacy_pel.corpora import GOLD_KEY, CorpusFormatError, make_doc, read_docbin, read_pubtator
+from spacy_pel.corpora import (
+    GOLD_KEY,
+    CorpusFormatError,
+    convert,
+    make_doc,
+    read_docbin,
+    read_pubtator,
+)
 
 from .conftest import shared
 

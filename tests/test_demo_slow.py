@@ -5,10 +5,9 @@ from pathlib import Path
 import pytest
 import spacy
 
-from spacy_pel.build_kb import build_kb
-from spacy_pel.convert import convert
-from spacy_pel.corpora import read_docbin
-from spacy_pel.evaluate import evaluate
+from spacy_pel.corpora import convert, read_docbin
+from spacy_pel.evaluation.linking import evaluate
+from spacy_pel.retrieval.build import build_kb
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "demo"
 

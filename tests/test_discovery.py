@@ -7,10 +7,10 @@ import spacy
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
+from spacy_pel.cli.discover import app
 from spacy_pel.corpora import GOLD_KEY, read_docbin, write_docbin
-from spacy_pel.discovery import (
+from spacy_pel.discovery.cluster import (
     DISCOVERED_KEY,
-    app,
     arborescence_positives,
     cluster,
     cluster_scores,
@@ -193,7 +193,7 @@ def test_random_no_component_holds_two_entities(seed):
 
 
 def test_cluster_with_entity_index(kb_dir):
-    from spacy_pel.index import EntityIndex
+    from spacy_pel.retrieval.index import EntityIndex
 
     index = EntityIndex.from_disk(kb_dir)
     vectors = index.faiss.reconstruct_n(0, index.faiss.ntotal)
@@ -309,7 +309,7 @@ def test_pel_discovery_pipeline_step_clusters_each_batch(kb_dir):
 
 
 def test_precomputed_nearest_entities_give_the_same_clusters():
-    from spacy_pel.discovery import nearest_entities
+    from spacy_pel.discovery.cluster import nearest_entities
 
     mentions = hand_mentions()
     near = nearest_entities(mentions, (ENTITY_VECS, ENTITY_IDS))

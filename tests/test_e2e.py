@@ -4,9 +4,9 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.evaluate import e2e_metrics
-from spacy_pel.train_spans import train_span_scorer
+from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.training.span_scorer import train_span_scorer
 
 
 def gold_docs(nlp):
@@ -60,8 +60,8 @@ def test_null_span_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir
 
     from typer.testing import CliRunner
 
+    from spacy_pel.cli.evaluate import app
     from spacy_pel.corpora import write_docbin
-    from spacy_pel.evaluate import app
 
     nlp = spacy.blank("en")
     docs = gold_docs(nlp)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_pel.encoder import BiEncoder, EncoderConfig, Mention
 from spacy_pel.kb import Entity
+from spacy_pel.models.encoder import BiEncoder, EncoderConfig, Mention
 
 ENTS = [Entity("D1", "lithium carbonate", ["Li2CO3"], ["Chemical"]), Entity("D2", "flutter", [], ["Disease"], "x")]
 

@@ -6,8 +6,10 @@ import spacy
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
+from spacy_pel.cli.evaluate import app
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.evaluate import app, average_precision, evaluate
+from spacy_pel.evaluation.linking import evaluate
+from spacy_pel.evaluation.metrics import average_precision
 
 
 def gold_doc(nlp, spans):

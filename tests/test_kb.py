@@ -1,6 +1,6 @@
 import pytest
 
-from spacy_pel.kb import KBFormatError, read_kb, read_jsonl, write_jsonl
+from spacy_pel.kb import KBFormatError, read_jsonl, read_kb, write_jsonl
 
 from .conftest import shared
 

@@ -4,8 +4,8 @@ import spacy
 from spacy.tokens import Span
 from spacy.training import Example
 
-from spacy_pel.encoder import BiEncoder, EncoderMismatchError
-from spacy_pel.index import EntityIndex
+from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
+from spacy_pel.retrieval.index import EntityIndex
 
 TEXT = "Lithium carbonate toxicity caused tricuspid regurgitation and atrial flutter in a newborn"
 

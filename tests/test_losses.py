@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from spacy_pel.encoder import BiEncoder
 from spacy_pel.kb import Entity
-from spacy_pel.losses import (
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.training.losses import (
     LOSSES,
     ce_loss_from_scores,
     cross_entropy_loss,

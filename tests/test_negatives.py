@@ -2,7 +2,12 @@
 import numpy as np
 import pytest
 
-from spacy_pel.negatives import HardNegativeMiner, RandomNegatives, in_batch, sample_excluding
+from spacy_pel.training.negatives import (
+    HardNegativeMiner,
+    RandomNegatives,
+    in_batch,
+    sample_excluding,
+)
 
 
 def _random_golds(rng, batch, n_entities):

@@ -2,9 +2,9 @@ import numpy as np
 import spacy
 
 from spacy_pel.corpora import GOLD_KEY, read_docbin, write_docbin
-from spacy_pel.index import EntityIndex
+from spacy_pel.evaluation.okb import make_okb, removed_ids
 from spacy_pel.kb import Entity
-from spacy_pel.okb import make_okb, removed_ids
+from spacy_pel.retrieval.index import EntityIndex
 
 
 def test_removed_ids_follow_tree_branches():

@@ -4,8 +4,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.spans import (
+from spacy_pel.models.doc_encoder import (
     SpanScorer,
     align_wordpieces,
     chunk_windows,
@@ -18,6 +17,7 @@ from spacy_pel.spans import (
     span_link_vectors,
     span_means,
 )
+from spacy_pel.models.encoder import BiEncoder
 
 TEXT = "Lithium carbonate-induced atrial flutter was treated with aspirin and warfarin daily. "
 

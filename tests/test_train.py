@@ -7,9 +7,9 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.index import EntityIndex
-from spacy_pel.train import Trainer, load_config, train
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.retriever import Trainer, load_config, train
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_pb_random.cfg"
 SENTS = [
@@ -160,7 +160,7 @@ def test_whole_kb_negatives_refuse_a_trained_entity_tower(corpus, kb_dir, tiny_e
 def test_train_cli_takes_config_overrides(corpus, kb_dir, tiny_encoder_dir, tmp_path):
     from typer.testing import CliRunner
 
-    from spacy_pel.train import app
+    from spacy_pel.cli.train import app
 
     ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 2, "loss.name": "ce"})
     args = [str(CONFIG), "--output", str(tmp_path / "cli")]

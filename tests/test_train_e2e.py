@@ -1,17 +1,16 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.encoder import BiEncoder
-from spacy_pel.index import EntityIndex
-from spacy_pel.spans import load_span_scorer
-from spacy_pel.train_e2e import DocExample, E2ETrainer, train_e2e
-from spacy_pel.train import load_config
+from spacy_pel.models.doc_encoder import load_span_scorer
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.joint import DocExample, E2ETrainer, train_e2e
+from spacy_pel.training.retriever import load_config
 
 CONFIG_DEFAULT = Path(__file__).resolve().parents[1] / "configs" / "train_e2e.cfg"
 TEXTS = [
@@ -89,7 +88,7 @@ def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(cor
 def test_train_e2e_cli(corpus, kb_dir, tiny_encoder_dir, tmp_path):
     from typer.testing import CliRunner
 
-    from spacy_pel.train_e2e import app
+    from spacy_pel.cli.train_e2e import app
 
     args = [str(CONFIG_DEFAULT), "--output", str(tmp_path / "cli")]
     for key, value in settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 2, "negatives.count": 3}).items():

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from .encoder import BiEncoder, atomic_write
+from ..files import atomic_write
+from .encoder import BiEncoder
 
 PathLike = Union[str, Path]
 MAX_PIECES = 510  # word pieces per window; + [CLS] and [SEP] = BERT's 512 positions

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
 
-from .encoder import BiEncoder, EncoderMismatchError, atomic_dir
-from .kb import Entity
+from ..files import atomic_dir
+from ..kb import Entity, write_jsonl
+from ..models.encoder import BiEncoder, EncoderMismatchError
 
 PathLike = Union[str, Path]
 FORMAT_VERSION = 1
@@ -150,9 +151,7 @@ class EntityIndex:
 
     def to_disk(self, path: PathLike) -> None:
         with atomic_dir(path) as tmp:
-            with (tmp / "entities.jsonl").open("w", encoding="utf8") as f:
-                for e in self.entities:
-                    f.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+            write_jsonl(self.entities, tmp / "entities.jsonl")
             np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
             faiss.write_index(self.faiss, str(tmp / "index.faiss"))
             (tmp / "meta.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf8")

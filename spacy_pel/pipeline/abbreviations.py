@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .aliases import normalize
+
 _PAREN = re.compile(r"\(([^()]{1,12})\)")
 
 
@@ -58,8 +60,6 @@ def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str]) ->
     """For the mentions of ``docs`` (``spans``: per doc ``(start, end, label)``; ``texts``: their texts,
     flat over the docs): the text to look up in an alias table (a defined short form's long form), and
     ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j`` of the same doc."""
-    from .aliases import normalize  # here: the linker imports this module, and `python -m spacy_pel.aliases` runs
-
     lookup, copy_from, start = list(texts), {}, 0
     for doc, doc_spans in zip(docs, spans):
         idx = range(start, start + len(doc_spans))

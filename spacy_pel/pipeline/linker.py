@@ -27,10 +27,8 @@ from spacy.training import Example
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from .abbreviations import short_form_links
-from .encoder import BiEncoder, Mention
-from .index import EntityIndex
-from .spans import (
+from ..corpora import NIL
+from ..models.doc_encoder import (
     SpanScorer,
     encode_docs,
     enumerate_doc_spans,
@@ -39,8 +37,11 @@ from .spans import (
     save_span_scorer,
     span_link_vectors,
 )
+from ..models.encoder import BiEncoder, Mention
+from ..retrieval.index import EntityIndex
+from .abbreviations import short_form_links
+from .aliases import AliasTable, read_aliases, write_aliases
 
-NIL = "NIL"
 CANDIDATES_ATTR = "pel_candidates"
 
 if not Span.has_extension(CANDIDATES_ATTR):
@@ -202,9 +203,6 @@ class PELLinker(Pipe):
         index.check_encoder(encoder)
         encoder.config.mention_max_length = self.context_window
         self.encoder, self.index = encoder.to_device(self.device), index
-        # imported here: `python -m spacy_pel.aliases` must not find its module already imported
-        from .aliases import AliasTable, read_aliases
-
         if self.alias_match and self.alias_counts is None and self.aliases_path:
             self.alias_counts = read_aliases(self.aliases_path)
         self.alias_table = AliasTable(index, self.alias_counts) if self.alias_match else None
@@ -383,8 +381,6 @@ class PELLinker(Pipe):
             if self.span_scorer is not None:
                 save_span_scorer(self.span_scorer, path / "span_scorer.safetensors")
         if self.alias_counts is not None:
-            from .aliases import write_aliases
-
             write_aliases(self.alias_counts, path / "aliases.json")
 
     def from_disk(self, path, *, exclude=tuple()) -> "PELLinker":
@@ -393,8 +389,6 @@ class PELLinker(Pipe):
         for key, value in cfg.items():
             setattr(self, key, value)
         if (path / "aliases.json").exists():
-            from .aliases import read_aliases
-
             self.alias_counts = read_aliases(path / "aliases.json")
         if (path / "span_scorer.safetensors").exists():
             self.span_scorer = load_span_scorer(path / "span_scorer.safetensors")

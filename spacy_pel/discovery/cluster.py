@@ -17,22 +17,17 @@ Command line (gold-span corpus in, linked/discovered corpus out, counts JSON on 
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import faiss
 import networkx as nx
 import numpy as np
-import typer
 from spacy.language import Language
 from spacy.tokens import Doc, Span
-from spacy.util import filter_spans
 
-from .corpora import GOLD_KEY, NIL, read_docbin, write_docbin
-from .evaluate import gold_spans
-from .index import EntityIndex
-from .linker import PELLinker, find_linker, load_pipeline
+from ..corpora import NIL, gold_spans
+from ..pipeline.linker import PELLinker, find_linker
+from ..retrieval.index import EntityIndex
 
 NIL_PREFIX = NIL + ":"
 DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
@@ -347,81 +342,3 @@ def gold_cluster_scores(docs: Sequence[Doc], spans_key: str = DISCOVERED_KEY) ->
 
 
 # ---------------------------------------------------------------- command line
-app = typer.Typer(add_completion=False, help=__doc__)
-
-
-@app.command()
-def main(
-    corpus: Path = typer.Argument(..., help="Gold-span .spacy corpus (from spacy_pel.convert)"),
-    output: Path = typer.Argument(..., help="Where to write the .spacy corpus with discovered ids"),
-    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
-    kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
-    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
-    k: int = typer.Option(10, "--k", help="Nearest mentions per mention in the graph"),
-    threshold: Optional[float] = typer.Option(
-        None, "--threshold", help="Edge similarity floor λ (default: the linker's NIL threshold; none = no NIL clusters)"
-    ),
-    mention_threshold: Optional[float] = typer.Option(
-        None, "--mention-threshold", help="Floor for mention–mention edges (default: --threshold)"
-    ),
-    mention_margin: float = typer.Option(
-        0.0, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger"
-    ),
-):
-    """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
-    kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
-    all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
-    (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them)."""
-    if pipeline is None and kb is None:
-        raise typer.BadParameter("give --pipeline or --kb")
-    nlp, linker = load_pipeline(pipeline, kb, encoder)
-    docs = read_docbin(nlp, corpus)
-    for doc in docs:
-        gold = list(gold_spans(doc))
-        if GOLD_KEY not in doc.spans:
-            doc.spans[GOLD_KEY] = gold  # keep the gold ids: doc.ents is overwritten below
-        doc.spans[DISCOVERED_KEY] = [Span(doc, s.start, s.end, label=s.label) for s in gold]
-    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin))
-    for doc in docs:
-        doc.ents = filter_spans(doc.spans[DISCOVERED_KEY])
-    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold, "mention_margin": mention_margin})
-    report["gold"] = gold_cluster_scores(docs)
-    write_docbin(docs, output)
-    typer.echo(json.dumps(report, indent=2))
-
-
-if __name__ == "__main__":
-    app()
-
-
-@Language.factory(
-    "pel_discovery",
-    default_config={"linker": "pel_linker", "k": 10, "threshold": None, "mention_margin": 0.0, "batch_size": 1000},
-    assigns=["doc.ents", "token.ent_kb_id"],
-    requires=["doc.ents"],
-)
-def make_discovery(
-    nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], mention_margin: float, batch_size: int
-):
-    """Clustering inference as a pipeline step after ``pel_linker``: ``nlp.pipe`` clusters the
-    mentions of each batch of ``batch_size`` docs together (the batch is the corpus)."""
-    return Discovery(nlp, name, linker, k, threshold, batch_size, mention_margin)
-
-
-class Discovery:
-    def __init__(self, nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int,
-                 mention_margin: float = 0.0):
-        self.nlp, self.name, self.linker_name = nlp, name, linker
-        self.k, self.threshold, self.batch_size, self.mention_margin = k, threshold, batch_size, mention_margin
-
-    def __call__(self, doc: Doc) -> Doc:
-        discover(self.nlp.get_pipe(self.linker_name), [doc], self.k, threshold=self.threshold, mention_margin=self.mention_margin)
-        return doc
-
-    def pipe(self, stream, batch_size: Optional[int] = None):
-        from spacy.util import minibatch
-
-        for docs in minibatch(stream, size=self.batch_size):
-            discover(self.nlp.get_pipe(self.linker_name), docs, self.k, threshold=self.threshold,
-                     mention_margin=self.mention_margin)
-            yield from docs

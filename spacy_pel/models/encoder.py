@@ -15,18 +15,17 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
-from .kb import Entity
+from ..files import atomic_dir
+from ..kb import Entity
 
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_encoder.json"
@@ -92,49 +91,6 @@ def pick_device(device: str = "auto") -> torch.device:
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-
-def atomic_write(target: PathLike, write) -> None:
-    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_dir(target: PathLike):
-    """Context manager yielding a temporary folder that replaces ``target`` only on success."""
-    return _AtomicDir(Path(target))
-
-
-class _AtomicDir:
-    def __init__(self, target: Path):
-        self.target = target
-
-    def __enter__(self) -> Path:
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=self.target.parent))
-        self.tmp.chmod(0o755)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return False
-        old = None
-        if self.target.exists():
-            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
-            os.replace(self.target, old)
-        os.replace(self.tmp, self.target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return False
 
 
 class BiEncoder(torch.nn.Module):

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optio
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from .encoder import BiEncoder
+from ..models.encoder import BiEncoder
 
 Tensor = torch.Tensor
 SIMILARITIES = ("cosine", "dot")

@@ -1,0 +1,42 @@
+"""Thin typer commands over the library: ``python -m spacy_pel <command> --help``.
+
+Each module here parses arguments, calls one library function and prints its result; tests call the
+library functions directly. The old entry points (``python -m spacy_pel.build_kb`` …) run the same
+commands.
+"""
+from __future__ import annotations
+
+import typer
+
+from . import (
+    aliases,
+    build_kb,
+    calibrate,
+    convert,
+    discover,
+    evaluate,
+    okb,
+    train,
+    train_e2e,
+    train_spans,
+    visualize,
+)
+
+COMMANDS = {
+    "convert": convert,
+    "build-kb": build_kb,
+    "train": train,
+    "train-e2e": train_e2e,
+    "train-spans": train_spans,
+    "aliases": aliases,
+    "evaluate": evaluate,
+    "calibrate": calibrate,
+    "okb": okb,
+    "discover": discover,
+    "visualize": visualize,
+}
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
+for _name, _module in COMMANDS.items():
+    _info = _module.app.registered_commands[0]  # each module's app holds its one command
+    app.command(_name, context_settings=_info.context_settings, help=_module.app.info.help)(_info.callback)

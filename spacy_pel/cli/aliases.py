@@ -1,0 +1,27 @@
+"""``python -m spacy_pel aliases``: the command line over :mod:`spacy_pel.pipeline.aliases`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import spacy
+import typer
+
+from ..corpora import read_docbin
+from ..pipeline.aliases import __doc__ as LIBRARY_DOC
+from ..pipeline.aliases import mention_counts, write_aliases
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+def main(
+    corpora: List[Path] = typer.Argument(..., help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy)"),
+    output: Path = typer.Option(..., "--output", "-o", help="aliases JSON to write"),
+):
+    """Count each gold mention's surface form per entity id; the pel_linker's `aliases` setting reads it."""
+    nlp = spacy.blank("en")
+    docs = [d for c in corpora for d in read_docbin(nlp, c)]
+    counts = mention_counts(docs)
+    write_aliases(counts, output)
+    typer.echo(f"{len(counts)} surface forms from {len(docs)} docs → {output}")

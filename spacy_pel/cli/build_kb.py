@@ -1,0 +1,35 @@
+"""``python -m spacy_pel build_kb``: the command line over :mod:`spacy_pel.retrieval.build`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..kb import READERS
+from ..models.encoder import DEFAULT_ENCODER
+from ..retrieval.build import __doc__ as LIBRARY_DOC
+from ..retrieval.build import build_kb
+from ..retrieval.index import INDEX_KINDS
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+def main(
+    kb: Path = typer.Option(None, "--kb", help="KB file (for --format mesh: the folder with both MeSH TSVs)"),
+    output: Path = typer.Option(..., "--output", "-o", help="KB folder to write (or extend, with --add)"),
+    format: str = typer.Option("jsonl", "--format", "-f", help=f"KB format: {', '.join(READERS)}"),
+    encoder: str = typer.Option(DEFAULT_ENCODER, "--encoder", help="Encoder folder or Hugging Face name/path"),
+    index: str = typer.Option("flat", "--index", help=f"FAISS index: {' or '.join(INDEX_KINDS)} (exact / approximate)"),
+    add: Optional[Path] = typer.Option(None, "--add", help="Append this KB file's entities to the KB at --output"),
+    batch_size: int = typer.Option(128, "--batch-size"),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16 (bf16 is slower on CPUs without bf16 units)"),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
+):
+    """Encode every entity of a KB file and write an entity index folder."""
+    if add is None and kb is None:
+        raise typer.BadParameter("give --kb FILE (or --add FILE to extend an existing KB)")
+    report = build_kb(kb, output, format, encoder, index, add, batch_size, precision, device)
+    typer.echo(json.dumps(report, indent=2))

@@ -1,0 +1,24 @@
+"""``python -m spacy_pel calibrate``: the command line over :mod:`spacy_pel.evaluation.nil`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..evaluation.nil import __doc__ as LIBRARY_DOC
+from ..evaluation.nil import calibrate
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+def main(
+    pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),
+    corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev)"),
+    output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve"),
+):
+    """Pick the NIL threshold with the best NIL F1 and write it into the pipeline's config."""
+    typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot), indent=2))

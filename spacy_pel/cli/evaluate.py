@@ -1,0 +1,60 @@
+"""``python -m spacy_pel evaluate``: the command line over :mod:`spacy_pel.evaluation.linking`."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from spacy.tokens import Doc
+from tqdm.auto import tqdm
+
+from ..corpora import corpus_ids, read_docbin
+from ..evaluation.linking import __doc__ as LIBRARY_DOC
+from ..evaluation.linking import e2e_metrics, evaluate, markdown
+from ..pipeline.linker import load_pipeline
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+def main(
+    corpus: Path = typer.Argument(..., help="Gold .spacy corpus (from spacy_pel.convert)"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
+    train: Optional[Path] = typer.Option(None, "--train", help="Training corpus, for seen/unseen figures"),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="NIL threshold (default: the pipeline's)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report here"),
+    md: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown table here"),
+    title: str = typer.Option("spacy_pel evaluation", "--title"),
+    e2e: bool = typer.Option(False, "--e2e", help="Run the pipeline on the raw text (find_spans) and score strict/partial P/R/F1"),
+):
+    """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
+    if pipeline is None and kb is None:
+        raise typer.BadParameter("give --pipeline or --kb")
+    nlp, linker = load_pipeline(pipeline, kb, encoder)
+    docs = read_docbin(nlp, corpus)
+    if e2e:
+        raw = [Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in docs]
+        t0 = time.perf_counter()
+        predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents"))
+        seconds = time.perf_counter() - t0
+        report = {**e2e_metrics(predicted, docs), "docs": len(docs), "seconds": round(seconds, 1),
+                  "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
+        text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
+                + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "partial"))
+                + f"\n{report['docs']} documents, {report['seconds']} s, {report['predicted_mentions_per_s']} predicted mentions/s\n")
+    else:
+        train_ids = corpus_ids(read_docbin(nlp, train)) if train else None
+        report = evaluate(linker, docs, train_ids, threshold, progress=True)
+        report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
+        text = markdown(report, title)
+    typer.echo(text)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2), encoding="utf8")
+    if md:
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(text, encoding="utf8")

@@ -1,0 +1,27 @@
+"""``python -m spacy_pel train_e2e``: the command line over :mod:`spacy_pel.training.joint`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from spacy.cli._util import (
+    parse_config_overrides,  # spaCy's own --section.key value parser
+)
+
+from ..training.joint import __doc__ as LIBRARY_DOC
+from ..training.joint import train_e2e
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def main(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., help="Training config (configs/train_e2e.cfg)"),
+    output: Path = typer.Option(..., "--output", "-o", help="Output folder: best/ (encoder + span scorer), last/"),
+):
+    """Jointly train the mention transformer, span scorer and linking. Overrides: --training.max_steps 50."""
+    overrides = parse_config_overrides(ctx.args)
+    state = train_e2e(config, output, overrides)
+    typer.echo(json.dumps({k: state[k] for k in ("step", "best", "best_step", "train_seconds", "span_report")}, indent=2))

@@ -1,0 +1,33 @@
+"""``python -m spacy_pel visualize``: the command line over :mod:`spacy_pel.evaluation.visualize`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..corpora import read_docbin
+from ..evaluation.visualize import MESH_URL, link_docs, render
+from ..evaluation.visualize import __doc__ as LIBRARY_DOC
+from ..pipeline.linker import load_pipeline
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+def main(
+    corpus: Path = typer.Argument(..., help=".spacy corpus whose entities are linked"),
+    output: Path = typer.Argument(..., help="HTML file to write"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="Saved pipeline with pel_linker"),
+    kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
+    limit: int = typer.Option(10, "--limit", help="How many documents to render"),
+    url_template: str = typer.Option(MESH_URL, "--url-template", help="KB link, {} is the id"),
+):
+    """Link the entities of the first --limit documents and render them with KB links."""
+    if pipeline is None and kb is None:
+        raise typer.BadParameter("give --pipeline or --kb")
+    nlp, _ = load_pipeline(pipeline, kb)
+    docs = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(render(docs, url_template), encoding="utf8")
+    typer.echo(f"wrote {output} ({len(docs)} documents)")

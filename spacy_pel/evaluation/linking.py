@@ -1,0 +1,160 @@
+"""Retrieval and NIL metrics for a ``pel_linker`` over a gold corpus (``python -m spacy_pel.evaluate``).
+
+Every gold mention falls in one of three groups, reported separately and never dropped:
+
+* ``in_kb``: a gold id is in the KB — recall@k (k = 1, 2, 4, … 64) is measured on these, split into
+  seen / unseen by whether a gold id occurs in the training corpus;
+* ``absent``: the gold ids are real ids the KB lacks (e.g. retired MeSH records) — unretrievable;
+  ``recall@k (all linkable)`` counts them as misses;
+* ``nil``: gold ``NIL`` — used for NIL precision / recall / F1 (with the component's threshold) and
+  the threshold-free NIL average precision.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from spacy.tokens import Doc, Span
+from tqdm.auto import tqdm
+
+from ..corpora import GOLD_KEY, NIL, gold_ids, gold_spans
+from ..pipeline.linker import PELLinker
+from .metrics import average_precision, prf
+
+KS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def mention_table(
+    linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), batch_size: int = 64, progress: bool = False
+):
+    """Link the gold mentions of ``docs``; returns rows (gold ids, candidate ids, scores) and seconds."""
+    copies = []
+    for doc in docs:
+        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy.spans[GOLD_KEY] = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
+        copies.append(copy)
+    key = linker.spans_key
+    linker.spans_key = GOLD_KEY
+    try:
+        linker._ready()
+        t0 = time.perf_counter()
+        predictions = []
+        for i in tqdm(range(0, len(copies), batch_size), desc="linking", unit=" batch", disable=not progress):
+            predictions.extend(linker.predict(copies[i : i + batch_size], k=k))
+        seconds = time.perf_counter() - t0
+    finally:
+        linker.spans_key = key
+    entities = linker.index.entities
+    rows = []
+    for doc, (_, scores, idx) in zip(docs, predictions):
+        for span, s, r in zip(gold_spans(doc), scores, idx):
+            rows.append((gold_ids(span.kb_id_), [entities[j].id if j >= 0 else None for j in r], s))
+    return rows, seconds
+
+
+def evaluate(
+    linker: PELLinker,
+    docs: Sequence[Doc],
+    train_ids: Optional[set] = None,
+    threshold: Optional[float] = None,
+    progress: bool = False,
+) -> dict:
+    """Metrics of ``linker`` on the gold mentions of ``docs`` (see the module doc)."""
+    rows, seconds = mention_table(linker, docs, progress=progress)
+    threshold = linker.threshold if threshold is None else threshold
+    return metrics(rows, seconds, linker.index.row, train_ids, threshold)
+
+
+def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, threshold: Optional[float] = None) -> dict:
+    """Metrics from :func:`mention_table` rows; ``kb_ids`` is the set (or dict) of ids in the KB."""
+    groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
+    ranks = np.full(len(rows), np.inf)
+    top = np.zeros(len(rows))
+    for n, (gold, cands, scores) in enumerate(rows):
+        top[n] = scores[0] if len(scores) else -np.inf
+        if gold == [NIL]:
+            groups["nil"].append(n)
+            continue
+        if not any(g in kb_ids for g in gold):
+            groups["absent"].append(n)
+            continue
+        groups["in_kb"].append(n)
+        if train_ids is not None:
+            groups["seen" if any(g in train_ids for g in gold) else "unseen"].append(n)
+        hit = [r for r, c in enumerate(cands) if c in gold]
+        ranks[n] = hit[0] + 1 if hit else np.inf
+
+    def recall(idx: List[int]) -> Dict[str, float]:
+        if not idx:
+            return {}
+        r = ranks[idx]
+        return {f"R@{k}": round(float((r <= k).mean()), 4) for k in KS}
+
+    linkable = groups["in_kb"] + groups["absent"]
+    is_nil = np.array([g == [NIL] for g, _, _ in rows], dtype=bool)
+    pred_nil = top < threshold if threshold is not None else np.zeros(len(rows), bool)
+    correct = np.where(is_nil, pred_nil, (ranks <= 1) & ~pred_nil)
+    report = {
+        "mentions": len(rows),
+        "counts": {k: len(v) for k, v in groups.items() if k not in ("seen", "unseen") or train_ids is not None},
+        "recall_in_kb": recall(groups["in_kb"]),
+        "recall_all_linkable": recall(linkable),
+        "threshold": threshold,
+        "accuracy_with_nil": round(float(correct.mean()), 4) if len(rows) else 0.0,
+        "nil": {
+            **prf(int((pred_nil & is_nil).sum()), int(pred_nil.sum()), int(is_nil.sum())),
+            "average_precision": round(average_precision(is_nil.astype(int), -top), 4) if is_nil.any() else None,
+        },
+        "seconds": round(seconds, 2),
+        "mentions_per_s": round(len(rows) / seconds, 1) if seconds else None,
+    }
+    if train_ids is not None:
+        report["recall_seen"] = recall(groups["seen"])
+        report["recall_unseen"] = recall(groups["unseen"])
+    return report
+
+
+def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc]) -> dict:
+    """End-to-end micro P/R/F1: strict (same span, right id) and partial (overlapping span, right id;
+    each gold mention matched at most once). NIL gold mentions and NIL predictions are left out."""
+    tp_strict = tp_partial = n_pred = n_gold = 0
+    for pred_doc, gold_doc in zip(predicted, gold):
+        golds = [(s.start, s.end, set(gold_ids(s.kb_id_))) for s in gold_spans(gold_doc) if s.kb_id_ != NIL]
+        preds = [(s.start, s.end, s.kb_id_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+        n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
+        tp_strict += sum(1 for a, b, i in preds if any(a == x and b == y and i in ids for x, y, ids in golds))
+        used = set()
+        for a, b, i in preds:
+            for g, (x, y, ids) in enumerate(golds):
+                if g not in used and a < y and x < b and i in ids:
+                    used.add(g)
+                    tp_partial += 1
+                    break
+    return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
+            "predicted": n_pred, "gold": n_gold}
+
+
+def markdown(report: dict, title: str = "spacy_pel evaluation") -> str:
+    lines = [f"## {title}", "", "| subset | mentions | " + " | ".join(f"R@{k}" for k in KS) + " |"]
+    lines.append("|---|---:|" + "---:|" * len(KS))
+    c = report["counts"]
+    for name, key, n in [
+        ("gold id in KB", "recall_in_kb", c["in_kb"]),
+        ("seen in training", "recall_seen", c.get("seen")),
+        ("unseen (zero-shot)", "recall_unseen", c.get("unseen")),
+        ("all linkable (absent ids = miss)", "recall_all_linkable", c["in_kb"] + c["absent"]),
+    ]:
+        if report.get(key):
+            lines.append(f"| {name} | {n} | " + " | ".join(f"{report[key][f'R@{k}']:.3f}" for k in KS) + " |")
+    nil = report["nil"]
+    lines += [
+        "",
+        f"- mentions: {report['mentions']} (in KB {c['in_kb']}, gold id absent from KB {c['absent']}, NIL {c['nil']})",
+        f"- NIL threshold: {report['threshold']}; NIL P/R/F1: {nil['p']:.3f} / {nil['r']:.3f} / {nil['f']:.3f}; "
+        f"NIL average precision: {nil['average_precision']}",
+        f"- accuracy over all mentions, NIL included: {report['accuracy_with_nil']:.3f}",
+        f"- linking speed: {report['mentions_per_s']} mentions/s ({report['seconds']} s)",
+        "",
+    ]
+    return "\n".join(lines)

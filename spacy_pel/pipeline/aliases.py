@@ -1,0 +1,108 @@
+"""Exact-match alias table: a mention whose text is a known name is linked among that name's entities.
+
+Two sources of names, both keyed by :func:`normalize` (case-folded, punctuation runs → one space):
+
+* the KB's own names and synonyms (every entity of the index, built in memory when the linker loads);
+* surface forms seen in annotated text (``python -m spacy_pel.aliases TRAIN.spacy -o aliases.json``):
+  ``{surface: {entity id: count}}``, saved with the pipeline.
+
+:meth:`AliasTable.restrict` decides per mention: a surface form seen in annotated text → its most frequent
+entity (ties by bi-encoder score); else a KB name → the name's entity with the best bi-encoder score;
+else nothing, and the bi-encoder's ranking stands. This is the alias-table baseline of scispaCy-style
+linkers combined with the retriever, which ranks everything the table does not decide.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ..corpora import gold_ids, gold_spans
+from ..files import atomic_write
+from ..retrieval.index import EntityIndex
+
+PathLike = Union[str, Path]
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalize(text: str) -> str:
+    """The lookup key of a surface form: case-folded, runs of punctuation/space → one space."""
+    return _NON_WORD.sub(" ", text.casefold()).strip()
+
+
+def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
+    """``{normalized surface: {entity id: count}}`` over the gold mentions of annotated docs
+    (composite ids ``A|B`` count for each part; NIL mentions are left out)."""
+    counts: Dict[str, Counter] = defaultdict(Counter)
+    for doc in docs:
+        for span in gold_spans(doc):
+            key = normalize(span.text)
+            ids = [i for i in gold_ids(span.kb_id_) if i != nil_label]
+            if key and ids:
+                counts[key].update(ids)
+    return {k: dict(v) for k, v in sorted(counts.items())}
+
+
+class AliasTable:
+    def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None):
+        self.index = index
+        names: Dict[str, List[int]] = defaultdict(list)
+        for row, entity in enumerate(index.entities):
+            for name in {normalize(n) for n in (entity.name, *entity.aliases)}:
+                if name:
+                    names[name].append(row)
+        self.names = dict(names)
+        # surface → [(row, count)] restricted to ids the KB has
+        self.seen: Dict[str, List[tuple]] = {}
+        for key, ids in (mentions or {}).items():
+            rows = [(index.row[i], c) for i, c in ids.items() if i in index.row]
+            if rows:
+                self.seen[key] = rows
+
+    def candidates(self, text: str) -> Optional[List[int]]:
+        """KB rows the table allows for this surface form (most frequent in annotated text first), or None."""
+        key = normalize(text)
+        if key in self.seen:
+            best = max(c for _, c in self.seen[key])
+            return [r for r, c in self.seen[key] if c == best]
+        return self.names.get(key)
+
+    def restrict(self, texts: Sequence[str], vectors: np.ndarray, scores: np.ndarray, rows: np.ndarray):
+        """Re-rank retrieved ``(scores, rows)`` (``[n, k]``, best first): where the table knows a
+        mention's text, its best-scoring allowed entity goes first with its own bi-encoder score and
+        the other candidates follow in retrieval order (the last one drops off)."""
+        scores, rows = scores.copy(), rows.copy()
+        table, k = self.index.embeddings, rows.shape[1]
+        for i, text in enumerate(texts):
+            allowed = self.candidates(text)
+            if not allowed:
+                continue
+            allowed_scores = table[allowed].astype(np.float32) @ vectors[i].astype(np.float32)
+            j = int(np.argmax(allowed_scores))
+            best_row, best_score = allowed[j], float(allowed_scores[j])
+            keep = rows[i] != best_row
+            rest_r, rest_s = rows[i][keep], scores[i][keep]
+            rows[i] = np.concatenate([[best_row], rest_r])[:k]
+            scores[i] = np.concatenate([[best_score], rest_s])[:k]
+        return scores, rows
+
+
+def write_aliases(counts: Dict[str, Dict[str, int]], path: PathLike) -> None:
+    """Write the surface → id counts as JSON, atomically."""
+    text = json.dumps(counts, ensure_ascii=False, indent=0)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf8"))
+
+
+def read_aliases(path: PathLike) -> Dict[str, Dict[str, int]]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{path}: expected {{surface: {{entity id: count}}}}")
+    return data
