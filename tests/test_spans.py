@@ -5,19 +5,21 @@ import spacy
 import torch
 
 from spacy_pel.models.doc_encoder import (
-    SpanScorer,
     align_wordpieces,
     chunk_windows,
     encode_docs,
     enumerate_doc_spans,
     enumerate_spans,
-    greedy_non_overlapping,
-    load_span_scorer,
-    save_span_scorer,
     span_link_vectors,
     span_means,
 )
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.span_scorer import (
+    SpanScorer,
+    greedy_non_overlapping,
+    load_span_scorer,
+    save_span_scorer,
+)
 
 TEXT = "Lithium carbonate-induced atrial flutter was treated with aspirin and warfarin daily. "
 

@@ -6,8 +6,8 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.models.doc_encoder import load_span_scorer
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.span_scorer import load_span_scorer
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training.joint import DocExample, E2ETrainer, train_e2e
 from spacy_pel.training.retriever import load_config

@@ -8,9 +8,7 @@ import spacy
 import typer
 
 from ..corpora import read_docbin
-from ..models.doc_encoder import (
-    MAX_SPAN_LEN,
-)
+from ..models.doc_encoder import MAX_SPAN_LEN
 from ..models.encoder import BiEncoder
 from ..training.span_scorer import __doc__ as LIBRARY_DOC
 from ..training.span_scorer import train_span_scorer

@@ -18,22 +18,17 @@ A trained :class:`SpanScorer` is saved as ``NAME.safetensors`` plus ``NAME.json`
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
-from ..files import atomic_write
 from .encoder import BiEncoder
 
 PathLike = Union[str, Path]
 MAX_PIECES = 510  # word pieces per window; + [CLS] and [SEP] = BERT's 512 positions
 MAX_SPAN_LEN = 10  # SPEC's L
-SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
-SPAN_SCORER_VERSION = 1
 
 
 # ---------------------------------------------------------------------------- word pieces
@@ -257,21 +252,21 @@ def enumerate_doc_spans(
     return starts[keep], ends[keep]
 
 
-def _as_index(x, device: torch.device) -> torch.Tensor:
+def as_index(x, device: torch.device) -> torch.Tensor:
     """An int64 tensor on ``device`` from a numpy array, list or tensor."""
     if isinstance(x, torch.Tensor):
         return x.to(device=device, dtype=torch.long)
     return torch.as_tensor(np.asarray(x, dtype=np.int64), device=device)
 
 
-def _check_spans(n: int, starts: torch.Tensor, ends: torch.Tensor) -> None:
+def check_spans(n: int, starts: torch.Tensor, ends: torch.Tensor) -> None:
     if starts.shape != ends.shape or starts.dim() != 1:
         raise ValueError("starts and ends must be 1-d and of the same length")
     if len(starts) and (bool((starts < 0).any()) or bool((ends > n).any()) or bool((ends <= starts).any())):
         raise ValueError(f"spans must satisfy 0 <= start < end <= {n}")
 
 
-def _prefix_sum(x: torch.Tensor) -> torch.Tensor:
+def prefix_sum(x: torch.Tensor) -> torch.Tensor:
     """Cumulative sum along dim 0 with a leading zero row, in float64 so long documents stay exact."""
     c = torch.cumsum(x.to(torch.float64), dim=0)
     return torch.cat([torch.zeros_like(c[:1]), c])
@@ -279,9 +274,9 @@ def _prefix_sum(x: torch.Tensor) -> torch.Tensor:
 
 def span_means(H: torch.Tensor, starts, ends) -> torch.Tensor:
     """Mean of ``H[start:end]`` for every span, ``[S, hidden]``, via one cumulative sum."""
-    st, en = _as_index(starts, H.device), _as_index(ends, H.device)
-    _check_spans(H.shape[0], st, en)
-    c = _prefix_sum(H)
+    st, en = as_index(starts, H.device), as_index(ends, H.device)
+    check_spans(H.shape[0], st, en)
+    c = prefix_sum(H)
     sums = c[en] - c[st]
     return (sums / (en - st).unsqueeze(1).to(sums.dtype)).to(H.dtype)
 
@@ -289,90 +284,3 @@ def span_means(H: torch.Tensor, starts, ends) -> torch.Tensor:
 def span_link_vectors(encoder: BiEncoder, H: torch.Tensor, starts, ends) -> torch.Tensor:
     """Span vectors for linking: :func:`span_means`, normalised as the encoder's similarity asks."""
     return encoder._finish(span_means(H, starts, ends))
-
-
-class SpanScorer(torch.nn.Module):
-    """``logit(i, j) = w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q + b`` with ``j = end - 1``.
-
-    The single bias ``b`` lives on ``w_s``; ``w_e`` and ``w_m`` have none.
-    """
-
-    def __init__(self, hidden_size: int):
-        super().__init__()
-        if hidden_size < 1:
-            raise ValueError(f"hidden_size must be positive, not {hidden_size}")
-        self.hidden_size = int(hidden_size)
-        self.w_s = torch.nn.Linear(hidden_size, 1)
-        self.w_e = torch.nn.Linear(hidden_size, 1, bias=False)
-        self.w_m = torch.nn.Linear(hidden_size, 1, bias=False)
-
-    def forward(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
-        """Span logits ``[S]`` for the token vectors ``H [n, hidden]`` and spans ``[start, end)``."""
-        st, en = _as_index(starts, H.device), _as_index(ends, H.device)
-        _check_spans(H.shape[0], st, en)
-        s = self.w_s(H).squeeze(-1)
-        e = self.w_e(H).squeeze(-1)
-        m = _prefix_sum(self.w_m(H).squeeze(-1))
-        inside = (m[en] - m[st]).to(s.dtype)
-        return s[st] + e[en - 1] + inside
-
-    def probs(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
-        """``p(m | (i, j)) = σ(logit)``."""
-        return torch.sigmoid(self.forward(H, starts, ends))
-
-
-def greedy_non_overlapping(starts, ends, scores) -> List[int]:
-    """Indices of the spans kept greedily by descending score, skipping any span that overlaps an
-    already kept one. Ties go to the earlier index; the result is in document order (start, end).
-    """
-    st = np.asarray(starts, dtype=np.int64)
-    en = np.asarray(ends, dtype=np.int64)
-    sc = scores.detach().float().cpu().numpy() if isinstance(scores, torch.Tensor) else np.asarray(scores)
-    if not (len(st) == len(en) == len(sc)):
-        raise ValueError("starts, ends and scores must have the same length")
-    if len(st) == 0:
-        return []
-    taken = np.zeros(int(en.max()), dtype=bool)
-    kept: List[int] = []
-    for k in np.argsort(-sc, kind="stable"):
-        if not taken[st[k] : en[k]].any():
-            taken[st[k] : en[k]] = True
-            kept.append(int(k))
-    kept.sort(key=lambda k: (int(st[k]), int(en[k])))
-    return kept
-
-
-# ---------------------------------------------------------------------------- saving
-def _meta_path(path: Path) -> Path:
-    return path.with_suffix(".json")
-
-
-def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
-    """Write ``path`` (safetensors weights) and ``path`` with suffix ``.json`` (hidden size)."""
-    path = Path(path)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
-    meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size}
-    atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
-    atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
-
-
-def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
-    """Read a :class:`SpanScorer` written by :func:`save_span_scorer`."""
-    path = Path(path)
-    meta_path = _meta_path(path)
-    for p in (path, meta_path):
-        if not p.exists():
-            raise FileNotFoundError(f"span scorer file missing: {p}")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf8"))
-        hidden = int(meta["hidden_size"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{meta_path}: not a span scorer description ({err})") from err
-    if meta.get("format") != SPAN_SCORER_FORMAT:
-        raise ValueError(f"{meta_path}: format is {meta.get('format')!r}, expected {SPAN_SCORER_FORMAT!r}")
-    scorer = SpanScorer(hidden)
-    try:
-        scorer.load_state_dict(load_file(str(path), device=device))
-    except RuntimeError as err:
-        raise ValueError(f"{path}: weights do not fit a span scorer of hidden size {hidden} ({err})") from err
-    return scorer.to(device)

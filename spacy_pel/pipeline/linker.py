@@ -28,16 +28,14 @@ from spacy.util import minibatch
 from spacy.vocab import Vocab
 
 from ..corpora import NIL
-from ..models.doc_encoder import (
+from ..models.doc_encoder import encode_docs, enumerate_doc_spans, span_link_vectors
+from ..models.encoder import BiEncoder, Mention
+from ..models.span_scorer import (
     SpanScorer,
-    encode_docs,
-    enumerate_doc_spans,
     greedy_non_overlapping,
     load_span_scorer,
     save_span_scorer,
-    span_link_vectors,
 )
-from ..models.encoder import BiEncoder, Mention
 from ..retrieval.index import EntityIndex
 from .abbreviations import short_form_links
 from .aliases import AliasTable, read_aliases, write_aliases

@@ -35,16 +35,8 @@ from ..evaluation.metrics import prf
 from ..retrieval.index import EntityIndex
 from ..training.losses import LOSSES, make_loss
 from ..training.negatives import HardNegativeMiner
-from ..models.doc_encoder import (
-    SpanScorer,
-    encode_docs,
-    enumerate_doc_spans,
-    greedy_non_overlapping,
-    load_span_scorer,
-    save_span_scorer,
-    span_link_vectors,
-    span_means,
-)
+from ..models.doc_encoder import encode_docs, enumerate_doc_spans, span_link_vectors, span_means
+from ..models.span_scorer import SpanScorer, greedy_non_overlapping, load_span_scorer, save_span_scorer
 from ..training.retriever import linear_schedule, load_checkpoint, run_config, save_checkpoint, whole_kb_scores
 
 SCORER_FILE = "span_scorer.safetensors"

@@ -21,14 +21,8 @@ from tqdm.auto import tqdm
 
 from ..models.encoder import BiEncoder
 from ..corpora import gold_spans
-from ..models.doc_encoder import (
-    MAX_SPAN_LEN,
-    SpanScorer,
-    encode_docs,
-    enumerate_doc_spans,
-    greedy_non_overlapping,
-    save_span_scorer,
-)
+from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
+from ..models.span_scorer import SpanScorer, greedy_non_overlapping, save_span_scorer
 
 
 def span_examples(encoder: BiEncoder, docs, max_len: int) -> Tuple[list, dict]:

@@ -1,0 +1,120 @@
+"""The span scorer of the end-to-end model (SPEC §2) and span selection.
+
+``p(m | (i, j)) = σ(w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q)`` over the token vectors of one document
+pass (:mod:`spacy_pel.models.doc_encoder`); :func:`select_spans` keeps the spans above a threshold,
+overlaps resolved greedily by score — the one rule the linker and both trainers use.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Union
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..files import atomic_write
+from .doc_encoder import as_index, check_spans, prefix_sum
+
+PathLike = Union[str, Path]
+SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
+SPAN_SCORER_VERSION = 1
+
+
+class SpanScorer(torch.nn.Module):
+    """``logit(i, j) = w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q + b`` with ``j = end - 1``.
+
+    The single bias ``b`` lives on ``w_s``; ``w_e`` and ``w_m`` have none.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        if hidden_size < 1:
+            raise ValueError(f"hidden_size must be positive, not {hidden_size}")
+        self.hidden_size = int(hidden_size)
+        self.w_s = torch.nn.Linear(hidden_size, 1)
+        self.w_e = torch.nn.Linear(hidden_size, 1, bias=False)
+        self.w_m = torch.nn.Linear(hidden_size, 1, bias=False)
+
+    def forward(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
+        """Span logits ``[S]`` for the token vectors ``H [n, hidden]`` and spans ``[start, end)``."""
+        st, en = as_index(starts, H.device), as_index(ends, H.device)
+        check_spans(H.shape[0], st, en)
+        s = self.w_s(H).squeeze(-1)
+        e = self.w_e(H).squeeze(-1)
+        m = prefix_sum(self.w_m(H).squeeze(-1))
+        inside = (m[en] - m[st]).to(s.dtype)
+        return s[st] + e[en - 1] + inside
+
+    def probs(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
+        """``p(m | (i, j)) = σ(logit)``."""
+        return torch.sigmoid(self.forward(H, starts, ends))
+
+
+def greedy_non_overlapping(starts, ends, scores) -> List[int]:
+    """Indices of the spans kept greedily by descending score, skipping any span that overlaps an
+    already kept one. Ties go to the earlier index; the result is in document order (start, end).
+    """
+    st = np.asarray(starts, dtype=np.int64)
+    en = np.asarray(ends, dtype=np.int64)
+    sc = scores.detach().float().cpu().numpy() if isinstance(scores, torch.Tensor) else np.asarray(scores)
+    if not (len(st) == len(en) == len(sc)):
+        raise ValueError("starts, ends and scores must have the same length")
+    if len(st) == 0:
+        return []
+    taken = np.zeros(int(en.max()), dtype=bool)
+    kept: List[int] = []
+    for k in np.argsort(-sc, kind="stable"):
+        if not taken[st[k] : en[k]].any():
+            taken[st[k] : en[k]] = True
+            kept.append(int(k))
+    kept.sort(key=lambda k: (int(st[k]), int(en[k])))
+    return kept
+
+
+def select_spans(starts, ends, probs, threshold: float) -> np.ndarray:
+    """Indices (into ``starts``/``ends``/``probs``) of the spans with probability above ``threshold``,
+    overlaps resolved by :func:`greedy_non_overlapping`; in document order."""
+    probs = probs.detach().float().cpu().numpy() if isinstance(probs, torch.Tensor) else np.asarray(probs)
+    keep = np.flatnonzero(probs > threshold)
+    if len(keep) == 0:
+        return keep
+    chosen = greedy_non_overlapping(np.asarray(starts)[keep], np.asarray(ends)[keep], probs[keep])
+    return keep[chosen]
+
+
+# ---------------------------------------------------------------------------- saving
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
+    """Write ``path`` (safetensors weights) and ``path`` with suffix ``.json`` (hidden size)."""
+    path = Path(path)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
+    meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size}
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
+    atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
+
+
+def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
+    """Read a :class:`SpanScorer` written by :func:`save_span_scorer`."""
+    path = Path(path)
+    meta_path = _meta_path(path)
+    for p in (path, meta_path):
+        if not p.exists():
+            raise FileNotFoundError(f"span scorer file missing: {p}")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf8"))
+        hidden = int(meta["hidden_size"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{meta_path}: not a span scorer description ({err})") from err
+    if meta.get("format") != SPAN_SCORER_FORMAT:
+        raise ValueError(f"{meta_path}: format is {meta.get('format')!r}, expected {SPAN_SCORER_FORMAT!r}")
+    scorer = SpanScorer(hidden)
+    try:
+        scorer.load_state_dict(load_file(str(path), device=device))
+    except RuntimeError as err:
+        raise ValueError(f"{path}: weights do not fit a span scorer of hidden size {hidden} ({err})") from err
+    return scorer.to(device)
