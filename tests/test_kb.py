@@ -38,7 +38,16 @@ def test_jsonl_errors_name_file_and_line(tmp_path, bad, fragment):
 
 def test_mesh_reader_on_real_files(tmp_path):
     desc = shared("mesh", "mesh_id_label_mappings.tsv").read_text(encoding="utf8").splitlines()[:300]
-    supp = shared("mesh", "mesh_supp_id_label_mappings.tsv").read_text(encoding="utf8").splitlines()[:300]
+    read = {line.split("\t")[0] for line in desc}
+    # supplementary records chosen so that each inheritance case occurs: all their descriptors read,
+    # none read, some read (these map to several descriptors)
+    all_in, none_in, some_in = [], [], []
+    for line in shared("mesh", "mesh_supp_id_label_mappings.tsv").read_text(encoding="utf8").splitlines():
+        mapped = [m.strip().lstrip("*") for m in line.split("\t")[-1].split(",") if m.strip()]
+        group = all_in if all(m in read for m in mapped) else some_in if any(m in read for m in mapped) else none_in
+        group.append(line)
+    supp = all_in[:150] + none_in[:100] + some_in[:50]
+    assert len(supp) == 300
     folder = tmp_path / "mesh"
     folder.mkdir()
     (folder / "mesh_id_label_mappings.tsv").write_text("\n".join(desc) + "\n", encoding="utf8")
@@ -50,8 +59,17 @@ def test_mesh_reader_on_real_files(tmp_path):
     assert temefos.types == ["Chemicals and Drugs"]
     assert temefos.extra["tree_numbers"][0] == "D02.705.400.625.800"
     # supplementary records inherit the branches of the descriptors they map to, when those are read
-    mapped = [e for e in entities.values() if e.id.startswith("C") and e.extra["mapped_to"][0] in entities]
-    assert all(e.types == entities[e.extra["mapped_to"][0]].types for e in mapped if len(e.extra["mapped_to"]) == 1)
+    supplementary = [e for e in entities.values() if e.id.startswith("C")]
+    assert len(supplementary) == 300
+    inherited = 0
+    for e in supplementary:
+        expected = []
+        for d in e.extra["mapped_to"]:
+            expected += [t for t in entities[d].types if t not in expected] if d in entities else []
+        assert e.types == expected, e.id
+        inherited += bool(expected)
+    assert inherited == 200  # the all-read and some-read groups inherit; the none-read ones have no type
+    assert sum(len(e.extra["mapped_to"]) > 1 and bool(e.types) for e in supplementary) == 50
 
 
 def test_mesh_errors(tmp_path):
