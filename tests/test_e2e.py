@@ -34,25 +34,77 @@ def test_e2e_metrics_strict_and_partial():
     assert m["partial"]["p"] == pytest.approx(2 / 3, abs=1e-3) and m["partial"]["r"] == 1.0
 
 
+def test_e2e_metrics_nil_composite_ids_and_one_match_per_gold():
+    nlp = spacy.blank("en")
+    # Lithium(0) carbonate(1) toxicity(2) caused(3) tricuspid(4) regurgitation(5) .(6)
+    gold = nlp.make_doc("Lithium carbonate toxicity caused tricuspid regurgitation .")
+    gold.spans[GOLD_KEY] = [Span(gold, 0, 2, label="X", kb_id="D1|D4"), Span(gold, 2, 3, label="X", kb_id="NIL"),
+                            Span(gold, 4, 6, label="X", kb_id="D2")]
+    pred = nlp.make_doc(gold.text)
+    pred.ents = [
+        Span(pred, 0, 1, label="X", kb_id="D4"),  # overlaps gold 0 and is one of its ids: partial hit
+        Span(pred, 1, 2, label="X", kb_id="D1"),  # overlaps gold 0 too, already matched: no second hit
+        Span(pred, 2, 3, label="X", kb_id="NIL"),  # NIL prediction: left out
+        Span(pred, 3, 4, label="X", kb_id="D5"),  # nothing there
+        Span(pred, 4, 6, label="X", kb_id="D2"),  # exact: strict and partial hit
+    ]
+    m = e2e_metrics([pred], [gold])
+    # 4 predictions and 2 gold mentions count; strict tp 1, partial tp 2
+    assert (m["predicted"], m["gold"]) == (4, 2)
+    assert m["strict"] == {"p": 0.25, "r": 0.5, "f": 0.3333}
+    assert m["partial"] == {"p": 0.5, "r": 1.0, "f": 0.6667}
+
+
+# entity → first KB type (conftest.KB_LINES): the label found spans take
+TYPE = {"D1": "Chemical", "D2": "Disease", "D3": "Disease", "D4": "Chemical", "D5": "Chemical"}
+EXPECTED = [  # (start, end, kb_id) of every mention of the three sentences of gold_docs
+    [(0, 2, "D1"), (4, 6, "D2")],
+    [(0, 2, "D3"), (3, 5, "D1")],
+    [(0, 1, "D4"), (2, 3, "D5")],
+]
+
+
+def found(doc):
+    return [(e.start, e.end, e.kb_id_, e.label_) for e in doc.ents]
+
+
 def test_train_span_scorer_and_find_spans(kb_dir, tiny_encoder_dir, tmp_path):
     nlp = spacy.blank("en")
     docs = gold_docs(nlp)
     encoder = BiEncoder.from_pretrained(tiny_encoder_dir)
     report = train_span_scorer(encoder, docs, docs, tmp_path / "spans", epochs=30, lr=0.05, progress=False)
     assert report["train"] == {"gold_spans": 24, "not_enumerable": 0}
-    assert report["dev_span_strict"]["f"] > 0.5  # a linear scorer can fit 3 repeated sentences
+    assert report["dev_span_strict"] == {"p": 1.0, "r": 1.0, "f": 1.0}  # a linear scorer fits 3 repeated sentences
+    config = {"kb": str(kb_dir), "find_spans": True, "span_threshold": report["threshold"],
+              "span_scorer": str(tmp_path / "spans" / "span_scorer.safetensors")}
+    # the bi-encoder alone: exactly the gold spans, each linked to its best candidate, labelled with its type
+    plain = spacy.blank("en")
+    plain.add_pipe("pel_linker", config=config)
+    reference = spacy.blank("en")  # the same spans linked from gold ents, one pass per doc
+    reference.add_pipe("pel_linker", config={"kb": str(kb_dir), "collective": True})
+    for doc in docs[:3]:
+        out = plain(plain.make_doc(doc.text))
+        assert [(e.start, e.end) for e in out.ents] == [(s.start, s.end) for s in doc.ents]
+        for e in out.ents:
+            assert e.kb_id_ == e._.pel_candidates[0][0] and e.label_ == TYPE[e.kb_id_]
+        ref = reference(doc.copy())
+        assert [[c[:2] for c in e._.pel_candidates] for e in out.ents] == [[c[:2] for c in e._.pel_candidates] for e in ref.ents]
+        assert [e._.pel_candidates[0][2] for e in out.ents] == pytest.approx([e._.pel_candidates[0][2] for e in ref.ents], abs=1e-4)
+    # with the KB names as aliases every found mention gets its right entity
     linker_nlp = spacy.blank("en")
-    linker_nlp.add_pipe(
-        "pel_linker",
-        config={"kb": str(kb_dir), "find_spans": True, "span_threshold": report["threshold"],
-                "span_scorer": str(tmp_path / "spans" / "span_scorer.safetensors")},
-    )
-    out = linker_nlp(linker_nlp.make_doc(docs[0].text))
-    assert len(out.ents) > 0 and all(e.kb_id_ for e in out.ents) and all(e._.pel_candidates for e in out.ents)
+    linker_nlp.add_pipe("pel_linker", config={**config, "alias_match": True})
+    expected = [[(a, b, k, TYPE[k]) for a, b, k in sentence] for sentence in EXPECTED]
+    outs = [linker_nlp(linker_nlp.make_doc(doc.text)) for doc in docs[:3]]
+    assert [found(d) for d in outs] == expected
     linker_nlp.to_disk(tmp_path / "pipe")
-    again = spacy.load(tmp_path / "pipe")(linker_nlp.make_doc(docs[0].text))
-    assert [(e.start, e.end, e.kb_id_, e.label_) for e in again.ents] == [(e.start, e.end, e.kb_id_, e.label_) for e in out.ents]
-    assert list(linker_nlp.pipe([linker_nlp.make_doc(""), linker_nlp.make_doc("word")]))
+    again = spacy.load(tmp_path / "pipe")
+    assert [found(again(again.make_doc(doc.text))) for doc in docs[:3]] == expected
+    # pipe: an empty doc and a one-word doc in the batch change nothing for the others
+    texts = ["", "word", *(doc.text for doc in docs[:3])]
+    piped = list(linker_nlp.pipe(linker_nlp.make_doc(t) for t in texts))
+    assert [len(d) for d in piped] == [0, 1, 7, 7, 6]
+    assert found(piped[0]) == [] and found(piped[1]) == found(linker_nlp(linker_nlp.make_doc("word")))
+    assert [found(d) for d in piped[2:]] == expected
 
 
 def test_null_span_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir, tiny_encoder_dir, tmp_path):
@@ -69,14 +121,21 @@ def test_null_span_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir
     report = train_span_scorer(encoder, docs, docs, tmp_path / "spans", epochs=30, lr=0.05, progress=False)
     pipe = spacy.blank("en")
     linker = pipe.add_pipe("pel_linker", config={"kb": str(kb_dir), "find_spans": True, "span_threshold": None,
+                                                 "alias_match": True,
                                                  "span_scorer": str(tmp_path / "spans" / "span_scorer.safetensors")})
     pipe(pipe.make_doc(docs[0].text))
     assert linker.span_threshold == report["threshold"]
     pipe.to_disk(tmp_path / "pipe")
     assert spacy.load(tmp_path / "pipe").get_pipe("pel_linker").span_threshold == report["threshold"]
+    # the pipeline finds and links the 24 gold mentions exactly (test above); in the gold corpus the 4
+    # "tricuspid regurgitation" mentions are cut to "tricuspid": strict misses them, partial does not
+    for doc in docs[::3]:
+        doc.spans[GOLD_KEY] = [Span(doc, 0, 2, label="X", kb_id="D1"), Span(doc, 4, 5, label="X", kb_id="D2")]
     write_docbin(docs, tmp_path / "gold.spacy")
     result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--pipeline", str(tmp_path / "pipe"), "--e2e",
                                       "--output", str(tmp_path / "e2e.json")])
     assert result.exit_code == 0, result.output
     out = json.loads((tmp_path / "e2e.json").read_text())
-    assert out["docs"] == len(docs) and out["gold"] == 24 and 0.0 <= out["strict"]["f"] <= out["partial"]["f"] <= 1.0
+    assert (out["docs"], out["gold"], out["predicted"]) == (12, 24, 24)
+    assert out["strict"] == {"p": 0.8333, "r": 0.8333, "f": 0.8333}  # 20 / 24
+    assert out["partial"] == {"p": 1.0, "r": 1.0, "f": 1.0}
