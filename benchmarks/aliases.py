@@ -4,8 +4,8 @@
 
 Rows: the alias table alone (the issue's bar: BC5CDR train surface forms, then exact MeSH names and
 synonyms; a mention no name matches gets no answer; ties between KB names go to the first KB row),
-the retriever alone, and the retriever with ``alias_match`` (KB names only, then KB names + train
-surface forms) and ``resolve_abbreviations``. The mention vectors are computed once (cached in training/bench/<name>_dev_vecs.npy)
+the retriever alone, and the retriever with the alias table rule (KB names only, then KB names + train
+surface forms) and the abbreviation rule. The mention vectors are computed once (cached in training/bench/<name>_dev_vecs.npy)
 and every row re-ranks the same top-64. Writes benchmarks/aliases/<name>.json and benchmarks/aliases.md.
 """
 import json
@@ -43,7 +43,7 @@ def main(encoder: Path = typer.Option(..., help="trained encoder folder (frozen 
     if cache.exists():
         vectors = np.load(cache)
     else:
-        vectors = linker.span_vectors(docs, spans)
+        vectors = linker.mention_vectors(docs, spans)
         np.save(cache, vectors)
     encode_s = time.perf_counter() - t0
     scores, rows = index.search(vectors, K)
@@ -70,7 +70,7 @@ def main(encoder: Path = typer.Option(..., help="trained encoder folder (frozen 
     for label, table in (("retriever + KB names", AliasTable(index)), ("retriever + KB names + train aliases", alone)):
         sc, rw = table.restrict(texts, vectors, scores, rows)
         out[label] = report(sc, rw, encode_s)
-    # resolve_abbreviations: a defined short form takes its long-form mention's candidates
+    # the abbreviation rule: a defined short form takes its long-form mention's candidates
     lookup, copy_from = short_form_links(docs, spans, texts)
     out["matched"]["abbreviations"] = len(copy_from) + sum(a != b for a, b in zip(lookup, texts))
     for label, table in (("retriever + abbreviations", None), ("retriever + KB names + train aliases + abbreviations", alone)):
@@ -87,7 +87,7 @@ def main(encoder: Path = typer.Option(..., help="trained encoder folder (frozen 
 def write_table(target: Path) -> None:
     lines = ["# Alias table and retriever, BC5CDR dev gold mentions vs all 354,068 MeSH records", "",
              "Reproduce: `python benchmarks/aliases.py --encoder DIR --name NAME` (see the script's doc). "
-             "`alias_match` is the pel_linker setting; train aliases come from `python -m spacy_pel.aliases corpus/bc5cdr_train.spacy -o aliases.json`.", "",
+             "The rules are pel_linker's `spacy_pel.rules.abbreviations.v1` and `spacy_pel.rules.alias_table.v1` (configs/linker_rules.cfg); train aliases come from `python -m spacy_pel.aliases corpus/bc5cdr_train.spacy -o aliases.json`.", "",
              "| encoder | linking | R@1 | R@64 | seen R@1 | unseen R@1 |", "|---|---|---:|---:|---:|---:|"]
     for f in sorted(target.glob("*.json")):
         r = json.loads(f.read_text())
@@ -105,9 +105,8 @@ def write_table(target: Path) -> None:
     lines += ["", "R@k over the dev mentions whose gold id is in the KB; unseen = gold entity never in BC5CDR train. "
               "The alias table alone has no ranking beyond its one answer (R@64 not applicable).",
               "Checked through the component as the project assembles it (`spacy project run aliases`, then "
-              "`python -m spacy assemble configs/linker.cfg training/pipeline_alias --paths.kb kbs/mesh --paths.encoder "
+              "`python -m spacy assemble configs/linker_rules.cfg training/pipeline_alias --paths.kb kbs/mesh --paths.encoder "
               "training/bench/ce_cosine_mixed50_3ep/best --paths.aliases training/aliases.json "
-              "--components.pel_linker.alias_match true --components.pel_linker.resolve_abbreviations true "
               "--components.pel_linker.context_window 64` and `python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy "
               "--pipeline training/pipeline_alias --train corpus/bc5cdr_train.spacy`): R@1 0.908, unseen 0.799, "
               "R@64 0.964, 82 mentions/s on 2 cores while a test run shared them (2026-11-22).",

@@ -57,7 +57,7 @@ def evaluate(name, encoder_dir, index, okb_index, docs, removed, cache: Path):
     if cache.exists():  # the dev mention vectors of this encoder (delete to re-encode)
         vecs = np.load(cache)
     else:
-        vecs = linker.span_vectors(docs, spans)
+        vecs = linker.mention_vectors(docs, spans)
         np.save(cache, vecs)
     encode_s = time.perf_counter() - t0
     in_kb = np.array([g != [NIL] and any(i in index.row for i in g) for g in golds])

@@ -36,7 +36,8 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
     enc = BiEncoder.from_pretrained(encoder) if encoder else BiEncoder.from_pretrained()
     report = {"encoder": encoder or "all-MiniLM-L6-v2 (untrained)", "gold_spans": {}}
     for mode in ("single", "collective"):
-        linker = nlp.add_pipe("pel_linker", name=mode, config={"collective": mode == "collective"})
+        vectors = {"@misc": "spacy_pel.vectors.collective.v1" if mode == "collective" else "spacy_pel.vectors.per_mention.v1"}
+        linker = nlp.add_pipe("pel_linker", name=mode, config={"vectors": vectors})
         linker.set_resources(enc, index)
         rows, seconds = mention_table(linker, dev_docs, progress=True)
         m = metrics(rows, seconds, index.row)
@@ -46,8 +47,9 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
     spans = train_span_scorer(enc, train_docs, dev_docs[:half], work, progress=True)
     report["span_scorer"] = spans
     e2e = spacy.blank("en")
-    linker = e2e.add_pipe("pel_linker", config={"find_spans": True, "span_threshold": spans["threshold"],
-                                                "span_scorer": str(work / "span_scorer.safetensors")})
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "threshold": spans["threshold"],
+              "scorer": str(work / "span_scorer.safetensors")}
+    linker = e2e.add_pipe("pel_linker", config={"mentions": finder, "vectors": {"@misc": "spacy_pel.vectors.collective.v1"}})
     linker.set_resources(enc, index)
     test = dev_docs[half:]
     raw = [Doc(e2e.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in test]

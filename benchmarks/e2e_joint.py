@@ -57,7 +57,8 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
         enc = BiEncoder.from_pretrained(enc_dir)
         for mode in ("single", "collective"):
             linker = nlp.add_pipe("pel_linker", name=f"{mode}_{len(report['gold_spans'])}",
-                                  config={"collective": mode == "collective", "context_window": context})
+                                  config={"vectors": {"@misc": f"spacy_pel.vectors.{'collective' if mode == 'collective' else 'per_mention'}.v1"},
+                                          "context_window": context})
             linker.set_resources(enc, index)
             rows, seconds = mention_table(linker, dev_docs, progress=True)
             m = metrics(rows, seconds, index.row)
@@ -66,8 +67,10 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
                 "seconds": m["seconds"], "mentions_per_s": m["mentions_per_s"]}
     gamma = log["span_report"]["threshold"]
     e2e = spacy.blank("en")
-    linker = e2e.add_pipe("pel_linker", config={"find_spans": True, "span_threshold": None, "context_window": context,
-                                                "span_scorer": str(work / "best" / "span_scorer.safetensors")})
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "threshold": None,
+              "scorer": str(work / "best" / "span_scorer.safetensors")}
+    linker = e2e.add_pipe("pel_linker", config={"mentions": finder, "vectors": {"@misc": "spacy_pel.vectors.collective.v1"},
+                                                "context_window": context})
     linker.set_resources(BiEncoder.from_pretrained(work / "best"), index)
     half = len(dev_docs) // 2
     test = dev_docs[half:]

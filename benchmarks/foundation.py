@@ -47,7 +47,7 @@ def main(
     nlp = spacy.blank("en")
     t0 = time.perf_counter()
     linker = nlp.add_pipe("pel_linker", config={"kb": str(kb)})
-    linker._ready()
+    linker.ensure_loaded()
     load_s = time.perf_counter() - t0
     docs = read_docbin(nlp, dev)
     rows, seconds = mention_table(linker, docs, progress=True)

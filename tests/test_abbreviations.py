@@ -7,6 +7,7 @@ from spacy_pel.pipeline.abbreviations import (
     short_form_links,
 )
 
+ABBREVIATIONS = {"@misc": "spacy_pel.rules.abbreviations.v1"}
 TEXT = ("Effects of retinoic acid (RA) on cells . RA was given with 5-fluorouracil (5-FU) in rats (n = 5) , "
         "then ammonia (NH3) .")
 
@@ -25,7 +26,7 @@ def test_first_definition_wins_and_bad_short_forms_skipped():
 
 def test_linker_short_form_takes_long_form_candidates(kb_dir):
     nlp = spacy.blank("en")
-    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "resolve_abbreviations": True})
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "rules": {"abbreviations": ABBREVIATIONS}})
     doc = nlp.make_doc("We gave atrial flutter ( AF ) drugs and AF recurred , unlike AF2 .")
     doc.ents = [Span(doc, 2, 4, label="D"), Span(doc, 5, 6, label="D"), Span(doc, 9, 10, label="D"), Span(doc, 13, 14, label="D")]
     spans = [[(e.start, e.end, e.label) for e in doc.ents]]
@@ -38,7 +39,8 @@ def test_linker_short_form_takes_long_form_candidates(kb_dir):
 
 def test_short_form_without_long_form_mention_uses_long_form_in_alias_table(kb_dir):
     nlp = spacy.blank("en")
-    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "resolve_abbreviations": True, "alias_match": True})
+    rules = {"abbreviations": ABBREVIATIONS, "aliases": {"@misc": "spacy_pel.rules.alias_table.v1"}}  # in this order
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "rules": rules})
     doc = nlp.make_doc("Patients on acetylsalicylic acid ( ASA ) : ASA helped .")
-    doc.ents = [Span(doc, 4, 5, label="C"), Span(doc, 7, 8, label="C")]  # only the short forms are mentions
+    doc.ents = [Span(doc, 5, 6, label="C"), Span(doc, 8, 9, label="C")]  # only the short forms are mentions
     assert [e.kb_id_ for e in nlp(doc).ents] == ["D4", "D4"]  # via the KB synonym "acetylsalicylic acid"

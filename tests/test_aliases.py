@@ -65,12 +65,12 @@ def test_bad_aliases_file_names_it(tmp_path):
         read_aliases(bad)
 
 
-def test_linker_alias_match_and_roundtrip(kb_dir, tmp_path):
+def test_linker_alias_rule_and_roundtrip(kb_dir, tmp_path):
     counts = {"tricuspid valve leak": {"D2": 3}}
     write_aliases(counts, tmp_path / "aliases.json")
     nlp = spacy.blank("en")
-    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "alias_match": True,
-                                       "aliases": str(tmp_path / "aliases.json")})
+    rule = {"@misc": "spacy_pel.rules.alias_table.v1", "aliases": str(tmp_path / "aliases.json")}
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "rules": {"aliases": rule}})
     doc = nlp.make_doc(TEXT)
     doc.ents = [Span(doc, a, b, label=l) for a, b, l in SPANS]
     ids = [e.kb_id_ for e in nlp(doc).ents]

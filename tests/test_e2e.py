@@ -1,4 +1,4 @@
-"""End-to-end mode: the span scorer trainer, find_spans in pel_linker, and e2e metrics."""
+"""End-to-end mode: the span scorer trainer, pel_linker's span finder, and e2e metrics."""
 import pytest
 import spacy
 from spacy.tokens import Span
@@ -55,6 +55,9 @@ def test_e2e_metrics_nil_composite_ids_and_one_match_per_gold():
     assert m["partial"] == {"p": 0.5, "r": 1.0, "f": 0.6667}
 
 
+COLLECTIVE = {"@misc": "spacy_pel.vectors.collective.v1"}
+ALIASES = {"@misc": "spacy_pel.rules.alias_table.v1"}  # the KB's names and synonyms
+
 # entity → first KB type (conftest.KB_LINES): the label found spans take
 TYPE = {"D1": "Chemical", "D2": "Disease", "D3": "Disease", "D4": "Chemical", "D5": "Chemical"}
 EXPECTED = [  # (start, end, kb_id) of every mention of the three sentences of gold_docs
@@ -68,20 +71,21 @@ def found(doc):
     return [(e.start, e.end, e.kb_id_, e.label_) for e in doc.ents]
 
 
-def test_train_span_scorer_and_find_spans(kb_dir, tiny_encoder_dir, tmp_path):
+def test_train_span_scorer_and_span_finder(kb_dir, tiny_encoder_dir, tmp_path):
     nlp = spacy.blank("en")
     docs = gold_docs(nlp)
     encoder = BiEncoder.from_pretrained(tiny_encoder_dir)
     report = train_span_scorer(encoder, docs, docs, tmp_path / "spans", epochs=30, lr=0.05, progress=False)
     assert report["train"] == {"gold_spans": 24, "not_enumerable": 0}
     assert report["dev_span_strict"] == {"p": 1.0, "r": 1.0, "f": 1.0}  # a linear scorer fits 3 repeated sentences
-    config = {"kb": str(kb_dir), "find_spans": True, "span_threshold": report["threshold"],
-              "span_scorer": str(tmp_path / "spans" / "span_scorer.safetensors")}
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "threshold": report["threshold"],
+              "scorer": str(tmp_path / "spans" / "span_scorer.safetensors")}
+    config = {"kb": str(kb_dir), "mentions": finder, "vectors": COLLECTIVE}
     # the bi-encoder alone: exactly the gold spans, each linked to its best candidate, labelled with its type
     plain = spacy.blank("en")
     plain.add_pipe("pel_linker", config=config)
     reference = spacy.blank("en")  # the same spans linked from gold ents, one pass per doc
-    reference.add_pipe("pel_linker", config={"kb": str(kb_dir), "collective": True})
+    reference.add_pipe("pel_linker", config={"kb": str(kb_dir), "vectors": COLLECTIVE})
     for doc in docs[:3]:
         out = plain(plain.make_doc(doc.text))
         assert [(e.start, e.end) for e in out.ents] == [(s.start, s.end) for s in doc.ents]
@@ -92,7 +96,7 @@ def test_train_span_scorer_and_find_spans(kb_dir, tiny_encoder_dir, tmp_path):
         assert [e._.pel_candidates[0][2] for e in out.ents] == pytest.approx([e._.pel_candidates[0][2] for e in ref.ents], abs=1e-4)
     # with the KB names as aliases every found mention gets its right entity
     linker_nlp = spacy.blank("en")
-    linker_nlp.add_pipe("pel_linker", config={**config, "alias_match": True})
+    linker_nlp.add_pipe("pel_linker", config={**config, "rules": {"aliases": ALIASES}})
     expected = [[(a, b, k, TYPE[k]) for a, b, k in sentence] for sentence in EXPECTED]
     outs = [linker_nlp(linker_nlp.make_doc(doc.text)) for doc in docs[:3]]
     assert [found(d) for d in outs] == expected
@@ -107,7 +111,7 @@ def test_train_span_scorer_and_find_spans(kb_dir, tiny_encoder_dir, tmp_path):
     assert [found(d) for d in piped[2:]] == expected
 
 
-def test_null_span_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir, tiny_encoder_dir, tmp_path):
+def test_null_finder_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir, tiny_encoder_dir, tmp_path):
     import json
 
     from typer.testing import CliRunner
@@ -120,13 +124,14 @@ def test_null_span_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_dir
     encoder = BiEncoder.from_pretrained(tiny_encoder_dir)
     report = train_span_scorer(encoder, docs, docs, tmp_path / "spans", epochs=30, lr=0.05, progress=False)
     pipe = spacy.blank("en")
-    linker = pipe.add_pipe("pel_linker", config={"kb": str(kb_dir), "find_spans": True, "span_threshold": None,
-                                                 "alias_match": True,
-                                                 "span_scorer": str(tmp_path / "spans" / "span_scorer.safetensors")})
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "threshold": None,
+              "scorer": str(tmp_path / "spans" / "span_scorer.safetensors")}
+    linker = pipe.add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": finder, "vectors": COLLECTIVE,
+                                                 "rules": {"aliases": ALIASES}})
     pipe(pipe.make_doc(docs[0].text))
-    assert linker.span_threshold == report["threshold"]
+    assert linker.mentions.threshold == report["threshold"]
     pipe.to_disk(tmp_path / "pipe")
-    assert spacy.load(tmp_path / "pipe").get_pipe("pel_linker").span_threshold == report["threshold"]
+    assert spacy.load(tmp_path / "pipe").get_pipe("pel_linker").mentions.threshold == report["threshold"]
     # the pipeline finds and links the 24 gold mentions exactly (test above); in the gold corpus the 4
     # "tricuspid regurgitation" mentions are cut to "tricuspid": strict misses them, partial does not
     for doc in docs[::3]:

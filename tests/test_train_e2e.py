@@ -77,8 +77,9 @@ def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(cor
     best = out / "best"
     report = json.loads((best / "span_report.json").read_text())
     nlp = spacy.blank("en")
-    linker = nlp.add_pipe("pel_linker", config={"find_spans": True, "span_scorer": str(best / "span_scorer.safetensors"),
-                                                "span_threshold": report["threshold"]})
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "scorer": str(best / "span_scorer.safetensors"),
+              "threshold": report["threshold"]}
+    linker = nlp.add_pipe("pel_linker", config={"mentions": finder, "vectors": {"@misc": "spacy_pel.vectors.collective.v1"}})
     linker.set_resources(BiEncoder.from_pretrained(best), EntityIndex.from_disk(kb_dir))
     doc = nlp(TEXTS[0][0])
     assert all(e.kb_id_ for e in doc.ents)

@@ -29,7 +29,7 @@ def main(
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report here"),
     md: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown table here"),
     title: str = typer.Option("spacy_pel evaluation", "--title"),
-    e2e: bool = typer.Option(False, "--e2e", help="Run the pipeline on the raw text (find_spans) and score strict/partial P/R/F1"),
+    e2e: bool = typer.Option(False, "--e2e", help="Run the pipeline on the raw text (its span finder) and score strict/partial P/R/F1"),
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
     if pipeline is None and kb is None:

@@ -27,6 +27,7 @@ from spacy.tokens import Doc, Span
 
 from ..corpora import NIL, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
+from ..pipeline.mentions import doc_spans
 from ..retrieval.index import EntityIndex
 
 NIL_PREFIX = NIL + ":"
@@ -232,12 +233,6 @@ def _linker(nlp_or_linker: Union[Language, PELLinker]) -> PELLinker:
     return find_linker(nlp_or_linker)[1] if isinstance(nlp_or_linker, Language) else nlp_or_linker
 
 
-def _doc_spans(doc: Doc, spans_key: Optional[str]) -> Sequence[Span]:
-    if spans_key is None:
-        return doc.ents
-    return doc.spans[spans_key] if spans_key in doc.spans else []
-
-
 def discover(
     nlp_or_linker: Union[Language, PELLinker],
     docs: Sequence[Doc],
@@ -256,22 +251,22 @@ def discover(
     ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
     """
     linker = _linker(nlp_or_linker)
-    linker._ready()
+    linker.ensure_loaded()
     docs = list(docs)
     threshold = linker.threshold if threshold is None else threshold
-    spans = [[(s.start, s.end, s.label) for s in _doc_spans(doc, spans_key)] for doc in docs]
+    spans = [[(s.start, s.end, s.label) for s in doc_spans(doc, spans_key)] for doc in docs]
     keys = [  # (doc index, start char, end char, label): unique and sortable
         (d, doc[a].idx, doc[b - 1].idx + len(doc[b - 1]), label)
-        for d, (doc, doc_spans) in enumerate(zip(docs, spans))
-        for a, b, label in doc_spans
+        for d, (doc, found) in enumerate(zip(docs, spans))
+        for a, b, label in found
     ]
-    vectors = linker.span_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
+    vectors = linker.mention_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
     entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin)
     ids = iter(nil_cluster_ids(components, entity_for_mention, keys))
-    for doc, doc_spans in zip(docs, spans):
-        if not doc_spans:
+    for doc, found in zip(docs, spans):
+        if not found:
             continue
-        new = [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in doc_spans]
+        new = [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in found]
         if spans_key is None:
             doc.ents = new  # fresh spans: kb_id_ set on doc.ents' copies would not stick
         else:
@@ -333,7 +328,7 @@ def gold_cluster_scores(docs: Sequence[Doc], spans_key: str = DISCOVERED_KEY) ->
     true, pred = [], []
     for doc in docs:
         gold = {(s.start, s.end, s.label): s.kb_id_ for s in gold_spans(doc)}
-        for span in _doc_spans(doc, spans_key):
+        for span in doc_spans(doc, spans_key):
             g = gold.get((span.start, span.end, span.label), "")
             if g and g != NIL:
                 true.append(g)

@@ -15,10 +15,10 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc
 from tqdm.auto import tqdm
 
-from ..corpora import GOLD_KEY, NIL, gold_ids, gold_spans
+from ..corpora import NIL, gold_ids, gold_spans
 from ..pipeline.linker import PELLinker
 from .metrics import average_precision, prf
 
@@ -28,26 +28,18 @@ KS = (1, 2, 4, 8, 16, 32, 64)
 def mention_table(
     linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), batch_size: int = 64, progress: bool = False
 ):
-    """Link the gold mentions of ``docs``; returns rows (gold ids, candidate ids, scores) and seconds."""
-    copies = []
-    for doc in docs:
-        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
-        copy.spans[GOLD_KEY] = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
-        copies.append(copy)
-    key = linker.spans_key
-    linker.spans_key = GOLD_KEY
-    try:
-        linker._ready()
-        t0 = time.perf_counter()
-        predictions = []
-        for i in tqdm(range(0, len(copies), batch_size), desc="linking", unit=" batch", disable=not progress):
-            predictions.extend(linker.predict(copies[i : i + batch_size], k=k))
-        seconds = time.perf_counter() - t0
-    finally:
-        linker.spans_key = key
+    """Link the gold mentions of ``docs`` (whatever mention source the linker has); returns rows
+    (gold ids, candidate ids, scores) and seconds."""
+    spans = [[(s.start, s.end, s.label) for s in gold_spans(doc)] for doc in docs]
+    linker.ensure_loaded()
+    t0 = time.perf_counter()
+    predictions = []
+    for i in tqdm(range(0, len(docs), batch_size), desc="linking", unit=" batch", disable=not progress):
+        predictions.extend(linker.candidates(docs[i : i + batch_size], spans[i : i + batch_size], k=k))
+    seconds = time.perf_counter() - t0
     entities = linker.index.entities
     rows = []
-    for doc, (_, scores, idx) in zip(docs, predictions):
+    for doc, (scores, idx) in zip(docs, predictions):
         for span, s, r in zip(gold_spans(doc), scores, idx):
             rows.append((gold_ids(span.kb_id_), [entities[j].id if j >= 0 else None for j in r], s))
     return rows, seconds

@@ -8,10 +8,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 import spacy
-from confection import Config
 
 from ..corpora import NIL, read_docbin
-from ..pipeline.linker import find_linker
+from ..pipeline.linker import configure_linker, find_linker
 from .linking import mention_table
 from .metrics import average_precision
 
@@ -74,12 +73,9 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     top = np.array([s[0] if len(s) else -np.inf for _, _, s in rows])
     is_nil = np.array([g == [NIL] for g, _, _ in rows])
     curve = nil_curve(top, is_nil)
-    linker.threshold = curve["threshold"]
+    # settings live in the config: this writes the threshold into config.cfg, which spacy.load reads
+    configure_linker(nlp, name, threshold=curve["threshold"])
     nlp.to_disk(output)
-    cfg_path = output / "config.cfg"
-    cfg = Config().from_disk(cfg_path, interpolate=False)
-    cfg["components"][name]["threshold"] = curve["threshold"]
-    cfg.to_disk(cfg_path)
     summary = {k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())}
     (output / "nil_calibration.json").write_text(json.dumps({**summary, "points": curve["points"]}, indent=2), encoding="utf8")
     if plot:

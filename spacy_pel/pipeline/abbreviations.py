@@ -2,7 +2,7 @@
 (PSB 2003): the short form's characters are matched right to left against the words before the
 parenthesis, the short form's first character starting a word.
 
-The linker's ``resolve_abbreviations`` uses them so that a mention ``RA`` in a document that wrote
+The linker's abbreviation rule (``spacy_pel.rules.abbreviations.v1``) uses them so that a mention ``RA`` in a document that wrote
 ``retinoic acid (RA)`` is linked as its long form is.
 """
 from __future__ import annotations

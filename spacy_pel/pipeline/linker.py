@@ -1,24 +1,37 @@
 """The ``pel_linker`` pipeline component: bi-encoder retrieval over a FAISS entity index.
 
-For every entity span (``doc.ents``, or the span group ``spans_key``) it encodes the mention in
-context, retrieves the ``top_k`` nearest entities, sets the span's ``kb_id_`` to the best one — or to
-``nil_label`` when the best score is below ``threshold`` — and keeps the candidates as
-``span._.pel_candidates``: a list of ``[id, name, score]``, best first.
+For every mention (from its mention source: ``doc.ents``, a span group, or its own span finder) it
+computes a vector in context (its vector strategy), retrieves the ``top_k`` nearest entities, lets its
+candidate rules adjust them, sets the span's ``kb_id_`` to the best one — or to ``nil_label`` when
+the best score is below ``threshold``, or when the span has no word character — and keeps the
+candidates as ``span._.pel_candidates``: a list of ``[id, name, score]``, best first.
 
-Resources (encoder + KB) are loaded lazily from the config paths, by ``initialize(kb_path=…)``, or
-from the pipeline folder by ``from_disk``: a saved pipeline carries its encoder weights and KB and
-never reaches for the network.
+The config is the one source of truth for settings (:mod:`.config`); the component's folder in a
+saved pipeline holds only weights and data: the encoder, the KB, and the parts' files (span scorer,
+alias counts), plus ``sources.json`` — the configured paths they came from, so that a config naming
+another path at load time is followed rather than silently ignored. Resources are loaded lazily
+from the config paths, by ``initialize(kb_path=…)``, or from the pipeline folder by ``from_disk``;
+a saved pipeline never reaches for the network.
 """
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import numpy as np
 import spacy
 import srsly
-import torch
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.scorer import Scorer
@@ -27,20 +40,15 @@ from spacy.training import Example
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from ..corpora import NIL
-from ..models.doc_encoder import encode_docs, enumerate_doc_spans, span_link_vectors
-from ..models.encoder import BiEncoder, Mention
-from ..models.span_scorer import (
-    SpanScorer,
-    greedy_non_overlapping,
-    load_span_scorer,
-    save_span_scorer,
-)
+from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
-from .abbreviations import short_form_links
-from .aliases import AliasTable, read_aliases, write_aliases
+from .config import LinkerPart, LinkerSettings
+from .mentions import DocSpans
+from .rules import CandidateBatch, CandidateRule
+from .vectors import VectorStrategy, per_mention_vectors
 
 CANDIDATES_ATTR = "pel_candidates"
+SOURCES_FILE = "sources.json"
 
 if not Span.has_extension(CANDIDATES_ATTR):
     Span.set_extension(CANDIDATES_ATTR, default=None)
@@ -49,23 +57,10 @@ if not Span.has_extension(CANDIDATES_ATTR):
 @Language.factory(
     "pel_linker",
     default_config={
-        "kb": None,
-        "encoder": None,
-        "top_k": 10,
-        "threshold": None,
-        "nil_label": NIL,
-        "batch_size": 64,
-        "context_window": 128,
-        "device": "auto",
-        "spans_key": None,
-        "collective": False,
-        "find_spans": False,
-        "span_scorer": None,
-        "span_threshold": 0.5,
-        "max_span_len": 10,
-        "alias_match": False,
-        "aliases": None,
-        "resolve_abbreviations": False,
+        **LinkerSettings().as_config(),
+        "mentions": {"@misc": "spacy_pel.mentions.ents.v1"},
+        "vectors": {"@misc": "spacy_pel.vectors.per_mention.v1"},
+        "rules": {},
     },
     assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
     requires=["doc.ents"],
@@ -82,57 +77,17 @@ def make_pel_linker(
     batch_size: int,
     context_window: int,
     device: str,
-    spans_key: Optional[str],
-    collective: bool,
-    find_spans: bool,
-    span_scorer: Optional[str],
-    span_threshold: Optional[float],
-    max_span_len: int,
-    alias_match: bool,
-    aliases: Optional[str],
-    resolve_abbreviations: bool,
+    mentions: DocSpans,
+    vectors: VectorStrategy,
+    rules: Dict[str, Any],
 ) -> "PELLinker":
-    """Create a ``pel_linker``.
-
-    kb: KB folder written by ``python -m spacy_pel.build_kb`` (loaded on first use).
-    encoder: encoder folder or name; default: the one recorded in the KB (must match its fingerprint).
-    top_k: candidates kept on each span. threshold: best score below it → ``nil_label`` (None: never).
-    batch_size: mentions per forward pass. context_window: word pieces of mention input.
-    spans_key: link ``doc.spans[spans_key]`` instead of ``doc.ents``.
-    collective: encode each document once (≤512-piece windows) and take every span's vector from
-    that pass, instead of one marked-up input per mention (faster with many mentions per doc).
-    find_spans: end-to-end — find the mentions with the span scorer (``span_scorer``: a file from
-    ``spacy_pel.train_spans`` or ``spacy_pel.train_e2e``; kept if above ``span_threshold`` — None:
-    the γ in the ``span_report.json`` beside the scorer file —, ≤ ``max_span_len`` tokens) and
-    replace ``doc.ents`` with them, linked from the same document pass; no NER needed.
-    alias_match: a mention whose text (normalised) is a KB name or synonym, or a surface form in
-    ``aliases`` (a JSON file from ``python -m spacy_pel.aliases``), is linked among those entities
-    (most frequent in annotated text, then best bi-encoder score); see :mod:`spacy_pel.aliases`.
-    resolve_abbreviations: a mention that is a short form defined in its document (``long form (SF)``,
-    :mod:`spacy_pel.abbreviations`) takes the candidates of a mention of the long form in the same
-    document, or else is looked up in the alias table by its long form.
-    """
-    return PELLinker(
-        nlp.vocab,
-        name,
-        kb=kb,
-        encoder=encoder,
-        top_k=top_k,
-        threshold=threshold,
-        nil_label=nil_label,
-        batch_size=batch_size,
-        context_window=context_window,
-        device=device,
-        spans_key=spans_key,
-        collective=collective,
-        find_spans=find_spans,
-        span_scorer=span_scorer,
-        span_threshold=span_threshold,
-        max_span_len=max_span_len,
-        alias_match=alias_match,
-        aliases=aliases,
-        resolve_abbreviations=resolve_abbreviations,
+    """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
+    :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`)."""
+    settings = LinkerSettings(
+        kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label,
+        batch_size=batch_size, context_window=context_window, device=device,
     )
+    return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules)
 
 
 def find_linker(nlp: Language) -> Tuple[str, "PELLinker"]:
@@ -154,76 +109,125 @@ def load_pipeline(pipeline=None, kb=None, encoder: Optional[str] = None) -> Tupl
     return nlp, nlp.add_pipe("pel_linker", config={"kb": str(kb), "encoder": encoder})
 
 
+def configure_linker(nlp: Language, name: Optional[str] = None, **settings) -> "PELLinker":
+    """Change settings of the pipeline's pel_linker (e.g. ``threshold=0.7``) in the component and in
+    ``nlp.config``, so that ``nlp.to_disk`` writes them into ``config.cfg``, which ``spacy.load`` reads."""
+    name, linker = (name, nlp.get_pipe(name)) if name else find_linker(nlp)
+    linker.cfg = linker.cfg.replace(**settings)
+    linker.check_threshold()
+    nlp.get_pipe_config(name).update(settings)
+    return linker
+
+
+def _check_part(value, what: str, example: str):
+    if not callable(value) and not isinstance(value, DocSpans):
+        raise ValueError(f"pel_linker: `{what}` must be a registered function block such as {example}, not {value!r}")
+    return value
+
+
 class PELLinker(Pipe):
     def __init__(
         self,
         vocab: Vocab,
         name: str = "pel_linker",
+        settings: Optional[LinkerSettings] = None,
         *,
-        kb: Optional[str] = None,
-        encoder: Optional[str] = None,
-        top_k: int = 10,
-        threshold: Optional[float] = None,
-        nil_label: str = NIL,
-        batch_size: int = 64,
-        context_window: int = 128,
-        device: str = "auto",
-        spans_key: Optional[str] = None,
-        collective: bool = False,
-        find_spans: bool = False,
-        span_scorer: Optional[str] = None,
-        span_threshold: Optional[float] = 0.5,
-        max_span_len: int = 10,
-        alias_match: bool = False,
-        aliases: Optional[str] = None,
-        resolve_abbreviations: bool = False,
+        mentions: Optional[DocSpans] = None,
+        vectors: Optional[VectorStrategy] = None,
+        rules: Optional[Dict[str, CandidateRule]] = None,
+        **overrides,
     ):
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
         self.vocab, self.name = vocab, name
-        self.kb_path, self.encoder_name = kb, encoder
-        self.top_k, self.threshold, self.nil_label = top_k, threshold, nil_label
-        self.batch_size, self.context_window, self.device = batch_size, context_window, device
-        self.spans_key, self.collective = spans_key, collective
-        self.find_spans, self.span_threshold, self.max_span_len = find_spans, span_threshold, max_span_len
-        self.span_scorer_path = span_scorer
-        self.span_scorer: Optional[SpanScorer] = None
+        self.cfg = (settings or LinkerSettings()).replace(**overrides)
+        self.mentions = DocSpans(None) if mentions is None else mentions
+        if not isinstance(self.mentions, DocSpans):
+            raise ValueError(f'pel_linker: `mentions` must be a mention source such as {{"@misc": "spacy_pel.mentions.ents.v1"}}, not {mentions!r}')
+        self.vectors = _check_part(vectors or per_mention_vectors, "vectors", '{"@misc": "spacy_pel.vectors.collective.v1"}')
+        if not isinstance(rules or {}, dict):
+            raise ValueError(f"pel_linker: `rules` must be a block of named rules, not {rules!r}")
+        self.rules = {k: _check_part(r, f"rules.{k}", '{"@misc": "spacy_pel.rules.alias_table.v1"}') for k, r in (rules or {}).items()}
+        names = [p.data_name for _, p in self.parts()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pel_linker: two parts keep data under the same name ({names})")
         self.encoder: Optional[BiEncoder] = None
         self.index: Optional[EntityIndex] = None
-        self.alias_match, self.aliases_path = alias_match, aliases
-        self.resolve_abbreviations = resolve_abbreviations
-        self.alias_counts: Optional[dict] = None  # read from `aliases` on first use, or from the pipeline folder
-        self.alias_table = None  # spacy_pel.aliases.AliasTable when alias_match
+        self.sources: Dict[str, Optional[str]] = {}  # configured path each held resource came from
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def top_k(self) -> int:
+        return self.cfg.top_k
+
+    @top_k.setter
+    def top_k(self, value: int) -> None:
+        self.cfg = self.cfg.replace(top_k=value)
+
+    @property
+    def threshold(self) -> Optional[float]:
+        return self.cfg.threshold
+
+    @threshold.setter
+    def threshold(self, value: Optional[float]) -> None:
+        """Set the NIL threshold of this object (``configure_linker`` also updates ``nlp.config``)."""
+        self.cfg = self.cfg.replace(threshold=value)
+        self.check_threshold()
+
+    def check_threshold(self) -> None:
+        t = self.cfg.threshold
+        if t is not None and self.index is not None and self.index.metric == "cosine" and not -1.0 <= t <= 1.0:
+            raise ValueError(f"{self.name}: threshold {t} is outside [-1, 1], the range of cosine scores (null: never NIL)")
+
+    def parts(self) -> List[Tuple[str, LinkerPart]]:
+        """The parts holding data, with their keys in ``sources.json``."""
+        found = [("mentions", self.mentions)] + [(f"rules.{k}", r) for k, r in self.rules.items()]
+        return [(key, part) for key, part in found if isinstance(part, LinkerPart)]
 
     # ------------------------------------------------------------------ resources
-    def set_resources(self, encoder: BiEncoder, index: EntityIndex) -> None:
+    def set_resources(self, encoder: BiEncoder, index: EntityIndex, *, sources: Optional[dict] = None) -> None:
         """Use an in-memory encoder and KB (refused if the KB was built with another encoder)."""
         index.check_encoder(encoder)
-        encoder.config.mention_max_length = self.context_window
-        self.encoder, self.index = encoder.to_device(self.device), index
-        if self.alias_match and self.alias_counts is None and self.aliases_path:
-            self.alias_counts = read_aliases(self.aliases_path)
-        self.alias_table = AliasTable(index, self.alias_counts) if self.alias_match else None
-        if self.span_scorer is None and self.span_scorer_path:
-            self.span_scorer = load_span_scorer(self.span_scorer_path, device=str(self.encoder.device_))
-            if self.span_threshold is None:  # the γ chosen when the scorer was trained, if recorded
-                report = Path(self.span_scorer_path).parent / "span_report.json"
-                self.span_threshold = float(srsly.read_json(report)["threshold"]) if report.exists() else 0.5
+        self.cfg.check_encoder(encoder)
+        encoder.config.mention_max_length = self.cfg.context_window
+        self.encoder, self.index = encoder.to_device(self.cfg.device), index
+        self.sources.update(sources or {"kb": None, "encoder": None})
+        self.check_threshold()
+        for _, part in self.parts():
+            part.setup(self.encoder, index)
 
-    def load_resources(self, kb: str, encoder: Optional[str] = None) -> None:
-        index = EntityIndex.from_disk(kb)
-        source = encoder or index.encoder_source
-        if not source:
-            raise ValueError(f"{kb} records no encoder; set the component's `encoder`")
-        self.set_resources(BiEncoder.from_pretrained(source), index)
+    def _load(self, kb: Optional[str] = None, encoder: Optional[str] = None) -> None:
+        """Complete the resources: ``kb``/``encoder`` are paths asked for (a path the held resource
+        came from keeps it); what is still missing comes from the config, the encoder last from the KB."""
+        index, kb_src = self.index, self.sources.get("kb")
+        if kb and (index is None or kb != kb_src):
+            index, kb_src = EntityIndex.from_disk(kb), kb
+        if index is None:
+            if not self.cfg.kb:
+                raise ValueError(f"{self.name} has no KB: set config {{'kb': KB_DIR}} or call initialize(kb_path=KB_DIR)")
+            index, kb_src = EntityIndex.from_disk(self.cfg.kb), self.cfg.kb
+        model, enc_src = self.encoder, self.sources.get("encoder")
+        if encoder and (model is None or encoder != enc_src):
+            model, enc_src = BiEncoder.from_pretrained(encoder), encoder
+        kept = model is not None and model is self.encoder
+        if model is None:
+            enc_src = self.cfg.encoder or index.encoder_source
+            if not enc_src:
+                raise ValueError(f"{kb_src} records no encoder; set the component's `encoder`")
+            model = BiEncoder.from_pretrained(enc_src)
+        try:
+            self.set_resources(model, index, sources={"kb": kb_src, "encoder": enc_src})
+        except EncoderMismatchError as err:
+            if not kept:
+                raise
+            raise EncoderMismatchError(
+                f"{self.name} keeps the encoder it holds, and KB {kb_src} does not match it: {err} "
+                "To link with the KB's own encoder instead, give it explicitly (config `encoder` or "
+                "initialize(encoder=...))."
+            ) from err
 
-    def _ready(self) -> None:
-        if self.index is None:
-            if not self.kb_path:
-                raise ValueError(
-                    f"{self.name} has no KB: set config {{'kb': KB_DIR}} or call initialize(kb_path=KB_DIR)"
-                )
-            self.load_resources(self.kb_path, self.encoder_name)
+    def ensure_loaded(self) -> None:
+        """Load what is missing (from the config's paths) so the component can link."""
+        if self.index is None or self.encoder is None:
+            self._load()
 
     def initialize(
         self,
@@ -233,107 +237,70 @@ class PELLinker(Pipe):
         kb_path: Optional[str] = None,
         encoder: Optional[str] = None,
     ) -> None:
-        """Load the KB (``kb_path`` or the config's ``kb``) and its encoder."""
-        self.kb_path = kb_path or self.kb_path
-        self.encoder_name = encoder or self.encoder_name
-        self.index = None
-        self._ready()
+        """Load the KB (``kb_path``, else the one held, else the config's ``kb``) and the encoder
+        (``encoder``, else the one held, else the config's or the KB's). A pipeline that holds its
+        resources keeps them when initialize names no other KB; a new KB must match the held
+        encoder's fingerprint unless ``encoder`` is given."""
+        self._load(str(kb_path) if kb_path else None, str(encoder) if encoder else None)
 
     # ------------------------------------------------------------------ linking
-    def _spans(self, doc: Doc) -> Sequence[Span]:
-        if self.spans_key is None:
-            return doc.ents
-        return doc.spans[self.spans_key] if self.spans_key in doc.spans else []
-
     def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[list, np.ndarray, np.ndarray]]:
-        """Per doc: ([(start, end, label)], scores, rows) — the spans linked and their top-k
-        (scores, KB rows) arrays, best first; rows -1 = no entity. With ``find_spans`` the spans are
-        the enumerator's, else the doc's own."""
-        self._ready()
-        k = k or self.top_k
-        if self.find_spans:
-            spans, vectors = self.found_spans(docs)
-        else:
-            spans = [[(s.start, s.end, s.label) for s in self._spans(d)] for d in docs]
-            vectors = self.span_vectors(docs, spans)
-        scores, rows = self.index.search(vectors, k)
-        if self.alias_table is not None or self.resolve_abbreviations:
-            texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
-            lookup, copy_from = short_form_links(docs, spans, texts) if self.resolve_abbreviations else (texts, {})
-            if self.alias_table is not None:
-                scores, rows = self.alias_table.restrict(lookup, vectors, scores, rows)
-            for i, j in copy_from.items():
-                scores[i], rows[i] = scores[j], rows[j]
+        """Per doc: ([(start, end, label)], scores, rows) — the spans linked (from the mention
+        source) and their top-k (scores, KB rows) arrays, best first; rows -1 = no entity."""
+        self.ensure_loaded()
+        spans, hidden = self.mentions.find(docs, self.encoder, self.cfg.batch_size)
+        return [(sp, s, r) for sp, (s, r) in zip(spans, self.candidates(docs, spans, k, hidden))]
+
+    def candidates(
+        self, docs: Sequence[Doc], spans: Sequence[list], k: Optional[int] = None, hidden: Optional[list] = None
+    ) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """Top-k (scores, rows) per doc for the given spans (per doc ``(start, end, label)``), after
+        the rules; mentions without a word character get none (row -1)."""
+        self.ensure_loaded()
+        vectors = self.vectors(self.encoder, docs, spans, self.cfg.batch_size, hidden)
+        scores, rows = self.index.search(vectors, k or self.cfg.top_k)
+        texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
+        if self.rules:
+            batch = CandidateBatch(docs, spans, list(texts), vectors, scores, rows, self.index)
+            for rule in self.rules.values():
+                rule(batch)
+            batch.finish()
+            scores, rows = batch.scores, batch.rows
+        for i, text in enumerate(texts):
+            if not any(c.isalnum() for c in text):  # whitespace / punctuation only: nothing to link
+                scores[i], rows[i] = 0.0, -1
         out, start = [], 0
         for doc_spans in spans:
-            n = len(doc_spans)
-            out.append((doc_spans, scores[start : start + n], rows[start : start + n]))
-            start += n
+            out.append((scores[start : start + len(doc_spans)], rows[start : start + len(doc_spans)]))
+            start += len(doc_spans)
         return out
 
-    def span_vectors(self, docs: Sequence[Doc], spans: Sequence[list]) -> np.ndarray:
-        """Mention vectors: one marked-up input per mention, or (collective) one pass per doc."""
-        if not self.collective:
-            mentions = [Mention(d.text, d[a].idx, d[b - 1].idx + len(d[b - 1])) for d, sp in zip(docs, spans) for a, b, _ in sp]
-            return self.encoder.encode_mentions(mentions, batch_size=self.batch_size)
-        busy = [(d, sp) for d, sp in zip(docs, spans) if sp]
-        if not busy:
-            return np.zeros((0, self.encoder.dim), np.float32)
-        hidden = encode_docs(self.encoder, [d for d, _ in busy], batch_size=max(1, self.batch_size // 8))
-        with torch.inference_mode():
-            return np.concatenate(
-                [
-                    span_link_vectors(self.encoder, H, [a for a, _, _ in sp], [b for _, b, _ in sp]).cpu().numpy()
-                    for (_, sp), H in zip(busy, hidden)
-                ]
-            )
-
-    def found_spans(self, docs: Sequence[Doc]) -> Tuple[List[list], np.ndarray]:
-        """End-to-end: score every span of ≤ ``max_span_len`` tokens, keep those above
-        ``span_threshold`` (greedy by score, no overlaps) and take their vectors from the same pass."""
-        if self.span_scorer is None:
-            raise ValueError(f"{self.name}: find_spans needs a span scorer (train one with spacy_pel.train_spans)")
-        hidden = encode_docs(self.encoder, docs, batch_size=max(1, self.batch_size // 8))
-        spans, vectors = [], []
-        with torch.inference_mode():
-            for doc, H in zip(docs, hidden):
-                starts, ends = enumerate_doc_spans(doc, self.max_span_len)
-                if len(starts) == 0:
-                    spans.append([])
-                    continue
-                probs = self.span_scorer.probs(H, starts, ends).cpu().numpy()
-                keep = np.flatnonzero(probs > self.span_threshold)
-                chosen = [keep[i] for i in greedy_non_overlapping(starts[keep], ends[keep], probs[keep])]
-                spans.append([(int(starts[i]), int(ends[i]), 0) for i in chosen])
-                if chosen:
-                    vectors.append(span_link_vectors(self.encoder, H, starts[chosen], ends[chosen]).cpu().numpy())
-        return spans, np.concatenate(vectors) if vectors else np.zeros((0, self.encoder.dim), np.float32)
+    def mention_vectors(self, docs: Sequence[Doc], spans: Sequence[list]) -> np.ndarray:
+        """The vectors of the given spans (per doc ``(start, end, label)``), by the vector strategy."""
+        self.ensure_loaded()
+        return self.vectors(self.encoder, docs, spans, self.cfg.batch_size, None)
 
     def decide(self, scores: np.ndarray, rows: np.ndarray) -> str:
         if rows.size == 0 or rows[0] < 0:
-            return self.nil_label
-        if self.threshold is not None and scores[0] < self.threshold:
-            return self.nil_label
+            return self.cfg.nil_label
+        if self.cfg.threshold is not None and scores[0] < self.cfg.threshold:
+            return self.cfg.nil_label
         return self.index.entities[rows[0]].id
 
     def set_annotations(self, docs: Sequence[Doc], predictions) -> None:
         entities = self.index.entities
         for doc, (spans, scores, rows) in zip(docs, predictions):
-            if not spans and not (self.find_spans and len(doc.ents)):
-                continue
             new = []
             for (a, b, label), s, r in zip(spans, scores, rows):
                 kb_id = self.decide(s, r)
-                if self.find_spans and not label:  # found spans: labelled with their entity's first KB type
-                    types = entities[r[0]].types if kb_id != self.nil_label and r[0] >= 0 else []
+                if self.mentions.label_from_kb and not label:  # found spans: their entity's first KB type
+                    types = entities[r[0]].types if kb_id != self.cfg.nil_label and r[0] >= 0 else []
                     label = types[0] if types else "ENTITY"
                 new.append(Span(doc, a, b, label=label, kb_id=kb_id))
-            if self.spans_key is None:
-                doc.ents = new  # fresh Span objects: setting kb_id_ on doc.ents' copies would not stick
-            else:
-                doc.spans[self.spans_key] = new
+            if not self.mentions.write(doc, new):
+                continue
             # span extensions are keyed by (offsets, label, kb_id): set them on the final spans
-            for span, s, r in zip(self._spans(doc), scores, rows):
+            for span, s, r in zip(self.mentions.spans(doc), scores, rows):
                 span._.set(
                     CANDIDATES_ATTR,
                     [[entities[j].id, entities[j].name, round(float(x), 5)] for x, j in zip(s, r) if j >= 0],
@@ -349,49 +316,48 @@ class PELLinker(Pipe):
             yield from docs
 
     def score(self, examples: Iterable[Example], **kwargs) -> Dict[str, object]:
-        return Scorer.score_links(examples, negative_labels=[self.nil_label], **kwargs)
+        return Scorer.score_links(examples, negative_labels=[self.cfg.nil_label], **kwargs)
 
     # ------------------------------------------------------------------ serialisation
-    def _cfg(self) -> dict:
-        return {
-            "top_k": self.top_k,
-            "threshold": self.threshold,
-            "nil_label": self.nil_label,
-            "batch_size": self.batch_size,
-            "context_window": self.context_window,
-            "spans_key": self.spans_key,
-            "collective": self.collective,
-            "find_spans": self.find_spans,
-            "span_threshold": self.span_threshold,
-            "max_span_len": self.max_span_len,
-            "alias_match": self.alias_match,
-            "resolve_abbreviations": self.resolve_abbreviations,
-        }
-
     def to_disk(self, path, *, exclude=tuple()) -> None:
+        """Write what the component holds (never loading anything): ``encoder/``, ``kb/``, the parts'
+        files and ``sources.json``; ``exclude`` names any of encoder, kb and the parts' data names."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        srsly.write_json(path / "cfg.json", self._cfg())
-        if self.index is not None or self.kb_path:
-            self._ready()
+        written: Dict[str, Optional[str]] = {}
+        if self.encoder is not None and "encoder" not in exclude:
             self.encoder.save(path / "encoder")
+            written["encoder"] = self.sources.get("encoder")
+        if self.index is not None and "kb" not in exclude:
             self.index.to_disk(path / "kb")
-            if self.span_scorer is not None:
-                save_span_scorer(self.span_scorer, path / "span_scorer.safetensors")
-        if self.alias_counts is not None:
-            write_aliases(self.alias_counts, path / "aliases.json")
+            written["kb"] = self.sources.get("kb")
+        for key, part in self.parts():
+            if part.data_name not in exclude and part.to_disk(path):
+                written[key] = part.source
+        srsly.write_json(path / SOURCES_FILE, written)
 
     def from_disk(self, path, *, exclude=tuple()) -> "PELLinker":
+        """Read the saved resources, except those excluded and those whose config path differs from
+        the path they were saved from (those load from the config's path on first use)."""
         path = Path(path)
-        cfg = srsly.read_json(path / "cfg.json")
-        for key, value in cfg.items():
-            setattr(self, key, value)
-        if (path / "aliases.json").exists():
-            self.alias_counts = read_aliases(path / "aliases.json")
-        if (path / "span_scorer.safetensors").exists():
-            self.span_scorer = load_span_scorer(path / "span_scorer.safetensors")
-        if (path / "kb").exists():
-            self.set_resources(BiEncoder.from_pretrained(path / "encoder"), EntityIndex.from_disk(path / "kb"))
+        saved = srsly.read_json(path / SOURCES_FILE) if (path / SOURCES_FILE).exists() else {}
+
+        def wanted(key: str, folder: Path, configured: Optional[str], data_name: str) -> bool:
+            return folder.exists() and data_name not in exclude and configured in (None, saved.get(key))
+
+        encoder = index = None
+        if wanted("encoder", path / "encoder", self.cfg.encoder, "encoder"):
+            encoder = BiEncoder.from_pretrained(path / "encoder")
+        if wanted("kb", path / "kb", self.cfg.kb, "kb"):
+            index = EntityIndex.from_disk(path / "kb")
+        for key, part in self.parts():
+            if wanted(key, path, part.source, part.data_name):
+                part.from_disk(path)
+        sources = {"kb": saved.get("kb") if index else None, "encoder": saved.get("encoder") if encoder else None}
+        if encoder is not None and index is not None:
+            self.set_resources(encoder, index, sources=sources)
+        else:  # completed from the config's paths on first use
+            self.encoder, self.index, self.sources = encoder, index, sources
         return self
 
     def to_bytes(self, *, exclude=tuple()) -> bytes:

@@ -1,0 +1,182 @@
+"""Where ``pel_linker``'s mentions come from: registered mention sources, chosen in the config.
+
+* ``spacy_pel.mentions.ents.v1`` — ``doc.ents`` (from any NER, rules or gold annotations);
+* ``spacy_pel.mentions.span_group.v1`` — ``doc.spans[spans_key]`` (overlapping spans allowed);
+* ``spacy_pel.mentions.span_finder.v1`` — end to end: every span of ≤ ``max_span_len`` tokens is
+  scored by a trained span scorer (``scorer``: a file from ``spacy_pel.train_spans`` or
+  ``spacy_pel.train_e2e``) over one transformer pass per document; spans with ``p > threshold`` are
+  kept (greedy by score, no overlaps) and replace ``doc.ents``, labelled with their entity's first
+  KB type. ``threshold = null`` takes the γ recorded in the ``span_report.json`` beside the scorer.
+
+A source gives, per doc, the spans to link as ``(start, end, label)`` and, when it encoded the
+documents itself, their token vectors (so a collective vector strategy reuses that pass); it also
+says where the linked spans are written back.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import srsly
+import torch
+from spacy.tokens import Doc, Span
+from spacy.util import registry
+
+from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
+from ..models.encoder import BiEncoder
+from ..models.span_scorer import (
+    SpanScorer,
+    load_span_scorer,
+    save_span_scorer,
+    select_spans,
+)
+from ..retrieval.index import EntityIndex
+from .config import LinkerPart, check_probability
+
+SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
+SCORER_FILE = "span_scorer.safetensors"
+REPORT_FILE = "span_report.json"
+DEFAULT_SPAN_THRESHOLD = 0.5  # when neither the config nor a span_report.json gives γ
+
+
+def doc_spans(doc: Doc, spans_key: Optional[str] = None) -> Sequence[Span]:
+    """The spans of ``doc`` for ``spans_key``: ``doc.ents`` for None, else ``doc.spans[spans_key]``
+    (empty if the doc has no such group)."""
+    if spans_key is None:
+        return doc.ents
+    return doc.spans[spans_key] if spans_key in doc.spans else []
+
+
+def docs_per_pass(batch_size: int) -> int:
+    """Documents per transformer batch in one-pass-per-document encoding."""
+    return max(1, batch_size // 8)
+
+
+class DocSpans:
+    """Link the spans a doc already has: ``doc.ents`` or ``doc.spans[spans_key]``."""
+
+    label_from_kb = False  # found spans (no label of their own) take their entity's type
+
+    def __init__(self, spans_key: Optional[str] = None):
+        if spans_key is not None and (not isinstance(spans_key, str) or not spans_key):
+            raise ValueError(f"spacy_pel.mentions.span_group.v1: `spans_key` must be a non-empty string, not {spans_key!r}")
+        self.spans_key = spans_key
+
+    def spans(self, doc: Doc) -> Sequence[Span]:
+        return doc_spans(doc, self.spans_key)
+
+    def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], None]:
+        return [[(s.start, s.end, s.label) for s in self.spans(d)] for d in docs], None
+
+    def write(self, doc: Doc, spans: List[Span]) -> bool:
+        """Put the linked spans on the doc; False if there was nothing to write."""
+        if not spans:
+            return False
+        if self.spans_key is None:
+            doc.ents = spans  # fresh Span objects: kb_id_ set on doc.ents' copies would not stick
+        else:
+            doc.spans[self.spans_key] = spans
+        return True
+
+
+class SpanFinder(DocSpans, LinkerPart):
+    """End-to-end mentions from a trained span scorer (see the module doc)."""
+
+    label_from_kb = True
+    data_name = "span_scorer"
+
+    def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN):
+        super().__init__(None)
+        if not scorer:
+            raise ValueError(
+                "spacy_pel.mentions.span_finder.v1 needs `scorer`: a span scorer file from "
+                "`python -m spacy_pel.train_spans` or `python -m spacy_pel.train_e2e` (span_scorer.safetensors)"
+            )
+        if not isinstance(max_span_len, int) or isinstance(max_span_len, bool) or max_span_len < 1:
+            raise ValueError(f"spacy_pel.mentions.span_finder.v1: `max_span_len` must be an integer ≥ 1, not {max_span_len!r}")
+        self.source = str(scorer)
+        self.configured_threshold = check_probability(threshold, "span_finder.threshold")
+        self.max_span_len = max_span_len
+        self.scorer: Optional[SpanScorer] = None
+        self.report_threshold: Optional[float] = None  # γ of the span_report.json beside the scorer
+
+    @property
+    def threshold(self) -> float:
+        """γ in use: the config's, else the scorer's report's, else 0.5."""
+        if self.configured_threshold is not None:
+            return self.configured_threshold
+        return DEFAULT_SPAN_THRESHOLD if self.report_threshold is None else self.report_threshold
+
+    def _read_report(self, scorer_file: Path) -> None:
+        report = scorer_file.parent / REPORT_FILE
+        self.report_threshold = float(srsly.read_json(report)["threshold"]) if report.exists() else None
+
+    def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        if self.scorer is None:
+            self.scorer = load_span_scorer(self.source, device=str(encoder.device_))
+            self._read_report(Path(self.source))
+        hidden = int(encoder.mention_model.config.hidden_size)
+        if self.scorer.hidden_size != hidden:
+            raise ValueError(
+                f"span scorer {self.source} expects token vectors of size {self.scorer.hidden_size}, "
+                f"but the encoder gives {hidden}: use the scorer trained with this encoder"
+            )
+        self.scorer.to(encoder.device_)
+
+    def to_disk(self, path: Path) -> bool:
+        if self.scorer is None:
+            return False
+        save_span_scorer(self.scorer, path / SCORER_FILE)
+        if self.report_threshold is not None:
+            srsly.write_json(path / REPORT_FILE, {"threshold": self.report_threshold})
+        return True
+
+    def from_disk(self, path: Path) -> bool:
+        if not (path / SCORER_FILE).exists():
+            return False
+        self.scorer = load_span_scorer(path / SCORER_FILE)
+        self._read_report(path / SCORER_FILE)
+        return True
+
+    def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], list]:
+        """Score every span of ≤ ``max_span_len`` tokens from one pass per document; keep those above
+        the threshold (greedy by score, no overlaps). Returns the spans and the documents' token vectors."""
+        if self.scorer is None:
+            raise ValueError("the span finder has no span scorer loaded yet (the linker sets it up with its encoder)")
+        hidden = encode_docs(encoder, docs, batch_size=docs_per_pass(batch_size))
+        spans: List[SpanTuples] = []
+        with torch.inference_mode():
+            for doc, H in zip(docs, hidden):
+                starts, ends = enumerate_doc_spans(doc, self.max_span_len)
+                if len(starts) == 0:
+                    spans.append([])
+                    continue
+                probs = self.scorer.probs(H, starts, ends)
+                chosen = select_spans(starts, ends, probs, self.threshold)
+                spans.append([(int(starts[i]), int(ends[i]), 0) for i in np.asarray(chosen)])
+        return spans, hidden
+
+    def write(self, doc: Doc, spans: List[Span]) -> bool:
+        if not spans and not len(doc.ents):
+            return False
+        doc.ents = spans  # the found spans replace whatever the doc had
+        return True
+
+
+@registry.misc("spacy_pel.mentions.ents.v1")
+def ents_mentions() -> DocSpans:
+    """Link ``doc.ents``."""
+    return DocSpans(None)
+
+
+@registry.misc("spacy_pel.mentions.span_group.v1")
+def span_group_mentions(spans_key: str) -> DocSpans:
+    """Link ``doc.spans[spans_key]`` (overlapping spans allowed); results go back to the same group."""
+    return DocSpans(spans_key)
+
+
+@registry.misc("spacy_pel.mentions.span_finder.v1")
+def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN) -> SpanFinder:
+    """Find the mentions with a trained span scorer (end to end, no NER needed)."""
+    return SpanFinder(scorer, threshold, max_span_len)

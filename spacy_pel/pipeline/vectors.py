@@ -1,0 +1,71 @@
+"""How ``pel_linker`` computes mention vectors: registered strategies, chosen in the config.
+
+* ``spacy_pel.vectors.per_mention.v1`` — one marked-up input per mention,
+  ``[CLS] left [M_s] mention [M_e] right [SEP]`` in ``context_window`` word pieces (SPEC §1);
+* ``spacy_pel.vectors.collective.v1`` — one transformer pass per document (≤ 512-piece windows),
+  every mention's vector the normalised mean of its tokens' vectors (SPEC §2): linking N mentions
+  costs one pass, not N. If the mention source already encoded the documents (the span finder),
+  its pass is reused.
+
+A strategy is called as ``strategy(encoder, docs, spans, batch_size, hidden)`` with ``spans`` per doc
+as ``(start, end, label)`` and ``hidden`` the documents' token vectors or None; it returns one row
+per mention, in order, ``[n, dim]`` float32.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+import torch
+from spacy.tokens import Doc
+from spacy.util import registry
+
+from ..models.doc_encoder import encode_docs, span_link_vectors
+from ..models.encoder import BiEncoder, Mention
+from .mentions import docs_per_pass
+
+VectorStrategy = Callable[[BiEncoder, Sequence[Doc], Sequence[list], int, Optional[list]], np.ndarray]
+
+
+def per_mention_vectors(
+    encoder: BiEncoder, docs: Sequence[Doc], spans: Sequence[list], batch_size: int, hidden: Optional[list] = None
+) -> np.ndarray:
+    """One marked-up input per mention (``hidden`` is not used)."""
+    mentions = [
+        Mention(d.text, d[a].idx, d[b - 1].idx + len(d[b - 1])) for d, sp in zip(docs, spans) for a, b, _ in sp
+    ]
+    return encoder.encode_mentions(mentions, batch_size=batch_size)
+
+
+def collective_vectors(
+    encoder: BiEncoder, docs: Sequence[Doc], spans: Sequence[list], batch_size: int, hidden: Optional[list] = None
+) -> np.ndarray:
+    """One pass per document with mentions (or the pass in ``hidden``); each span's normalised mean."""
+    if hidden is None:
+        busy = [(d, sp) for d, sp in zip(docs, spans) if sp]
+        states: List[torch.Tensor] = encode_docs(encoder, [d for d, _ in busy], batch_size=docs_per_pass(batch_size)) if busy else []
+    else:
+        busy = [(d, sp) for d, sp in zip(docs, spans)]
+        states = list(hidden)
+    pairs = [(sp, H) for (_, sp), H in zip(busy, states) if sp]
+    if not pairs:
+        return np.zeros((0, encoder.dim), np.float32)
+    with torch.inference_mode():
+        return np.concatenate(
+            [
+                span_link_vectors(encoder, H, [a for a, _, _ in sp], [b for _, b, _ in sp]).cpu().numpy()
+                for sp, H in pairs
+            ]
+        )
+
+
+@registry.misc("spacy_pel.vectors.per_mention.v1")
+def per_mention() -> VectorStrategy:
+    """One marked-up input per mention."""
+    return per_mention_vectors
+
+
+@registry.misc("spacy_pel.vectors.collective.v1")
+def collective() -> VectorStrategy:
+    """One transformer pass per document."""
+    return collective_vectors
