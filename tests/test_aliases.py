@@ -83,3 +83,53 @@ def test_linker_alias_rule_and_roundtrip(kb_dir, tmp_path):
     doc2 = again.make_doc(TEXT)
     doc2.ents = [Span(doc2, a, b, label=l) for a, b, l in SPANS]
     assert [e.kb_id_ for e in again(doc2).ents] == ids
+
+
+def _link(nlp, texts_spans):
+    docs = []
+    for text, spans in texts_spans:
+        doc = nlp.make_doc(text)
+        doc.ents = [Span(doc, a, b, label=l) for a, b, l in spans]
+        docs.append(doc)
+    return [[(e.kb_id_, e._.pel_candidates) for e in d.ents] for d in nlp.pipe(docs)]
+
+
+def test_decided_mentions_skip_the_encoder_with_the_same_ids(kb_dir, tmp_path, monkeypatch):
+    """decide_unique: a mention whose text allows one entity is linked without encoding it; the
+    kb_ids equal those of encoding everything, and only the open mentions reach the encoder."""
+    from spacy_pel.models.encoder import BiEncoder
+    from spacy_pel.pipeline.rules import DECIDED_SCORE
+
+    write_aliases({"tricuspid valve leak": {"D2": 3}}, tmp_path / "aliases.json")
+    docs = [
+        (TEXT, SPANS),  # Li2CO3 (KB name), atrial-flutter (KB synonym), a training surface form
+        ("aspirin or warfarin , then something else ( SE ) and SE again", ((0, 1, "C"), (2, 3, "C"), (5, 7, "D"), (8, 9, "D"), (11, 12, "D"))),
+    ]
+    encoded = []
+    original = BiEncoder.encode_mentions
+
+    def counting(self, mentions, **kw):
+        encoded.extend(m.text[m.start : m.end] for m in mentions)
+        return original(self, mentions, **kw)
+
+    monkeypatch.setattr(BiEncoder, "encode_mentions", counting)
+    results = {}
+    for decide in (False, True):
+        nlp = spacy.blank("en")
+        rules = {
+            "abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"},
+            "aliases": {"@misc": "spacy_pel.rules.alias_table.v1", "aliases": str(tmp_path / "aliases.json"), "decide_unique": decide},
+        }
+        nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "rules": rules})
+        encoded.clear()
+        results[decide] = (_link(nlp, docs), list(encoded))
+    (everything, all_encoded), (skipped, few_encoded) = results[False], results[True]
+    assert [[i for i, _ in d] for d in skipped] == [[i for i, _ in d] for d in everything]
+    assert [i for i, _ in skipped[0]] == ["D1", "D3", "D2"]
+    # everything but the defined short form "SE" (tied to its long form) went through the encoder before
+    assert sorted(all_encoded) == sorted(["Li2CO3", "atrial-flutter", "tricuspid valve leak", "aspirin", "warfarin", "something else"])
+    assert sorted(few_encoded) == ["something else"]  # the only mention no rule decides
+    for doc in skipped:
+        for kb_id, cands in doc[:3] if doc is skipped[0] else doc[:2]:
+            assert cands == [[kb_id, cands[0][1], DECIDED_SCORE]]
+    assert skipped[1][3] == skipped[1][2] and skipped[1][4] == skipped[1][2]  # SE takes its long form's result

@@ -44,7 +44,7 @@ from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
 from .mentions import DocSpans
-from .rules import CandidateBatch, CandidateRule
+from .rules import DECIDED_SCORE, CandidateBatch, CandidateRule
 from .vectors import VectorStrategy, per_mention_vectors
 
 CANDIDATES_ATTR = "pel_candidates"
@@ -257,23 +257,46 @@ class PELLinker(Pipe):
         """Top-k (scores, rows) per doc for the given spans (per doc ``(start, end, label)``), after
         the rules; mentions without a word character get none (row -1)."""
         self.ensure_loaded()
-        vectors = self.vectors(self.encoder, docs, spans, self.cfg.batch_size, hidden)
-        scores, rows = self.index.search(vectors, k or self.cfg.top_k)
+        k = k or self.cfg.top_k
         texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
-        if self.rules:
-            batch = CandidateBatch(docs, spans, list(texts), vectors, scores, rows, self.index)
-            for rule in self.rules.values():
-                rule(batch)
-            batch.finish()
-            scores, rows = batch.scores, batch.rows
-        for i, text in enumerate(texts):
-            if not any(c.isalnum() for c in text):  # whitespace / punctuation only: nothing to link
-                scores[i], rows[i] = 0.0, -1
+        batch = CandidateBatch(docs, spans, list(texts), None, None, None, self.index)
+        for rule in self.rules.values():
+            if hasattr(rule, "prepare"):
+                rule.prepare(batch)
+        wordless = {i for i, text in enumerate(texts) if not any(c.isalnum() for c in text)}
+        todo = np.array([i for i in range(len(texts)) if batch.open(i) and i not in wordless], dtype=np.int64)
+        batch.vectors, batch.scores, batch.rows = self._retrieve(docs, spans, todo, len(texts), k, hidden)
+        for i, row in batch.decided.items():
+            batch.rows[i, 0], batch.scores[i, 0] = row, DECIDED_SCORE
+        for rule in self.rules.values():
+            rule(batch)
+        batch.finish()
+        scores, rows = batch.scores, batch.rows
+        for i in wordless:  # whitespace / punctuation only: nothing to link
+            scores[i], rows[i] = 0.0, -1
         out, start = [], 0
         for doc_spans in spans:
             out.append((scores[start : start + len(doc_spans)], rows[start : start + len(doc_spans)]))
             start += len(doc_spans)
         return out
+
+    def _retrieve(self, docs: Sequence[Doc], spans: Sequence[list], todo: np.ndarray, n: int, k: int,
+                  hidden: Optional[list]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectors and top-k (scores, rows) ``[n, ...]`` where only the mentions ``todo`` (flat
+        indices) are encoded and searched; the other rows hold zeros / -1."""
+        vectors = np.zeros((n, self.encoder.dim), np.float32)
+        scores, rows = np.zeros((n, k), np.float32), np.full((n, k), -1, np.int64)
+        if len(todo) == 0:
+            return vectors, scores, rows
+        wanted, flat, start = set(todo.tolist()), [], 0
+        for sp in spans:
+            flat.append([s for i, s in enumerate(sp, start) if i in wanted])
+            start += len(sp)
+        vectors[todo] = self.vectors(self.encoder, docs, flat, self.cfg.batch_size, hidden)
+        found_scores, found_rows = self.index.search(vectors[todo], k)
+        width = found_rows.shape[1]
+        scores[todo, :width], rows[todo, :width] = found_scores, found_rows
+        return vectors, scores, rows
 
     def mention_vectors(self, docs: Sequence[Doc], spans: Sequence[list]) -> np.ndarray:
         """The vectors of the given spans (per doc ``(start, end, label)``), by the vector strategy."""

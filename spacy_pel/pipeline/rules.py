@@ -1,15 +1,21 @@
 """Candidate rules of ``pel_linker``: registered functions that adjust the retrieved candidates.
 
-After retrieval the linker hands every rule of its ``rules`` block, in the order written, one
-:class:`CandidateBatch` — the batch's mentions, their vectors and the top-k ``scores``/``rows`` — and
-the rule changes it in place. Two come with the package:
+A rule works in up to two phases, each over the rules in the order written. Before any vector is
+computed, a rule with a ``prepare(batch)`` method may rewrite a mention's lookup text, tie it to
+another mention (``same_as``) or decide it outright (``decided``: mention → KB row); decided and tied
+mentions skip the encoder and the index search, so the transformer runs only on what is still open.
+After retrieval every rule is called as ``rule(batch)`` with the vectors and the top-k
+``scores``/``rows`` of the :class:`CandidateBatch`, and changes them in place. A decided mention's
+candidates are its entity alone, with score :data:`DECIDED_SCORE` (it is never NIL by threshold).
+Two rules come with the package:
 
 * ``spacy_pel.rules.abbreviations.v1`` — a short form defined in its document (``retinoic acid (RA)``,
   :mod:`.abbreviations`) takes the candidates of a mention of its long form in the same document,
   or else is looked up by its long form in the rules that follow (write it before the alias table);
 * ``spacy_pel.rules.alias_table.v1`` — a mention whose normalised text is a KB name or synonym, or a
   surface form of ``aliases`` (a JSON file from ``python -m spacy_pel.aliases``), is linked among
-  those entities (:class:`.aliases.AliasTable`).
+  those entities (:class:`.aliases.AliasTable`); with ``decide_unique`` (the default) a text that
+  allows one entity only is decided before encoding — the same id the encoder would pick.
 
 A rule of your own is any callable ``rule(batch) -> None`` registered in ``spacy.util.registry.misc``
 (a :class:`.config.LinkerPart` if it needs the KB or holds data)::
@@ -42,6 +48,7 @@ from .aliases import AliasTable, read_aliases, write_aliases
 from .config import LinkerPart
 
 ALIASES_FILE = "aliases.json"
+DECIDED_SCORE = 1.0  # the score a rule-decided mention's one candidate carries
 
 
 @dataclass
@@ -51,17 +58,25 @@ class CandidateBatch:
     ``spans``: per doc ``(start, end, label)``; ``texts``: one lookup text per mention (flat over the
     docs; the mention's text unless a rule rewrote it); ``vectors``: ``[n, dim]`` mention vectors;
     ``scores``/``rows``: ``[n, k]`` best first (row -1: no entity); ``same_as``: ``{i: j}``, mention
-    ``i`` takes mention ``j``'s candidates once every rule has run.
+    ``i`` takes mention ``j``'s candidates once every rule has run; ``decided``: ``{i: row}``, mention
+    ``i`` is linked to KB row ``row`` by a rule's ``prepare`` (no vector is computed for it).
+    ``vectors``, ``scores`` and ``rows`` are None during ``prepare``; afterwards the rows of decided
+    and tied mentions hold zeros / their final candidates.
     """
 
     docs: Sequence[Doc]
     spans: Sequence[list]
     texts: List[str]
-    vectors: np.ndarray
-    scores: np.ndarray
-    rows: np.ndarray
+    vectors: Optional[np.ndarray]
+    scores: Optional[np.ndarray]
+    rows: Optional[np.ndarray]
     index: EntityIndex
     same_as: Dict[int, int] = field(default_factory=dict)
+    decided: Dict[int, int] = field(default_factory=dict)
+
+    def open(self, i: int) -> bool:
+        """Whether mention ``i`` is still to be encoded and retrieved (neither decided nor tied)."""
+        return i not in self.decided and i not in self.same_as
 
     def finish(self) -> None:
         """Apply ``same_as``."""
@@ -75,10 +90,13 @@ CandidateRule = Callable[[CandidateBatch], None]
 class AbbreviationRule:
     """A defined short form is linked as its long form (see the module doc)."""
 
-    def __call__(self, batch: CandidateBatch) -> None:
+    def prepare(self, batch: CandidateBatch) -> None:
         lookup, copy_from = short_form_links(batch.docs, batch.spans, batch.texts)
         batch.texts = lookup
         batch.same_as.update(copy_from)
+
+    def __call__(self, batch: CandidateBatch) -> None:
+        """Nothing is left to do once the candidates exist (``prepare`` did the work)."""
 
 
 class AliasRule(LinkerPart):
@@ -86,10 +104,13 @@ class AliasRule(LinkerPart):
 
     data_name = "aliases"
 
-    def __init__(self, aliases: Optional[str] = None):
+    def __init__(self, aliases: Optional[str] = None, decide_unique: bool = True):
         if aliases is not None and not isinstance(aliases, (str, Path)):
             raise ValueError(f"spacy_pel.rules.alias_table.v1: `aliases` must be a path or null, not {aliases!r}")
+        if not isinstance(decide_unique, bool):
+            raise ValueError(f"spacy_pel.rules.alias_table.v1: `decide_unique` must be true or false, not {decide_unique!r}")
         self.source = str(aliases) if aliases else None
+        self.decide_unique = decide_unique
         self.counts: Optional[Dict[str, Dict[str, int]]] = None
         self.table: Optional[AliasTable] = None
 
@@ -110,10 +131,26 @@ class AliasRule(LinkerPart):
         self.counts = read_aliases(path / ALIASES_FILE)
         return True
 
-    def __call__(self, batch: CandidateBatch) -> None:
+    def _table(self) -> AliasTable:
         if self.table is None:
             raise ValueError("the alias table is not set up (the linker does it when it loads its KB)")
-        batch.scores, batch.rows = self.table.restrict(batch.texts, batch.vectors, batch.scores, batch.rows)
+        return self.table
+
+    def prepare(self, batch: CandidateBatch) -> None:
+        """With ``decide_unique``: a text that allows exactly one entity decides the mention."""
+        if not self.decide_unique:
+            return
+        table = self._table()
+        for i, text in enumerate(batch.texts):
+            if batch.open(i):
+                allowed = table.candidates(text)
+                if allowed is not None and len(allowed) == 1:
+                    batch.decided[i] = allowed[0]
+
+    def __call__(self, batch: CandidateBatch) -> None:
+        open_ = [batch.open(i) for i in range(len(batch.texts))]
+        texts = [t if o else "" for t, o in zip(batch.texts, open_)]  # "" matches no name
+        batch.scores, batch.rows = self._table().restrict(texts, batch.vectors, batch.scores, batch.rows)
 
 
 @registry.misc("spacy_pel.rules.abbreviations.v1")
@@ -123,6 +160,7 @@ def abbreviation_rule() -> AbbreviationRule:
 
 
 @registry.misc("spacy_pel.rules.alias_table.v1")
-def alias_table_rule(aliases: Optional[str] = None) -> AliasRule:
-    """Exact-match alias table: KB names and synonyms, plus the surface forms of ``aliases``."""
-    return AliasRule(aliases)
+def alias_table_rule(aliases: Optional[str] = None, decide_unique: bool = True) -> AliasRule:
+    """Exact-match alias table: KB names and synonyms, plus the surface forms of ``aliases``;
+    ``decide_unique``: a text allowing one entity only is linked without running the encoder."""
+    return AliasRule(aliases, decide_unique)
