@@ -83,10 +83,8 @@ def make_pel_linker(
 ) -> "PELLinker":
     """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
     :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`)."""
-    settings = LinkerSettings(
-        kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label,
-        batch_size=batch_size, context_window=context_window, device=device,
-    )
+    settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label,
+                              batch_size=batch_size, context_window=context_window, device=device)
     return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules)
 
 
