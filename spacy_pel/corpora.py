@@ -9,7 +9,11 @@ Rules (documented in the README):
 * ``kb_id_`` is the gold id; ``-1`` becomes ``NIL``; a composite mention keeps all its ids joined
   by ``|`` in corpus order (NCBI's ``+`` becomes ``|`` too); a prediction of any of them is correct;
 * every mention is in the span group ``doc.spans["pel_gold"]``; ``doc.ents`` holds them too, less
-  any that overlap a longer one (counted as ``overlapping``; BC5CDR has none).
+  any that overlap a longer one (counted as ``overlapping``; BC5CDR has none);
+* BioRED-style files read too: ids joined by ``,``, ``-`` for no id (NIL), relation lines of any
+  type (counted in ``relations_skipped``, never mentions);
+* a malformed line is refused as ``FILE:LINE: reason`` (:class:`CorpusFormatError`), or skipped and
+  counted when the caller asks (``convert(..., skip_bad_lines=True)``).
 """
 from __future__ import annotations
 
@@ -23,16 +27,16 @@ from spacy.language import Language
 from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
 
+from . import files
+
 PathLike = Union[str, Path]
 NIL = "NIL"
 GOLD_KEY = "pel_gold"
 ID_SEP = "|"
 
 
-class CorpusFormatError(ValueError):
-    def __init__(self, path: PathLike, line: int, message: str):
-        self.path, self.line = str(path), line
-        super().__init__(f"{path}:{line}: {message}")
+class CorpusFormatError(files.LineError):
+    """A corpus file could not be read; the message names the file and the line (``FILE:LINE: reason``)."""
 
 
 @dataclass
@@ -61,56 +65,117 @@ def gold_ids(kb_id: str) -> List[str]:
     return [i for i in kb_id.split(ID_SEP) if i]
 
 
+NO_ID = ("-1", "-")  # BC5CDR writes -1 for a mention without a concept, BioRED writes -
+
+
 def _parse_ids(raw: str) -> List[str]:
-    ids = [i.strip() for i in re.split(r"[|+]", raw) if i.strip()]
-    if not ids or ids == ["-1"]:
+    """Gold ids of an id column: joined by ``|`` or ``,`` (BioRED) or ``+`` (NCBI); -1 or - is NIL."""
+    ids = [i.strip() for i in re.split(r"[|+,]", raw) if i.strip()]
+    if not ids or all(i in NO_ID for i in ids):
         return [NIL]
-    return [NIL if i == "-1" else i for i in ids]
+    return [NIL if i in NO_ID else i for i in ids]
 
 
-def read_pubtator(path: PathLike) -> List[PubTatorDoc]:
-    """Read a PubTator file; relation lines (``CID``) are skipped; offsets are checked."""
+_OFFSET = re.compile(r"[0-9]+")
+_RELATION_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+_PASSAGE = re.compile(r"^([^\t|]*)\|([ta])\|")
+
+
+@dataclass
+class _Reader:
+    path: Path
+    bad_lines: Optional[files.BadLines]
+    relations: Dict[str, int]
+
+    def fail(self, line: int, message: str) -> None:
+        files.reject(CorpusFormatError(self.path, line, message), self.bad_lines)
+
+
+def read_pubtator(
+    path: PathLike, bad_lines: Optional[files.BadLines] = None, relations: Optional[Dict[str, int]] = None
+) -> List[PubTatorDoc]:
+    """Read a PubTator file: documents with their mention annotations, offsets checked.
+
+    Relation lines (``PMID<TAB>type<TAB>id<TAB>id[<TAB>novelty]``: BC5CDR's ``CID``, BioRED's
+    ``Association`` …) are not mentions: they are counted by type in ``relations`` and left out.
+    A malformed line raises :class:`CorpusFormatError` (``FILE:LINE: reason``), or with ``bad_lines``
+    is recorded there and left out. A file without any document is refused either way.
+    """
     path = Path(path)
+    relations = relations if relations is not None else {}
+    r = _Reader(path, bad_lines, relations)
     docs: List[PubTatorDoc] = []
-    title: Dict[str, str] = {}
+    title: Optional[Tuple[str, str, int]] = None  # (pmid, text, line) of a title waiting for its abstract
+    seen: Dict[str, int] = {}  # pmid → line of its title
     current: Optional[PubTatorDoc] = None
-    with path.open(encoding="utf8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n").rstrip("\r")
-            if not line.strip():
+    for lineno, line in files.read_lines(path, CorpusFormatError, bad_lines):
+        if not line.strip():
+            continue
+        passage = _PASSAGE.match(line)
+        if passage:
+            pmid, kind, text = passage.group(1), passage.group(2), line[passage.end() :]
+            current = None
+            if kind == "t":
+                if title is not None:
+                    r.fail(title[2], f"title of {title[0]} without an abstract line after it")
+                title = None
+                if not pmid.strip():
+                    r.fail(lineno, "title line without a PMID")
+                elif pmid in seen:
+                    r.fail(lineno, f"document {pmid} appears twice (first at line {seen[pmid]})")
+                else:
+                    title = (pmid, text, lineno)
                 continue
-            if "|t|" in line[:40] and "\t" not in line.split("|t|")[0]:
-                pmid, text = line.split("|t|", 1)
-                title[pmid] = text
-                current = None
+            if title is None or title[0] != pmid:
+                if title is not None:
+                    r.fail(title[2], f"title of {title[0]} without an abstract line after it")
+                    title = None
+                r.fail(lineno, f"abstract of {pmid} without its title line just before it")
                 continue
-            if "|a|" in line[:40] and "\t" not in line.split("|a|")[0]:
-                pmid, text = line.split("|a|", 1)
-                if pmid not in title:
-                    raise CorpusFormatError(path, lineno, f"abstract of {pmid} without a title line")
-                current = PubTatorDoc(pmid, title.pop(pmid) + " " + text)
-                docs.append(current)
-                continue
-            cols = line.split("\t")
-            if len(cols) >= 2 and cols[1] == "CID":
-                continue
+            current = PubTatorDoc(pmid, title[1] + " " + text)
+            seen[pmid] = title[2]
+            title = None
+            docs.append(current)
+            continue
+        if title is not None:
+            r.fail(title[2], f"title of {title[0]} without an abstract line after it")
+            title = None
+        cols = line.split("\t")
+        if len(cols) in (4, 5) and not _OFFSET.fullmatch(cols[1]) and _RELATION_TYPE.fullmatch(cols[1]):
             if current is None or cols[0] != current.pmid:
-                raise CorpusFormatError(path, lineno, "annotation outside its document")
-            if len(cols) < 6:
-                raise CorpusFormatError(path, lineno, "expected PMID, start, end, text, type, ids (tab-separated)")
-            try:
-                start, end = int(cols[1]), int(cols[2])
-            except ValueError:
-                raise CorpusFormatError(path, lineno, "start and end must be integers") from None
-            if not (0 <= start < end <= len(current.text)):
-                raise CorpusFormatError(path, lineno, f"offsets {start}-{end} outside the text")
-            if current.text[start:end] != cols[3]:
-                raise CorpusFormatError(
-                    path, lineno, f"offsets {start}-{end} give {current.text[start:end]!r}, not {cols[3]!r}"
-                )
-            current.annotations.append(Annotation(start, end, cols[3], cols[4], _parse_ids(cols[5]), lineno))
-    if title:
-        raise CorpusFormatError(path, 0, f"{len(title)} title(s) without an abstract, e.g. {next(iter(title))}")
+                r.fail(lineno, f"{cols[1]} relation line outside its document")
+            else:
+                relations[cols[1]] = relations.get(cols[1], 0) + 1
+            continue
+        if current is None or cols[0] != current.pmid:
+            r.fail(lineno, "annotation outside its document" if len(cols) > 1 else "expected a PMID|t| title, PMID|a| abstract or tab-separated annotation line")
+            continue
+        if not 6 <= len(cols) <= 7:
+            r.fail(
+                lineno,
+                f"expected PMID, start, end, text, type, ids (tab-separated; a 7th column for composite "
+                f"mentions' parts), not {len(cols)} columns",
+            )
+            continue
+        if not (_OFFSET.fullmatch(cols[1]) and _OFFSET.fullmatch(cols[2])):
+            r.fail(lineno, "start and end must be integers")
+            continue
+        start, end = int(cols[1]), int(cols[2])
+        if not (0 <= start < end <= len(current.text)):
+            r.fail(lineno, f"offsets {start}-{end} outside the text ({len(current.text)} characters)")
+            continue
+        if current.text[start:end] != cols[3]:
+            r.fail(lineno, f"offsets {start}-{end} give {current.text[start:end]!r}, not {cols[3]!r}")
+            continue
+        if not cols[4].strip():
+            r.fail(lineno, "empty entity type (5th column)")
+            continue
+        current.annotations.append(Annotation(start, end, cols[3], cols[4], _parse_ids(cols[5]), lineno))
+    if title is not None:
+        r.fail(title[2], f"title of {title[0]} without an abstract line after it")
+    if not docs:
+        skipped = f" ({bad_lines.count} malformed line(s) skipped)" if bad_lines is not None and bad_lines.count else ""
+        raise CorpusFormatError(path, 1, f"no PubTator documents in this file{skipped}")
     return docs
 
 
@@ -139,9 +204,14 @@ class ConversionStats:
     overlapping: int = 0
     unaligned: int = 0
     unaligned_examples: List[str] = field(default_factory=list)
+    # relation lines (not mentions) left out, by type: {"CID": 1012}
+    relations_skipped: Dict[str, int] = field(default_factory=dict)
+    # malformed lines left out at the user's request (convert --skip-bad-lines); 0 otherwise
+    skipped_lines: int = 0
+    skipped_examples: List[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
 
 
 def make_doc(nlp: Language, pdoc: PubTatorDoc, stats: Optional[ConversionStats] = None) -> Doc:
@@ -173,29 +243,39 @@ def make_doc(nlp: Language, pdoc: PubTatorDoc, stats: Optional[ConversionStats] 
     return doc
 
 
-def pubtator_to_docs(nlp: Language, path: PathLike, stats: Optional[ConversionStats] = None) -> Iterator[Doc]:
+def pubtator_to_docs(
+    nlp: Language, path: PathLike, stats: Optional[ConversionStats] = None, bad_lines: Optional[files.BadLines] = None
+) -> Iterator[Doc]:
+    """Docs of a PubTator file (see :func:`read_pubtator`); relations and skipped lines go to ``stats``."""
     stats = stats if stats is not None else ConversionStats()
-    for pdoc in read_pubtator(path):
+    pdocs = read_pubtator(path, bad_lines, stats.relations_skipped)
+    if bad_lines is not None:
+        stats.skipped_lines, stats.skipped_examples = bad_lines.count, list(bad_lines.examples)
+    for pdoc in pdocs:
         yield make_doc(nlp, pdoc, stats)
 
 
 def write_docbin(docs: Iterable[Doc], path: PathLike) -> int:
     """Write docs (with user data) to a ``.spacy`` file atomically; returns the count."""
-    path = Path(path)
     db = DocBin(store_user_data=True)
     n = 0
     for doc in docs:
         db.add(doc)
         n += 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    db.to_disk(tmp)
-    tmp.replace(path)
+    files.atomic_write(path, db.to_disk)
     return n
 
 
 def read_docbin(nlp: Language, path: PathLike) -> List[Doc]:
-    return list(DocBin().from_disk(path).get_docs(nlp.vocab))
+    """The docs of a ``.spacy`` file; a missing file or one that is not a DocBin is refused in one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus not found: {path}" if not path.exists() else f"corpus {path} is not a file")
+    try:
+        db = DocBin().from_disk(path)
+    except Exception as err:  # zlib / msgpack errors of a file that is not a DocBin
+        raise files.InputError(f"{path}: not a .spacy DocBin file ({type(err).__name__}: {err})") from err
+    return list(db.get_docs(nlp.vocab))
 
 
 def gold_spans(doc: Doc) -> Sequence[Span]:
@@ -206,9 +286,16 @@ def corpus_ids(docs: Iterable[Doc]) -> set:
     return {i for doc in docs for span in gold_spans(doc) for i in gold_ids(span.kb_id_) if i != NIL}
 
 
-def convert(input: Path, output: Path, lang: str = "en") -> dict:
-    """Convert ``input`` (PubTator) to ``output`` (.spacy); returns the conversion statistics."""
+def convert(input: Path, output: Path, lang: str = "en", skip_bad_lines: bool = False) -> dict:
+    """Convert ``input`` (PubTator) to ``output`` (.spacy); returns the conversion statistics.
+
+    A malformed line stops the conversion with ``FILE:LINE: reason`` and writes nothing; with
+    ``skip_bad_lines`` it is left out and counted (``skipped_lines``, ``skipped_examples``).
+    """
+    input = Path(input)
+    if not input.is_file():
+        raise FileNotFoundError(f"PubTator file not found: {input}" if not input.exists() else f"{input} is not a file")
     nlp = spacy.blank(lang)
     stats = ConversionStats()
-    write_docbin(pubtator_to_docs(nlp, input, stats), output)
+    write_docbin(pubtator_to_docs(nlp, input, stats, files.BadLines() if skip_bad_lines else None), output)
     return stats.as_dict()

@@ -1,17 +1,19 @@
-"""Files: atomic writes of files and folders, and JSON-lines records.
+"""Files: atomic writes of files and folders, JSON-lines records, and reading input files line by line.
 
 The bottom floor of the package: it imports nothing from spacy_pel. Every writer in the package goes
 through :func:`atomic_write` or :func:`atomic_dir`, so an interrupted job never leaves a half-written
-file where a finished one is expected.
+file where a finished one is expected. Every reader of user files goes through :func:`read_lines`,
+so a malformed line is always reported as ``FILE:LINE: reason`` (:class:`LineError`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple, Union
 
 PathLike = Union[str, Path]
 
@@ -68,3 +70,92 @@ def write_jsonl(records: Iterable[dict], path: PathLike) -> None:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     atomic_write(path, write)
+
+
+# ---------------------------------------------------------------------------- reading input files
+
+
+class InputError(ValueError):
+    """Bad input from the user — a malformed file, a missing path, an impossible option.
+
+    The command-line tools print its message on one line (no traceback) and exit with status 2.
+    :class:`spacy_pel.kb.KBFormatError` and :class:`spacy_pel.corpora.CorpusFormatError` are kinds of it.
+    """
+
+
+class LineError(InputError):
+    """A malformed line of an input file: the message starts with ``FILE:LINE:``."""
+
+    def __init__(self, path: PathLike, line: int, message: str):
+        self.path, self.line, self.reason = str(path), line, message
+        super().__init__(f"{path}:{line}: {message}")
+
+
+class BadLines:
+    """Malformed lines skipped at the user's request (``--skip-bad-lines``): a count and examples.
+
+    Readers take ``bad_lines=None`` (the default: the first malformed line raises) or a ``BadLines``
+    to record each malformed line in and go on. Nothing is skipped without being counted here.
+    """
+
+    def __init__(self, keep: int = 10):
+        self.count = 0
+        self.keep = keep
+        self.examples: List[str] = []
+
+    def add(self, error: LineError) -> None:
+        self.count += 1
+        if len(self.examples) < self.keep:
+            self.examples.append(str(error))
+
+    def as_dict(self) -> dict:
+        return {"skipped_lines": self.count, "skipped_examples": list(self.examples)}
+
+    def summary(self) -> str:
+        if not self.count:
+            return "no malformed lines"
+        more = f" (first {len(self.examples)} shown)" if self.count > len(self.examples) else ""
+        return f"skipped {self.count} malformed line(s){more}:\n  " + "\n  ".join(self.examples)
+
+
+def reject(error: LineError, bad_lines: Optional[BadLines]) -> None:
+    """Raise ``error``, or record it in ``bad_lines`` when the caller asked to skip bad lines."""
+    if bad_lines is None:
+        raise error
+    bad_lines.add(error)
+
+
+def read_lines(
+    path: PathLike, error: Callable[[PathLike, int, str], LineError], bad_lines: Optional[BadLines] = None
+) -> Iterator[Tuple[int, str]]:
+    """``(line number, text)`` of each line of a UTF-8 text file, ``\\r\\n`` or ``\\n`` ended.
+
+    Lines end at ``\\n`` only (so line numbers are those of ``grep -n`` and a lone ``\\r`` stays part of
+    its line); the ``\\r`` of a ``\\r\\n`` ending and a byte-order mark are removed. A line that is not
+    valid UTF-8 is refused as ``error(path, line, reason)`` (or skipped into ``bad_lines``).
+    """
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            try:
+                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                column = len(raw[: err.start].decode("utf8", "replace")) + 1
+                reject(error(path, lineno, f"not UTF-8 text (byte 0x{raw[err.start]:02x} at column {column})"), bad_lines)
+                continue
+            yield lineno, text
+
+
+def file_digest(*paths: PathLike) -> str:
+    """SHA-256 of the files' contents (and their order), to tell whether an input changed."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(f"{Path(path).name}\0".encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()

@@ -10,16 +10,23 @@ import typer
 from ..corpora import read_docbin
 from ..pipeline.aliases import __doc__ as LIBRARY_DOC
 from ..pipeline.aliases import mention_counts, write_aliases
+from ._errors import cli_errors, fail, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     corpora: List[Path] = typer.Argument(..., help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy)"),
     output: Path = typer.Option(..., "--output", "-o", help="aliases JSON to write"),
 ):
     """Count each gold mention's surface form per entity id; the pel_linker's `aliases` setting reads it."""
+    for corpus in corpora:
+        require_file(corpus, "corpus")
+    if output.is_dir():
+        fail(f"output {output} is a folder; give a .json file name")
+    require_writable_parent(output, "output")
     nlp = spacy.blank("en")
     docs = [d for c in corpora for d in read_docbin(nlp, c)]
     counts = mention_counts(docs)

@@ -9,14 +9,16 @@ import typer
 
 from ..kb import READERS
 from ..models.encoder import DEFAULT_ENCODER
+from ..retrieval.build import CHUNK, build_kb
 from ..retrieval.build import __doc__ as LIBRARY_DOC
-from ..retrieval.build import build_kb
 from ..retrieval.index import INDEX_KINDS
+from ._errors import cli_errors, echo_skipped
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     kb: Path = typer.Option(None, "--kb", help="KB file (for --format mesh: the folder with both MeSH TSVs)"),
     output: Path = typer.Option(..., "--output", "-o", help="KB folder to write (or extend, with --add)"),
@@ -27,9 +29,15 @@ def main(
     batch_size: int = typer.Option(128, "--batch-size"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16 (bf16 is slower on CPUs without bf16 units)"),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="Leave out malformed KB lines (counted and listed) instead of stopping at the first"
+    ),
+    chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Entities per resumable chunk of OUTPUT.partial/"),
 ):
     """Encode every entity of a KB file and write an entity index folder."""
-    if add is None and kb is None:
-        raise typer.BadParameter("give --kb FILE (or --add FILE to extend an existing KB)")
-    report = build_kb(kb, output, format, encoder, index, add, batch_size, precision, device)
+    report = build_kb(
+        kb, output, format, encoder, index, add, batch_size, precision, device,
+        skip_bad_lines=skip_bad_lines, chunk_size=chunk_size,
+    )
+    echo_skipped(report)
     typer.echo(json.dumps(report, indent=2))

@@ -9,11 +9,13 @@ import typer
 
 from ..evaluation.nil import __doc__ as LIBRARY_DOC
 from ..evaluation.nil import calibrate
+from ._errors import cli_errors, require_dir, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev)"),
@@ -21,4 +23,9 @@ def main(
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve"),
 ):
     """Pick the NIL threshold with the best NIL F1 and write it into the pipeline's config."""
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_file(corpus, "corpus")
+    require_writable_parent(output, "output")
+    if plot is not None:
+        require_writable_parent(plot, "plot")
     typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot), indent=2))

@@ -4,22 +4,47 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import spacy
 import typer
 
 from ..corpora import convert
+from ._errors import (
+    cli_errors,
+    echo_skipped,
+    fail,
+    require_file,
+    require_writable_parent,
+)
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
 
 @app.command()
+@cli_errors
 def main(
-    input: Path = typer.Argument(..., help="PubTator file (BC5CDR, NCBI disease, MedMentions)"),
+    input: Path = typer.Argument(..., help="PubTator file (BC5CDR, NCBI disease, MedMentions, BioRED)"),
     output: Path = typer.Argument(..., help="Output .spacy file"),
     lang: str = typer.Option("en", "--lang", help="Language of the blank tokenizer"),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="Leave out malformed lines (counted and listed) instead of stopping at the first"
+    ),
 ):
-    """Convert a PubTator corpus; prints counts of mentions, NIL, composite, overlapping and unaligned."""
-    stats = convert(input, output, lang)
+    """Convert a PubTator corpus; prints counts of mentions, NIL, composite, overlapping and unaligned
+    mentions, and of the relation lines left out (by type)."""
+    require_file(input, "PubTator file")
+    if output.is_dir():
+        fail(f"output {output} is a folder; give a .spacy file name")
+    require_writable_parent(output, "output")
+    try:
+        spacy.util.get_lang_class(lang)
+    except Exception:  # spaCy raises ImportError / its own errors for an unknown language code
+        fail(f"--lang {lang!r} is not a language spaCy knows (e.g. en, de, fr)")
+    stats = convert(input, output, lang, skip_bad_lines=skip_bad_lines)
     typer.echo(json.dumps(stats, indent=2))
+    if stats["relations_skipped"]:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(stats["relations_skipped"].items()))
+        typer.echo(f"left out relation lines (not mentions): {kinds}", err=True)
+    echo_skipped(stats)
     if stats["unaligned"]:
         typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow")
 

@@ -13,11 +13,19 @@ from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, discover, gold_cluster_scores
 from ..discovery.cluster import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
+from ._errors import (
+    cli_errors,
+    fail,
+    require_dir,
+    require_file,
+    require_writable_parent,
+)
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     corpus: Path = typer.Argument(..., help="Gold-span .spacy corpus (from spacy_pel.convert)"),
     output: Path = typer.Argument(..., help="Where to write the .spacy corpus with discovered ids"),
@@ -40,7 +48,15 @@ def main(
     all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
     (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them)."""
     if pipeline is None and kb is None:
-        raise typer.BadParameter("give --pipeline or --kb")
+        fail("give --pipeline or --kb")
+    require_file(corpus, "corpus")
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_dir(kb, "KB folder", "meta.json")
+    if k < 1:
+        fail(f"--k must be at least 1, not {k}")
+    if mention_margin < 0:
+        fail(f"--mention-margin must be at least 0, not {mention_margin}")
+    require_writable_parent(output, "output")
     nlp, linker = load_pipeline(pipeline, kb, encoder)
     docs = read_docbin(nlp, corpus)
     for doc in docs:

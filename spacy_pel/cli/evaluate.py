@@ -10,15 +10,38 @@ import typer
 from spacy.tokens import Doc
 from tqdm.auto import tqdm
 
-from ..corpora import corpus_ids, read_docbin
+from ..corpora import corpus_ids, gold_spans, read_docbin
 from ..evaluation.linking import __doc__ as LIBRARY_DOC
-from ..evaluation.linking import e2e_metrics, evaluate, markdown
+from ..evaluation.linking import e2e_metrics, markdown, mention_table, metrics
 from ..pipeline.linker import load_pipeline
+from ._errors import (
+    cli_errors,
+    fail,
+    require_dir,
+    require_file,
+    require_writable_parent,
+)
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+DOCS_PER_STEP = 8  # documents linked per progress step (the linker pools their mentions into batches)
+
+
+def link_gold_mentions(linker, docs, progress: bool = True, docs_per_step: int = DOCS_PER_STEP):
+    """:func:`~spacy_pel.evaluation.linking.evaluate`'s rows and seconds, with a progress bar that counts
+    mentions (mentions/s) and moves every few documents."""
+    rows, seconds = [], 0.0
+    total = sum(len(gold_spans(d)) for d in docs)
+    with tqdm(total=total, desc="linking", unit=" mentions", disable=not progress, smoothing=0.05) as bar:
+        for i in range(0, len(docs), docs_per_step):
+            part_rows, part_seconds = mention_table(linker, docs[i : i + docs_per_step])
+            rows.extend(part_rows)
+            seconds += part_seconds
+            bar.update(len(part_rows))
+    return rows, seconds
 
 
 @app.command()
+@cli_errors
 def main(
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus (from spacy_pel.convert)"),
     pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
@@ -33,13 +56,22 @@ def main(
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
     if pipeline is None and kb is None:
-        raise typer.BadParameter("give --pipeline or --kb")
+        fail("give --pipeline or --kb")
+    require_file(corpus, "corpus")
+    require_file(train, "training corpus")
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_dir(kb, "KB folder", "meta.json")
+    for path in (output, md):
+        if path is not None:
+            if path.is_dir():
+                fail(f"{path} is a folder; give a file name")
+            require_writable_parent(path, "report")
     nlp, linker = load_pipeline(pipeline, kb, encoder)
     docs = read_docbin(nlp, corpus)
     if e2e:
         raw = [Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in docs]
         t0 = time.perf_counter()
-        predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents"))
+        predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0
         report = {**e2e_metrics(predicted, docs), "docs": len(docs), "seconds": round(seconds, 1),
                   "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
@@ -48,7 +80,8 @@ def main(
                 + f"\n{report['docs']} documents, {report['seconds']} s, {report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
         train_ids = corpus_ids(read_docbin(nlp, train)) if train else None
-        report = evaluate(linker, docs, train_ids, threshold, progress=True)
+        rows, seconds = link_gold_mentions(linker, docs)
+        report = metrics(rows, seconds, linker.index.row, train_ids, linker.threshold if threshold is None else threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
         text = markdown(report, title)
     typer.echo(text)

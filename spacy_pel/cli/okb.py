@@ -9,11 +9,13 @@ import typer
 
 from ..evaluation.okb import __doc__ as LIBRARY_DOC
 from ..evaluation.okb import make_okb
+from ._errors import cli_errors, require_dir, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     kb: Path = typer.Option(..., "--kb", help="KB folder (from build_kb)"),
     remove: List[str] = typer.Option(..., "--remove", help="MeSH tree branch to remove, e.g. C10 (repeatable)"),
@@ -21,4 +23,8 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for kb/ and the relabelled corpora"),
 ):
     """Remove KB entities of the given branches and relabel their mentions NIL."""
+    require_dir(kb, "KB folder", "meta.json")
+    for path in corpus:
+        require_file(path, "corpus")
+    require_writable_parent(output, "output")
     typer.echo(json.dumps(make_okb(kb, remove, corpus, output), indent=2))

@@ -10,11 +10,19 @@ from ..corpora import read_docbin
 from ..evaluation.visualize import MESH_URL, link_docs, render
 from ..evaluation.visualize import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
+from ._errors import (
+    cli_errors,
+    fail,
+    require_dir,
+    require_file,
+    require_writable_parent,
+)
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     corpus: Path = typer.Argument(..., help=".spacy corpus whose entities are linked"),
     output: Path = typer.Argument(..., help="HTML file to write"),
@@ -25,7 +33,15 @@ def main(
 ):
     """Link the entities of the first --limit documents and render them with KB links."""
     if pipeline is None and kb is None:
-        raise typer.BadParameter("give --pipeline or --kb")
+        fail("give --pipeline or --kb")
+    require_file(corpus, "corpus")
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_dir(kb, "KB folder", "meta.json")
+    if limit < 1:
+        fail(f"--limit must be at least 1, not {limit}")
+    if "{}" not in url_template:
+        fail(f"--url-template needs {{}} where the id goes: {url_template!r}")
+    require_writable_parent(output, "output")
     nlp, _ = load_pipeline(pipeline, kb)
     docs = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -269,19 +269,26 @@ class BiEncoder(torch.nn.Module):
             return torch.autocast(self.device_.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _encode(self, items: list, lengths: List[int], fn, batch_size: int, desc: str, progress: bool):
+    def _encode(self, items: list, lengths: List[int], fn, batch_size: int, desc: str, progress):
+        """Encode in length-sorted batches. ``progress``: ``True`` shows a bar that moves every batch
+        (``entities/s`` or ``mentions/s``); a callable is called with each batch's size instead (a
+        caller's own bar, e.g. a resumable KB build's)."""
         order = np.argsort(-np.asarray(lengths), kind="stable")
         out = np.zeros((len(items), self.dim), dtype=np.float32)
+        report = progress if callable(progress) else None
         was_training = self.training
         self.eval()
         try:
             with torch.inference_mode(), self._autocast(), tqdm(
-                total=len(items), desc=desc, unit=" seq", disable=not progress, smoothing=0.05
+                total=len(items), desc=f"encoding {desc}", unit=f" {desc}", smoothing=0.05,
+                disable=not progress or report is not None,
             ) as bar:
                 for i in range(0, len(items), batch_size):
                     idx = order[i : i + batch_size]
                     out[idx] = fn([items[j] for j in idx]).cpu().numpy()
                     bar.update(len(idx))
+                    if report is not None:
+                        report(len(idx))
         finally:
             self.train(was_training)
         return out

@@ -1,0 +1,143 @@
+"""Expected errors of the command-line tools: one line on stderr and exit status 2, not a traceback.
+
+Wrap a command with :func:`cli_errors`: it adds a ``--verbose`` option (the full traceback, for a bug
+report) and turns the errors a user can cause and fix — a malformed input line (``FILE:LINE: reason``),
+a missing file, an encoder that does not match the KB, a bad option — into ``error: <message>``.
+Anything else is a bug and keeps its traceback. Check options with :func:`require_file` and friends
+*before* any heavy work, so a typo costs a second, not an hour of encoding.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import typer
+
+from ..files import InputError
+from ..models.encoder import EncoderMismatchError
+
+EXIT_USAGE = 2  # as click's own usage errors
+EXIT_INTERRUPTED = 130
+EXPECTED = (InputError, EncoderMismatchError, OSError)
+
+
+def one_line(error: BaseException) -> str:
+    """The first non-empty line of an error's message (OSErrors name the file)."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.strerror}: {error.filename}"
+    text = str(error).strip()
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
+
+
+def fail(message: str) -> None:
+    """Stop a command with an expected error (inside a :func:`cli_errors` command)."""
+    raise InputError(message)
+
+
+def cli_errors(command: Callable) -> Callable:
+    """Decorate a typer command: expected errors print ``error: …`` and exit 2; ``--verbose`` re-raises."""
+    signature = inspect.signature(command)
+    verbose = inspect.Parameter(
+        "verbose",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(False, "--verbose", help="Show the full traceback of an error"),
+        annotation=bool,
+    )
+
+    @functools.wraps(command)
+    def wrapper(*args, verbose: bool = False, **kwargs):
+        try:
+            with library_log_on_stderr():
+                return command(*args, **kwargs)
+        except EXPECTED as err:
+            if verbose:
+                raise
+            typer.secho(f"error: {one_line(err)}", err=True, fg="red")
+            raise typer.Exit(EXIT_USAGE) from None
+        except KeyboardInterrupt:
+            if verbose:
+                raise
+            typer.secho("interrupted", err=True, fg="red")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), verbose])
+    wrapper.__annotations__ = {**getattr(command, "__annotations__", {}), "verbose": bool}
+    return wrapper
+
+
+class _EchoHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        warn = record.levelno >= logging.WARNING
+        typer.secho(self.format(record), err=True, fg="yellow" if warn else None)
+
+
+class library_log_on_stderr:
+    """While a command runs, the library's log (``spacy_pel.*`` loggers: e.g. "resuming…", "starting a
+    clean build") goes to stderr, INFO and up, one plain line a record; afterwards it is as it was."""
+
+    def __enter__(self):
+        self.logger = logging.getLogger("spacy_pel")
+        self.saved = (self.logger.level, self.logger.propagate)
+        self.handler = _EchoHandler()
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.saved[0])
+        self.logger.propagate = self.saved[1]
+        return False
+
+
+def require_file(path: Optional[Path], what: str) -> None:
+    """Refuse a missing input file (``None`` passes: an option not given)."""
+    if path is None:
+        return
+    if not path.exists():
+        fail(f"{what} not found: {path}")
+    if not path.is_file():
+        fail(f"{what} {path} is a folder, not a file")
+
+
+def require_dir(path: Optional[Path], what: str, marker: Optional[str] = None) -> None:
+    """Refuse a missing folder, or one without ``marker`` (e.g. ``meta.json`` of a KB folder)."""
+    if path is None:
+        return
+    if not path.exists():
+        fail(f"{what} not found: {path}")
+    if not path.is_dir():
+        fail(f"{what} {path} is a file, not a folder")
+    if marker and not (path / marker).exists():
+        fail(f"{what} {path} has no {marker}: is it the right folder?")
+
+
+def require_one_of(value: str, choices: Iterable[str], option: str) -> None:
+    choices = list(choices)
+    if value not in choices:
+        fail(f"{option} {value!r} is not one of {', '.join(choices)}")
+
+
+def require_writable_parent(path: Path, what: str) -> None:
+    """Refuse an output whose place cannot be made: its parent is a file."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                fail(f"cannot write {what} {path}: {parent} is a file")
+            return
+
+
+def echo_skipped(report: dict) -> None:
+    """Tell (on stderr) how many malformed lines were left out, with the first few ``FILE:LINE: reason``."""
+    count = report.get("skipped_lines") or 0
+    if not count:
+        return
+    shown = report.get("skipped_examples") or []
+    more = f" (first {len(shown)} shown)" if count > len(shown) else ""
+    typer.secho(f"skipped {count} malformed line(s){more}:", err=True, fg="yellow")
+    for example in shown:
+        typer.echo(f"  {example}", err=True)

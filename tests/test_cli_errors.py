@@ -1,0 +1,287 @@
+"""Command-line tools: an expected error is one line on stderr and exit status 2 (a traceback only
+with --verbose), and every option is checked before any heavy work."""
+import json
+from pathlib import Path
+
+import pytest
+import spacy
+from spacy.tokens import Span
+from typer.testing import CliRunner
+
+import spacy_pel.cli.evaluate as evaluate_cli
+import spacy_pel.retrieval.build as build
+from spacy_pel.cli import (
+    aliases,
+    build_kb,
+    calibrate,
+    convert,
+    discover,
+    evaluate,
+    okb,
+    visualize,
+)
+from spacy_pel.cli import app as main_app
+from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.kb import KBFormatError
+from spacy_pel.models.encoder import BiEncoder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(app, args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, *fragments):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def no_heavy_work(monkeypatch):
+    """Fail the test if a KB is read, an encoder loaded or anything encoded."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("heavy work started before the options were checked")
+
+    monkeypatch.setattr(build, "read_kb", forbidden)
+    monkeypatch.setattr(BiEncoder, "from_pretrained", forbidden)
+    monkeypatch.setattr(BiEncoder, "encode_entities", forbidden)
+
+
+# ---------------------------------------------------------------------------- build-kb
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--format", "csv"], ["unknown KB format 'csv'", "jsonl, mesh, medic, obo"]),
+        (["--index", "ivf"], ["unknown index kind 'ivf'", "flat, hnsw"]),
+        (["--precision", "fp8"], ["--precision"]),
+        (["--device", "tpu9"], ["device"]),
+        (["--batch-size", "0"], ["batch size"]),
+        (["--encoder", "/no/such/encoder"], ["encoder folder not found: /no/such/encoder"]),
+        (["--encoder", "./relative/enc"], ["encoder folder not found"]),
+    ],
+)
+def test_build_kb_options_checked_before_any_work(kb_file, tmp_path, no_heavy_work, args, fragments):
+    result = run(build_kb.app, ["--kb", kb_file, "-o", tmp_path / "out", *args])
+    one_line_error(result, *fragments)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_build_kb_paths_checked(kb_file, tmp_path, no_heavy_work):
+    one_line_error(run(build_kb.app, ["--kb", tmp_path / "missing.jsonl", "-o", tmp_path / "o"]),
+                   "KB file not found", "missing.jsonl")
+    one_line_error(run(build_kb.app, ["-o", tmp_path / "o"]), "give a KB file")
+    one_line_error(run(build_kb.app, ["--kb", kb_file, "--add", kb_file, "-o", tmp_path / "o"]), "not both")
+    one_line_error(run(build_kb.app, ["--add", kb_file, "-o", tmp_path / "o"]), "not a KB folder")
+    one_line_error(run(build_kb.app, ["--kb", tmp_path, "-o", tmp_path / "o"]), "is a folder")
+    one_line_error(run(build_kb.app, ["--kb", tmp_path, "--format", "mesh", "-o", tmp_path / "o"]), "MeSH folder lacks")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep me")
+    one_line_error(run(build_kb.app, ["--kb", kb_file, "-o", tmp_path / "notes"]), "not a KB; refusing to replace it")
+    assert (tmp_path / "notes" / "mine.txt").exists()
+
+
+def test_build_kb_bad_encoder(kb_file, tmp_path, monkeypatch):
+    (tmp_path / "enc").mkdir()
+    one_line_error(run(build_kb.app, ["--kb", kb_file, "-o", tmp_path / "o", "--encoder", tmp_path / "enc"]),
+                   "neither pel_encoder.json")
+
+    def hub_error(*args, **kwargs):  # what transformers raises for an unknown hub name (offline here)
+        raise OSError("no-such-org/no-such-model is not a local folder and is not a valid model identifier\n"
+                      "If this is a private repository, make sure to pass a token")
+
+    monkeypatch.setattr(BiEncoder, "from_pretrained", hub_error)
+    one_line_error(run(build_kb.app, ["--kb", kb_file, "-o", tmp_path / "o", "--encoder", "no-such-org/no-such-model"]),
+                   "cannot load encoder 'no-such-org/no-such-model': no-such-org/no-such-model is not a local folder")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_build_kb_malformed_line_is_one_line_and_leaves_nothing(tmp_path, tiny_encoder_dir):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "A", "name": "x"}\n{"id": "B", "name": "y", "description": 42}\n')
+    out = tmp_path / "out"
+    result = run(build_kb.app, ["--kb", bad, "-o", out, "--encoder", tiny_encoder_dir])
+    one_line_error(result, f"{bad}:2: \"description\" must be a string, not int")
+    assert not out.exists() and not (tmp_path / "out.partial").exists()
+    # --verbose: the traceback, for a bug report
+    result = run(build_kb.app, ["--kb", bad, "-o", out, "--encoder", tiny_encoder_dir, "--verbose"])
+    assert isinstance(result.exception, KBFormatError)
+    # --skip-bad-lines: built from the good lines, with a summary of what was left out
+    result = run(build_kb.app, ["--kb", bad, "-o", out, "--encoder", tiny_encoder_dir, "--skip-bad-lines"])
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 malformed line(s):" in result.stderr and f"{bad}:2:" in result.stderr
+    assert json.loads(result.stdout)["skipped_lines"] == 1 and json.loads(result.stdout)["entities_total"] == 1
+
+
+def test_build_kb_add_existing_id_is_refused_before_encoding(kb_dir, kb_file, tiny_encoder_dir, monkeypatch):
+    monkeypatch.setattr(BiEncoder, "encode_entities", lambda *a, **k: pytest.fail("encoded"))
+    result = run(build_kb.app, ["--add", kb_file, "-o", kb_dir, "--encoder", tiny_encoder_dir])
+    one_line_error(result, "5 entity id(s) already in the KB", "D1, D2")
+
+
+def test_main_app_commands_have_verbose():
+    result = CliRunner().invoke(main_app, ["build-kb", "--help"])
+    assert result.exit_code == 0 and "--verbose" in result.output and "--skip-bad-lines" in result.output
+
+
+# ---------------------------------------------------------------------------- convert
+
+
+def test_convert_errors(tmp_path):
+    one_line_error(run(convert.app, [tmp_path / "missing.txt", tmp_path / "o.spacy"]), "PubTator file not found")
+    source = tmp_path / "c.txt"
+    source.write_bytes(b"1|t|Caf\xe9\n1|a|x\n")
+    one_line_error(run(convert.app, [source, tmp_path / "o.spacy"]), f"{source}:1: not UTF-8 text")
+    source.write_text("")
+    one_line_error(run(convert.app, [source, tmp_path / "o.spacy"]), f"{source}:1: no PubTator documents")
+    source.write_text("1|t|A b.\n1|a|C.\n")
+    one_line_error(run(convert.app, [source, tmp_path / "o.spacy", "--lang", "xx-nope"]), "--lang")
+    assert not (tmp_path / "o.spacy").exists()
+
+
+def test_convert_says_what_it_left_out(tmp_path):
+    source = tmp_path / "c.txt"
+    source.write_text("1|t|Aspirin and fever.\n1|a|No.\n1\t0\t7\tAspirin\tChemical\tD001241\n"
+                      "1\t12\t17\tfever\tDisease\t-\n1\t0\t3\tXYZ\tChemical\tD1\n1\tAssociation\tD001241\tD005334\tNovel\n")
+    one_line_error(run(convert.app, [source, tmp_path / "o.spacy"]), f"{source}:5: offsets 0-3 give 'Asp'")
+    result = run(convert.app, [source, tmp_path / "o.spacy", "--skip-bad-lines"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stdout)
+    assert stats["mentions"] == 2 and stats["nil"] == 1 and stats["relations_skipped"] == {"Association": 1}
+    assert "left out relation lines (not mentions): 1 Association" in result.stderr
+    assert "skipped 1 malformed line(s):" in result.stderr and f"{source}:5:" in result.stderr
+
+
+# ---------------------------------------------------------------------------- the other commands
+
+
+def corpus(tmp_path: Path) -> Path:
+    nlp = spacy.blank("en")
+    doc = nlp.make_doc("Lithium carbonate toxicity with tricuspid regurgitation and atrial flutter")
+    doc.spans[GOLD_KEY] = [Span(doc, 0, 2, "Chemical", kb_id="D1"), Span(doc, 4, 6, "Disease", kb_id="D2"),
+                           Span(doc, 7, 9, "Disease", kb_id="D3")]
+    doc.ents = list(doc.spans[GOLD_KEY])
+    path = tmp_path / "gold.spacy"
+    write_docbin([doc] * 20, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "app, args, fragment",
+    [
+        (evaluate.app, ["{missing}", "--kb", "{kb}"], "corpus not found"),
+        (evaluate.app, ["{corpus}", "--kb", "{missing}"], "KB folder not found"),
+        (evaluate.app, ["{corpus}", "--pipeline", "{kb}"], "has no config.cfg"),
+        (evaluate.app, ["{corpus}", "--kb", "{kb}", "--train", "{missing}"], "training corpus not found"),
+        (evaluate.app, ["{corpus}"], "give --pipeline or --kb"),
+        (evaluate.app, ["{notdocbin}", "--kb", "{kb}"], "not a .spacy DocBin file"),
+        (visualize.app, ["{missing}", "{out}", "--kb", "{kb}"], "corpus not found"),
+        (visualize.app, ["{corpus}", "{out}", "--kb", "{kb}", "--url-template", "x"], "--url-template"),
+        (discover.app, ["{missing}", "{out}", "--kb", "{kb}"], "corpus not found"),
+        (discover.app, ["{corpus}", "{out}", "--kb", "{kb}", "--k", "0"], "--k"),
+        (aliases.app, ["{missing}", "-o", "{out}"], "corpus not found"),
+        (okb.app, ["--kb", "{missing}", "--remove", "C10", "--corpus", "{corpus}", "-o", "{out}"], "KB folder not found"),
+        (calibrate.app, ["{missing}", "{corpus}", "-o", "{out}"], "pipeline not found"),
+    ],
+)
+def test_other_commands_one_line_before_loading(tmp_path, kb_dir, monkeypatch, app, args, fragment):
+    import spacy_pel.pipeline.linker as linker_module
+
+    for module in (evaluate_cli, visualize, discover):
+        monkeypatch.setattr(module, "load_pipeline", lambda *a, **k: pytest.fail("loaded before checking"))
+    monkeypatch.setattr(linker_module, "load_pipeline", lambda *a, **k: pytest.fail("loaded before checking"))
+    (tmp_path / "not.spacy").write_text("not a docbin")
+    paths = {"missing": tmp_path / "missing", "kb": kb_dir, "corpus": corpus(tmp_path),
+             "out": tmp_path / "out" / "o.html", "notdocbin": tmp_path / "not.spacy"}
+    if fragment == "not a .spacy DocBin file":  # read after the pipeline is loaded
+        monkeypatch.setattr(evaluate_cli, "load_pipeline", lambda *a, **k: (spacy.blank("en"), None))
+    one_line_error(run(app, [a.format(**paths) for a in args]), fragment)
+
+
+# ---------------------------------------------------------------------------- progress bars
+
+
+class Bars:
+    """Records every tqdm bar made in a module: its settings and its updates."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, iterable=None, **kwargs):
+        bar = {"kwargs": kwargs, "updates": []}
+        self.made.append(bar)
+
+        class Bar:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def update(self, n=1):
+                bar["updates"].append(n)
+
+            def __iter__(self):
+                return iter(iterable)
+
+        return Bar()
+
+
+def test_build_progress_moves_per_batch_in_entities(kb_file, tmp_path, tiny_encoder_dir, monkeypatch):
+    bars = Bars()
+    monkeypatch.setattr(build, "tqdm", bars)
+    build.build_kb(kb_file, tmp_path / "kb", encoder=str(tiny_encoder_dir), batch_size=2, progress=True)
+    (bar,) = bars.made
+    assert bar["kwargs"]["unit"] == " entities" and bar["kwargs"]["total"] == 5
+    assert bar["updates"] == [2, 2, 1]  # one step per batch of 2, not one per 16,384-entity chunk
+
+
+def test_encoder_progress_counts_entities(tiny_encoder_dir, monkeypatch):
+    import spacy_pel.models.encoder as encoder_module
+    from spacy_pel.kb import Entity
+
+    bars = Bars()
+    monkeypatch.setattr(encoder_module, "tqdm", bars)
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir)
+    enc.encode_entities([Entity(f"E{i}", f"name {i}") for i in range(5)], batch_size=2, progress=True)
+    (bar,) = bars.made
+    assert bar["kwargs"]["unit"] == " entities" and bar["updates"] == [2, 2, 1]
+
+
+def test_evaluate_progress_counts_mentions(tmp_path, kb_dir, monkeypatch):
+    bars = Bars()
+    monkeypatch.setattr(evaluate_cli, "tqdm", bars)
+    out = tmp_path / "m.json"
+    result = run(evaluate.app, [corpus(tmp_path), "--kb", kb_dir, "--output", out])
+    assert result.exit_code == 0, result.output
+    (bar,) = bars.made
+    assert bar["kwargs"]["unit"] == " mentions" and bar["kwargs"]["total"] == 60
+    assert bar["updates"] == [24, 24, 12]  # 8 documents of 3 mentions a step, not one step per 64 documents
+    assert json.loads(out.read_text())["mentions"] == 60
+
+
+# ---------------------------------------------------------------------------- packaging
+
+
+def test_project_package_ships_spacy_pel_beside_the_pipeline():
+    """The packaged pipeline requires spacy_pel, which is not on the package index: the project's
+    package command builds a spacy_pel wheel next to the pipeline's, and the README says how to
+    install both."""
+    import srsly
+
+    project = srsly.read_yaml(ROOT / "project.yml")
+    (command,) = [c for c in project["commands"] if c["name"] == "package"]
+    script = " && ".join(command["script"])
+    assert "pip wheel . --no-deps" in script and "--wheel-dir packages/wheels" in script
+    assert script.index("pip wheel") < script.index("spacy package")
+    readme = (ROOT / "README.md").read_text(encoding="utf8")
+    assert "pip install packages/wheels/spacy_pel-0.1.0-py3-none-any.whl" in readme
+    assert "spacy_pel>=0.1.0,<0.2.0" in readme
