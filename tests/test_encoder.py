@@ -77,3 +77,27 @@ def test_config_validation():
         EncoderConfig(mention_pooling="max")
     with pytest.raises(ValueError, match="similarity"):
         EncoderConfig(similarity="l2")
+
+
+def test_precision_auto_follows_the_device(monkeypatch):
+    import torch
+
+    from spacy_pel.models import encoder as enc
+
+    monkeypatch.setattr(enc, "cpu_has_bf16", lambda: True)
+    assert enc.resolve_precision("auto", torch.device("cpu")) == "bf16"
+    monkeypatch.setattr(enc, "cpu_has_bf16", lambda: False)
+    assert enc.resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert enc.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
+    with pytest.raises(ValueError, match="precision"):
+        enc.EncoderConfig(precision="int4")
+
+
+def test_bf16_vectors_stay_close_to_fp32(tiny_encoder_dir):
+    """bf16 autocast (chosen by precision auto on CPUs with bf16 units) changes vectors only slightly."""
+    fp32 = BiEncoder.from_pretrained(tiny_encoder_dir)
+    bf16 = BiEncoder.from_pretrained(tiny_encoder_dir, precision="bf16")
+    mentions = [Mention("aspirin and warfarin were given", 0, 7), Mention("atrial flutter recurred", 0, 14)]
+    a, b = fp32.encode_mentions(mentions), bf16.encode_mentions(mentions)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.99

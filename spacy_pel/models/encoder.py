@@ -31,6 +31,8 @@ PathLike = Union[str, Path]
 CONFIG_FILE = "pel_encoder.json"
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
+PRECISIONS = ("fp32", "bf16", "auto")
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 class EncoderMismatchError(ValueError):
@@ -48,7 +50,8 @@ class EncoderConfig:
     mention_pooling: str = "span"
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
-    precision: str = "fp32"  # inference precision: "fp32" or "bf16"
+    # inference precision: "fp32", "bf16", or "auto" (bf16 where the device has bf16 units, else fp32)
+    precision: str = "fp32"
     extra: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -56,8 +59,8 @@ class EncoderConfig:
             raise ValueError(f"mention_pooling must be 'all' or 'span', not {self.mention_pooling!r}")
         if self.similarity not in ("cosine", "dot"):
             raise ValueError(f"similarity must be 'cosine' or 'dot', not {self.similarity!r}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16', not {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.mention_max_length < 8 or self.entity_max_length < 8:
             raise ValueError("word-piece budgets must be at least 8")
 
@@ -86,6 +89,26 @@ def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flags; False elsewhere).
+
+    Without such units bf16 matrix products are emulated and slower than fp32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in BF16_CPU_FLAGS)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``"auto"`` → ``"bf16"`` on a CUDA device with bf16 or a CPU with bf16 units, else ``"fp32"``."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_bf16() else "fp32"
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -265,7 +288,7 @@ class BiEncoder(torch.nn.Module):
         return self.embed(self.entity_model, seqs)
 
     def _autocast(self):
-        if self.config.precision == "bf16":
+        if resolve_precision(self.config.precision, self.device_) == "bf16":
             return torch.autocast(self.device_.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
