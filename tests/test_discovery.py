@@ -11,7 +11,6 @@ from spacy_pel.cli.discover import app
 from spacy_pel.corpora import GOLD_KEY, read_docbin, write_docbin
 from spacy_pel.discovery.cluster import (
     DISCOVERED_KEY,
-    arborescence_positives,
     cluster,
     cluster_scores,
     discover,
@@ -19,6 +18,7 @@ from spacy_pel.discovery.cluster import (
     nearest_entities,
     nil_cluster_ids,
 )
+from spacy_pel.training.arborescence import arborescence_positives
 
 
 def unit(x):

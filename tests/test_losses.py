@@ -1,19 +1,20 @@
 """Losses (SPEC section 1): proxy-based Eq. 3/4, cross-entropy Eq. 1, masking, FGSM Eq. 5-8."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from spacy_pel.kb import Entity
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.training.fgsm import FGSM, embed_perturbed, fgsm_entity_vectors
 from spacy_pel.training.losses import (
     LOSSES,
     ce_loss_from_scores,
     cross_entropy_loss,
-    embed_perturbed,
-    fgsm_entity_vectors,
     make_loss,
     proxy_loss,
     proxy_loss_from_scores,
+    register_loss,
     similarity,
 )
 
@@ -121,6 +122,25 @@ def test_make_loss_interface():
         make_loss("ce", alpha=3)
     with pytest.raises(ValueError, match="bool"):
         ce_loss_from_scores(pos[:, 0], neg[..., 0], neg_mask=torch.ones(2, 3))
+
+
+def test_a_registered_loss_is_chosen_by_name():
+    @register_loss("test_hinge", "dot", margin=0.5)
+    def hinge(pos_s, neg_s, neg_mask=None, margin=0.5):
+        neg_s = neg_s if neg_mask is None else neg_s.masked_fill(~neg_mask, float("-inf"))
+        return torch.relu(margin - pos_s + neg_s.max(dim=1).values).mean()
+
+    try:
+        loss = make_loss("test_hinge", margin=2)
+        assert loss.kind == "dot" and loss.settings == {"margin": 2.0}
+        m, pos, neg = torch.ones(1, 2), torch.tensor([[1.0, 0.0]]), torch.tensor([[[0.0, 1.0], [0.0, 0.0]]])
+        assert float(loss(m, pos, neg)) == 2.0  # relu(2 - 1 + 1)
+        with pytest.raises(ValueError, match="no setting"):
+            make_loss("test_hinge", alpha=1)
+    finally:
+        del LOSSES["test_hinge"]
+    with pytest.raises(ValueError, match="similarity kind"):
+        register_loss("bad", "euclid")
 
 
 # ---------------------------------------------------------------- FGSM: Eq. 5-8
@@ -232,3 +252,29 @@ def test_fgsm_vectors_carry_the_graph_and_hooks_are_removed(encoder):
     with pytest.raises(RuntimeError, match="does not match"):
         embed_perturbed(encoder, pos, torch.zeros(1, 1, encoder.dim))
     assert not embeddings._forward_hooks
+
+
+def test_fgsm_wrapper_adds_lambda_times_the_loss_on_adversarial_entities(encoder):
+    """FGSM wraps any loss: clean + λ·L(m, P_adv), P_adv from fgsm_entity_vectors on the KB rows given."""
+    mentions, _, _ = _batch(encoder)
+    positives, rows = [0, 1], np.array([[2, 3, 4], [4, 0, 2]])
+    mask = torch.tensor([[True, False, True], [True, True, True]])
+    for name in ("proxy", "ce"):
+        loss = make_loss(name)
+        clean = torch.tensor(0.25)
+        wrapped = FGSM(loss, encoder, ENTS, epsilon=EPS, weight=0.5, negatives=2)
+        got = wrapped(clean, mentions, positives, rows, mask)
+        seqs = encoder.entity_inputs(ENTS)
+        pos_adv, neg_adv = fgsm_entity_vectors(encoder, mentions, [seqs[0], seqs[1]],
+                                               [[seqs[2], seqs[3]], [seqs[4], seqs[0]]], epsilon=EPS, kind=loss.kind)
+        torch.testing.assert_close(got, clean + 0.5 * loss(mentions, pos_adv, neg_adv, mask[:, :2]))
+    # with ε = 0 the adversarial copies are the clean entities: the wrapped loss is (1 + λ)·L
+    loss = make_loss("proxy")
+    with torch.no_grad():
+        seqs = encoder.entity_inputs(ENTS)
+        vec = encoder.embed_entities(seqs)
+    clean = loss(mentions, vec[positives], vec[torch.from_numpy(rows)], mask)
+    got = FGSM(loss, encoder, ENTS, epsilon=0.0, weight=1.0)(clean, mentions, positives, rows, mask)
+    torch.testing.assert_close(got, 2 * clean, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="epsilon"):
+        FGSM(loss, encoder, ENTS, epsilon=-1.0)

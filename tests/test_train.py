@@ -4,14 +4,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+import torch
+from safetensors.torch import load_file, save_file
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.evaluation.evaluators import Evaluator
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.index import EntityIndex
-from spacy_pel.training.retriever import Trainer, load_config, train
+from spacy_pel.training.config import (
+    ConfigError,
+    JointConfig,
+    LoopSettings,
+    RetrieverConfig,
+    load_config,
+)
+from spacy_pel.training.loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+from spacy_pel.training.negatives import HardNegativeMiner
+from spacy_pel.training.retriever import Batch, RetrieverTask, train
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_pb_random.cfg"
+E2E_CONFIG = CONFIG.parent / "train_e2e.cfg"
 SENTS = [
     ("Lithium carbonate toxicity was seen.", 0, 2, "D1"),
     ("The newborn had tricuspid regurgitation today.", 3, 5, "D2"),
@@ -53,27 +66,40 @@ def overrides(corpus, kb_dir, tiny_encoder_dir, **extra):
     return base
 
 
-def batch_loss(trainer):
-    import torch
+def config(ov) -> RetrieverConfig:
+    return RetrieverConfig.from_config(load_config(CONFIG, ov))
 
+
+def make_task(ov, output=None) -> RetrieverTask:
+    cfg = config(ov)
+    return RetrieverTask(cfg, checkpoint_to_resume(output, cfg.training.resume) if output else None)
+
+
+def all_mentions(task) -> Batch:
+    examples = task.stages[-1].examples
+    return Batch("mentions", np.arange(len(examples)), examples)
+
+
+def batch_loss(task):
     torch.manual_seed(0)
-    examples = trainer.stages[-1][1]
-    trainer.encoder.eval()
+    task.encoder.eval()
     with torch.no_grad():
-        trainer.random = type(trainer.random)(len(trainer.index), trainer.k, seed=1)
-        return float(trainer.step_loss(examples))
+        task.linking.miner = HardNegativeMiner(task.miner.k, 0.0, seed=1, n_entities=len(task.index))
+        return float(task.step(all_mentions(task)).loss)
 
 
 def test_training_lowers_loss_and_resumes(corpus, kb_dir, tiny_encoder_dir, tmp_path):
     out = tmp_path / "run"
     ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 10})
-    before = batch_loss(Trainer(load_config(CONFIG, ov), tmp_path / "scratch"))
+    before = batch_loss(make_task(ov))
     state = train(CONFIG, out, ov, progress=False)
     assert state["step"] == 10 and [h["step"] for h in state["history"]] == [5, 10]
     log = json.loads((out / "train_log.json").read_text())
     assert log["skipped_train_mentions"] == {"nil": 1, "absent": 0}
-    trained = Trainer(load_config(CONFIG, ov), out)  # resumes from out/last
-    assert trained.resuming and trained.state["step"] == 10
+    assert log["best"] == max(h["dev_r1"] for h in log["history"]) == pytest.approx(state["best"], abs=1e-4)
+    trained = make_task(ov, out)  # resumes from out/last
+    loop = TrainingLoop(trained, config(ov).training, out, checkpoint_to_resume(out))
+    assert loop.state["step"] == 10
     assert batch_loss(trained) < before
     # the entity tower was frozen: the KB built with the base encoder still fits the trained one
     best = BiEncoder.from_pretrained(out / "best")
@@ -109,52 +135,81 @@ def test_trained_entity_tower_with_fgsm_and_hard_negatives(corpus, kb_dir, tiny_
 
 def test_synonym_prealignment_alone(kb_dir, tiny_encoder_dir, tmp_path, corpus):
     ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"paths.train": None, "synonyms.steps": 3})
-    trainer = Trainer(load_config(CONFIG, ov), tmp_path / "run")
-    (name, examples, steps), = trainer.stages
-    assert name == "synonyms" and steps == 3 and len(examples) == 3  # Li2CO3, flutter, acetylsalicylic acid
-    assert trainer.run(progress=False)["step"] == 3
+    task = make_task(ov)
+    (stage,) = task.stages
+    assert stage.name == "synonyms" and stage.steps == 3 and len(stage.examples) == 3  # Li2CO3, flutter, acetylsalicylic acid
+    assert TrainingLoop(task, config(ov).training, tmp_path / "run").run(progress=False)["step"] == 3
 
 
 def test_arborescence_objective_runs_and_uses_coreferent_mentions(corpus, kb_dir, tiny_encoder_dir, tmp_path):
     ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 4, "training.objective": "arborescence",
                                                        "arborescence.refresh_every": 2, "negatives.count": 4})
-    trainer = Trainer(load_config(CONFIG, ov), tmp_path / "run")
-    arbo = trainer.arborescence
-    assert arbo is not None and {int(k): len(v) for k, v in arbo.members.items()} == {0: 1, 1: 1, 2: 1, 3: 2}
-    state = trainer.run(progress=False)
+    task = make_task(ov)
+    arbo = task.arborescence.targets
+    assert {int(k): len(v) for k, v in arbo.members.items()} == {0: 1, 1: 1, 2: 1, 3: 2}
+    state = TrainingLoop(task, config(ov).training, tmp_path / "run").run(progress=False)
     assert state["step"] == 4 and np.isfinite(state["history"][-1]["loss"])
     # negatives never include a coreferent mention (same gold entity)
     rows, real = arbo.negatives(arbo.vectors, np.arange(len(arbo.entity)), 2)
     for i, (r, ok) in enumerate(zip(rows, real)):
         assert all(arbo.entity[j] != arbo.entity[i] for j, o in zip(r, ok) if o)
+    with pytest.raises(ValueError, match="arborescence objective needs"):
+        make_task({**ov, "paths.train": None, "synonyms.steps": 2})
 
 
 @pytest.mark.parametrize("loss", ["ce", "proxy"])
 def test_whole_kb_negatives_equal_every_non_gold_row_as_sampled_negative(corpus, kb_dir, tiny_encoder_dir, tmp_path, loss):
-    import torch
-
     ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": "kb", "loss.name": loss})
-    trainer = Trainer(load_config(CONFIG, ov), tmp_path / "kb")
-    trainer.encoder.eval()
-    batch = trainer.stages[-1][1]
+    task = make_task(ov)
+    task.encoder.eval()
+    batch = all_mentions(task).examples
     with torch.no_grad():
-        got = float(trainer.step_loss(batch))
-        m = trainer.encoder.embed_mentions(batch.inputs, normalize=trainer.normalize_mentions)
-        n = len(trainer.index)
+        got = float(task.step(all_mentions(task)).loss)
+        m = task.encoder.embed_mentions(batch.inputs, normalize=task.normalize_mentions)
+        n = len(task.index)
         rows = np.array([[r for r in range(n)] for _ in batch.gold])
         mask = torch.tensor([[r not in g for r in range(n)] for g in batch.gold])
-        pos = trainer.table[[min(g) for g in batch.gold]]
-        want = float(trainer.loss(m, pos, trainer.table[torch.from_numpy(rows)], mask))
+        pos = task.table[[min(g) for g in batch.gold]]
+        want = float(task.loss(m, pos, task.table[torch.from_numpy(rows)], mask))
     assert got == pytest.approx(want, rel=1e-5)
     # (the mask above drops every gold row, composite partners included: D4 for "D5|D4")
     state = train(CONFIG, tmp_path / "run", {**ov, "training.max_steps": 4}, progress=False)
     assert state["step"] == 4
 
 
-def test_whole_kb_negatives_refuse_a_trained_entity_tower(corpus, kb_dir, tiny_encoder_dir, tmp_path):
-    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": "kb", "training.train_entity_encoder": True})
-    with pytest.raises(ValueError, match="frozen entity tower"):
-        Trainer(load_config(CONFIG, ov), tmp_path / "kb")
+def test_in_batch_negatives_survive_a_batch_of_one(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    # 5 training mentions in batches of 4: the second step's batch has one mention and no negative
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": "in_batch", "loss.name": "ce", "training.max_steps": 2})
+    state = train(CONFIG, tmp_path / "run", ov, progress=False)
+    assert state["step"] == 2 and np.isfinite(state["history"][-1]["loss"])
+
+
+def test_config_errors_name_the_section_and_key(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir)
+    cases = [
+        ({"training.max_step": 3}, r"\[training\]: unknown key\(s\) \['max_step'\]"),
+        ({"training.max_steps": "ten"}, r"\[training\] max_steps: expected an integer, got 'ten'"),
+        ({"training.train_entity_encoder": "yes"}, r"train_entity_encoder: expected true or false"),
+        ({"negatives.hard_fraction": 1.5}, r"\[negatives\] hard_fraction: must be within \[0, 1\]"),
+        ({"negatives.kind": "random"}, r"\[negatives\] kind: must be one of 'sampled', 'in_batch', 'kb'"),
+        ({"loss.name": "triplet"}, r"\[loss\] name: must be one of 'ce', 'ce_cosine', 'proxy'"),
+        ({"loss.alpah": 3.0}, r"\[loss\]: unknown key\(s\) \['alpah'\]"),
+        ({"encoder.pooling": "cls"}, r"\[encoder\]: unknown key\(s\) \['pooling'\]"),
+        ({"training.precision": "fp16"}, r"\[training\] precision: must be one of 'fp32', 'bf16'"),
+        ({"training.eval_every": 0}, r"eval_every: must be at least 1"),
+        ({"negatives.kind": "kb", "training.train_entity_encoder": True}, "frozen entity tower"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            train(CONFIG, tmp_path / "bad", {**ov, **extra}, progress=False)
+    assert not (tmp_path / "bad").exists()  # a bad config is refused before anything is written
+    # settings of the losses not chosen are accepted (one file serves every loss) and ignored
+    cfg = config({**ov, "loss.name": "ce", "loss.alpha": 5.0})
+    assert cfg.loss.build().settings == {} and cfg.training.max_steps == 0 and cfg.training.epochs == 1.0
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) \['fgsm'\]"):
+        JointConfig.from_config({**load_config(E2E_CONFIG), "fgsm": {"enabled": True}})
+    with pytest.raises(ConfigError, match=r"\[negatives\] kind: must be one of 'sampled', 'kb'"):
+        JointConfig.from_config(load_config(E2E_CONFIG, {"negatives.kind": "in_batch"}))
 
 
 def test_train_cli_takes_config_overrides(corpus, kb_dir, tiny_encoder_dir, tmp_path):
@@ -170,6 +225,8 @@ def test_train_cli_takes_config_overrides(corpus, kb_dir, tiny_encoder_dir, tmp_
     assert result.exit_code == 0, result.output
     assert json.loads(result.output[result.output.index("{"):])["step"] == 2
     assert (tmp_path / "cli" / "best").is_dir()
+    bad = CliRunner().invoke(app, [*args, "--training.batch_size", "0"])
+    assert bad.exit_code == 2 and "error:" in bad.output and "batch_size" in bad.output
 
 
 def test_stage_snapshot_after_prealignment_and_bf16_training(kb_dir, tiny_encoder_dir, tmp_path, corpus):
@@ -184,5 +241,93 @@ def test_stage_snapshot_after_prealignment_and_bf16_training(kb_dir, tiny_encode
     a = dict(after.mention_model.named_parameters())
     moved = [n for n, p in best.mention_model.named_parameters() if not np.allclose(p.detach().numpy(), a[n].detach().numpy())]
     assert moved  # three more mention steps changed the weights after the snapshot
-    with pytest.raises(ValueError, match="precision"):
-        Trainer(load_config(CONFIG, {**ov, "training.precision": "fp16"}), tmp_path / "bad")
+
+
+# ---------------------------------------------------------------- the loop itself, on a toy task
+class ScriptedEvaluator(Evaluator):
+    """Dev "accuracy" read from a script, one value per evaluation."""
+
+    primary_metric = "acc"
+
+    def __init__(self, values):
+        self.values, self.calls = list(values), 0
+
+    def __call__(self, model):
+        self.calls += 1
+        return {"acc": self.values[self.calls - 1]}
+
+
+class ToyTask(Task):
+    """Linear regression: 10 steps of a batch each, optional crash at one step."""
+
+    def __init__(self, evaluator, checkpoint=None, crash_at=None):
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(3, 1)
+        if checkpoint is not None:
+            self.net.load_state_dict(load_file(str(checkpoint / "net.safetensors")))
+        self.evaluator, self.crash_at, self.total_steps = evaluator, crash_at, 10
+        self.lrs, self.losses = [], []
+
+    @property
+    def model(self):
+        return self.net
+
+    def optimizer(self):
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)  # state to restore: momentum
+        return self.opt
+
+    def batches(self, start):
+        for step in range(start, self.total_steps):
+            gen = torch.Generator().manual_seed(step)
+            x = torch.randn(4, 3, generator=gen)
+            yield step, x, x.sum(1, keepdim=True) * 10  # large targets: the gradient gets clipped
+
+    def step(self, batch):
+        step, x, y = batch
+        if step == self.crash_at:
+            raise RuntimeError("crash")
+        self.lrs.append(self.opt.param_groups[0]["lr"])
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.losses.append(float(loss.detach()))
+        return StepOutput(loss, {"loss": float(loss.detach())})
+
+    def save(self, folder):
+        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(folder / "net.safetensors"))
+
+
+def test_loop_schedule_clipping_best_checkpoint_and_exact_resume(tmp_path):
+    settings = LoopSettings(warmup=0.2, grad_clip=1.0, eval_every=3)
+    scores = [0.1, 0.7, 0.3, 0.5]  # evaluations after steps 3, 6, 9 and 10
+    whole = ToyTask(ScriptedEvaluator(scores))
+    state = TrainingLoop(whole, settings, tmp_path / "whole").run(progress=False)
+    # linear warm-up over 2 steps, then linear decay to 0 at step 10
+    assert whole.lrs == pytest.approx([0.01 * f for f in [0.5, 1.0, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8]])
+    assert [h["step"] for h in state["history"]] == [3, 6, 9, 10] and [h["acc"] for h in state["history"]] == scores
+    assert state["history"][0]["loss"] == round(float(np.mean(whole.losses[:3])), 4)
+    assert (state["best"], state["best_step"]) == (0.7, 6)
+    best = load_file(str(tmp_path / "whole" / "best" / "net.safetensors"))
+    last = load_file(str(tmp_path / "whole" / "last" / "net.safetensors"))
+    assert not torch.equal(best["weight"], last["weight"])  # best/ is the model of step 6, not the last
+    assert json.loads((tmp_path / "whole" / "train_log.json").read_text())["best_step"] == 6
+    # a run that crashes at step 7 and resumes from its step-6 checkpoint ends exactly as the whole run
+    out = tmp_path / "resumed"
+    with pytest.raises(RuntimeError, match="crash"):
+        TrainingLoop(ToyTask(ScriptedEvaluator(scores), crash_at=7), settings, out).run(progress=False)
+    checkpoint = checkpoint_to_resume(out)
+    assert checkpoint == out / "last"
+    resumed = ToyTask(ScriptedEvaluator(scores[2:]), checkpoint)
+    state2 = TrainingLoop(resumed, settings, out, checkpoint).run(progress=False)
+    assert resumed.losses == whole.losses[6:] and resumed.lrs == whole.lrs[6:]
+    assert torch.equal(load_file(str(out / "last" / "net.safetensors"))["weight"], last["weight"])
+    assert {k: v for k, v in state2.items() if k != "train_seconds"} == {k: v for k, v in state.items() if k != "train_seconds"}
+    assert checkpoint_to_resume(out, resume=False) is None
+
+
+def test_loop_constant_schedule_without_clipping_evaluates_only_at_the_end(tmp_path):
+    task = ToyTask(ScriptedEvaluator([0.2]))
+    state = TrainingLoop(task, LoopSettings(schedule="constant", grad_clip=0.0, eval_every=0), tmp_path).run(progress=False)
+    assert task.lrs == [0.01] * 10 and [h["step"] for h in state["history"]] == [10]
+    assert state["history"][0]["loss"] == round(float(np.mean(task.losses)), 4)
+    clipped = ToyTask(ScriptedEvaluator([0.2]))
+    TrainingLoop(clipped, LoopSettings(schedule="constant", grad_clip=1.0, eval_every=0), tmp_path / "c").run(progress=False)
+    assert clipped.losses[0] == task.losses[0] and clipped.losses[1] != task.losses[1]  # clipping changed the first step

@@ -6,11 +6,13 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.evaluation.linking import e2e_metrics
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.span_scorer import load_span_scorer
 from spacy_pel.retrieval.index import EntityIndex
-from spacy_pel.training.joint import DocExample, E2ETrainer, train_e2e
-from spacy_pel.training.retriever import load_config
+from spacy_pel.training.config import JointConfig, load_config
+from spacy_pel.training.joint import DocExample, JointTask, train_e2e
+from spacy_pel.training.loop import TrainingLoop, checkpoint_to_resume
 
 CONFIG_DEFAULT = Path(__file__).resolve().parents[1] / "configs" / "train_e2e.cfg"
 TEXTS = [
@@ -51,39 +53,70 @@ def test_doc_example_labels_gold_spans_and_keeps_in_kb_rows(corpus, kb_dir, tiny
     assert (ex.ends - ex.starts).max() <= 4
 
 
+def linker_for(best, kb_dir, threshold):
+    nlp = spacy.blank("en")
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "scorer": str(best / "span_scorer.safetensors"),
+              "threshold": threshold}
+    linker = nlp.add_pipe("pel_linker", config={"mentions": finder, "vectors": {"@misc": "spacy_pel.vectors.collective.v1"}})
+    linker.set_resources(BiEncoder.from_pretrained(best), EntityIndex.from_disk(kb_dir))
+    return nlp
+
+
 @pytest.mark.parametrize("kind", ["kb", "sampled"])
-def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(corpus, kb_dir, tiny_encoder_dir, tmp_path, kind):
+def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(corpus, kb_dir, tiny_encoder_dir, tmp_path,
+                                                                             kind, monkeypatch):
     import torch
 
-    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": kind, "negatives.count": 3, "training.max_steps": 12})
-    cfg = load_config(CONFIG_DEFAULT, ov)
-    scratch = E2ETrainer(cfg, tmp_path / "scratch")
+    # "sampled": random negatives (12 steps are too few for this tiny model with hard ones)
+    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"negatives.kind": kind, "negatives.count": 3, "training.max_steps": 12,
+                                                       "negatives.hard_fraction": 0.0})
+    cfg = JointConfig.from_config(load_config(CONFIG_DEFAULT, ov))
+    scratch = JointTask(cfg)
     torch.manual_seed(0)
     scratch.encoder.eval()
     with torch.no_grad():
-        _, link0, span0 = scratch.step_loss(scratch.train_docs)
+        _, link0, span0 = scratch.losses(scratch.train_docs)
+        untrained = scratch.evaluator.choose_threshold(scratch.model)
     out = tmp_path / "run"
-    state = train_e2e(CONFIG_DEFAULT, out, {**ov, "training.max_steps": 6}, progress=False)
-    assert state["step"] == 6
-    state = train_e2e(CONFIG_DEFAULT, out, ov, progress=False)  # resumes at step 6
+    state = train_e2e(CONFIG_DEFAULT, out, ov, progress=False)
     assert state["step"] == 12 and [h["step"] for h in state["history"]] == [3, 6, 9, 12]
-    trained = E2ETrainer(load_config(CONFIG_DEFAULT, ov), out)
-    assert trained.resuming
+    trained = JointTask(cfg, checkpoint_to_resume(out))
+    assert TrainingLoop(trained, cfg.training, out, checkpoint_to_resume(out)).state["step"] == 12
     trained.encoder.eval()
     with torch.no_grad():
-        _, link1, span1 = trained.step_loss(trained.train_docs)
+        _, link1, span1 = trained.losses(trained.train_docs)
     assert link1 < link0 and span1 < span0
-    # the best model is an encoder folder + span scorer that pel_linker takes as they are
+    # the best model is an encoder folder + span scorer that pel_linker takes as they are, and with
+    # the γ chosen in training it finds and links mentions: "Lithium carbonate" is D1, exactly
     best = out / "best"
     report = json.loads((best / "span_report.json").read_text())
-    nlp = spacy.blank("en")
-    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "scorer": str(best / "span_scorer.safetensors"),
-              "threshold": report["threshold"]}
-    linker = nlp.add_pipe("pel_linker", config={"mentions": finder, "vectors": {"@misc": "spacy_pel.vectors.collective.v1"}})
-    linker.set_resources(BiEncoder.from_pretrained(best), EntityIndex.from_disk(kb_dir))
-    doc = nlp(TEXTS[0][0])
-    assert all(e.kb_id_ for e in doc.ents)
+    assert report["best_step"] == state["best_step"] == max(state["history"], key=lambda h: h["dev"]["strict"]["f"])["step"]
+    assert report["dev"]["strict"]["f"] >= 0.5 > untrained["strict"]["f"]
+    nlp = linker_for(best, kb_dir, report["threshold"])
+    assert [(e.start, e.end, e.kb_id_) for e in nlp(TEXTS[0][0]).ents] == [(0, 2, "D1")]
+    # the pipeline on the (training =) dev docs: half the gold mentions or more found and linked right
+    gold = list(spacy.tokens.DocBin().from_disk(corpus).get_docs(nlp.vocab))
+    assert e2e_metrics([nlp(d.text) for d in gold], gold)["strict"]["f"] >= 0.5
     assert load_span_scorer(best / "span_scorer.safetensors").hidden_size == trained.scorer.hidden_size
+    # a run that stops after step 7 and is resumed ends exactly as the uninterrupted one
+    step, steps = JointTask.step, []
+
+    def stop_at_eight(self, batch):
+        if len(steps) == 7:
+            raise KeyboardInterrupt
+        steps.append(1)
+        return step(self, batch)
+
+    monkeypatch.setattr(JointTask, "step", stop_at_eight)
+    with pytest.raises(KeyboardInterrupt):
+        train_e2e(CONFIG_DEFAULT, tmp_path / "again", ov, progress=False)
+    monkeypatch.setattr(JointTask, "step", step)
+    resumed = train_e2e(CONFIG_DEFAULT, tmp_path / "again", ov, progress=False)
+    assert resumed["step"] == 12 and [h["step"] for h in resumed["history"]] == [3, 6, 9, 12]
+    assert resumed["history"][:2] == state["history"][:2]  # the steps before the checkpoint at 6
+    # after it the weights and optimizer state went on (random streams restart from the seed, so
+    # the numbers are close, not equal)
+    assert resumed["history"][2]["link_loss"] == pytest.approx(state["history"][2]["link_loss"], rel=0.1)
 
 
 def test_train_e2e_cli(corpus, kb_dir, tiny_encoder_dir, tmp_path):

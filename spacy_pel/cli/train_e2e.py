@@ -5,12 +5,10 @@ import json
 from pathlib import Path
 
 import typer
-from spacy.cli._util import (
-    parse_config_overrides,  # spaCy's own --section.key value parser
-)
 
 from ..training.joint import __doc__ as LIBRARY_DOC
 from ..training.joint import train_e2e
+from .train import run_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -22,6 +20,5 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Output folder: best/ (encoder + span scorer), last/"),
 ):
     """Jointly train the mention transformer, span scorer and linking. Overrides: --training.max_steps 50."""
-    overrides = parse_config_overrides(ctx.args)
-    state = train_e2e(config, output, overrides)
+    state = run_config(train_e2e, ctx, config, output)
     typer.echo(json.dumps({k: state[k] for k in ("step", "best", "best_step", "train_seconds", "span_report")}, indent=2))

@@ -24,9 +24,13 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for span_scorer.safetensors + report"),
     max_len: int = typer.Option(MAX_SPAN_LEN, "--max-len", help="Longest span, in tokens (L)"),
     epochs: int = typer.Option(8, "--epochs"),
+    lr: float = typer.Option(3e-3, "--lr", help="Adam learning rate (constant)"),
+    seed: int = typer.Option(0, "--seed"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/last instead of starting over"),
 ):
     """Train the span scorer on frozen token vectors and choose γ on dev."""
     nlp = spacy.blank("en")
     enc = BiEncoder.from_pretrained(encoder)
-    report = train_span_scorer(enc, read_docbin(nlp, train), read_docbin(nlp, dev), output, max_len, epochs)
+    report = train_span_scorer(enc, read_docbin(nlp, train), read_docbin(nlp, dev), output, max_len, epochs, lr, seed,
+                               resume=resume)
     typer.echo(json.dumps(report, indent=2))

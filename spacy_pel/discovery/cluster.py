@@ -1,8 +1,6 @@
-"""Arborescence positives for training and entity discovery by clustering (SPEC section 3).
+"""Entity discovery by clustering (SPEC section 3; the arborescence training positives are in
+:mod:`spacy_pel.training.arborescence`).
 
-* :func:`arborescence_positives` -- the training positives of ArboEL: over a gold entity and its
-  coreferent mentions (edge weight = -affinity), the minimum spanning arborescence rooted at the
-  entity (networkx's Edmonds algorithm); each mention's incoming edge is its positive.
 * :func:`cluster` -- inference by clustering: a graph of each mention's ``k`` nearest mentions and
   its nearest entity, merged strongest edge first while no component holds two entities. A mention
   takes its component's entity; components without one are newly discovered entities.
@@ -20,7 +18,6 @@ from __future__ import annotations
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import faiss
-import networkx as nx
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc, Span
@@ -32,49 +29,8 @@ from ..retrieval.index import EntityIndex
 
 NIL_PREFIX = NIL + ":"
 DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
-ROOT = -1  # the entity, in the parent lists of arborescence_positives
-AFFINITY_SCALE = 10**6  # arborescence affinities are compared at this resolution (exact integer sums)
 
 Entities = Union[EntityIndex, Tuple[np.ndarray, Sequence[str]]]
-
-
-# ---------------------------------------------------------------- training positives
-def arborescence_positives(entity_mention_aff: np.ndarray, mention_mention_aff: np.ndarray) -> List[int]:
-    """The parent of each coreferent mention in the minimum spanning arborescence rooted at their
-    gold entity: ``-1`` (:data:`ROOT`) = the entity, else the index of the parent mention.
-
-    ``entity_mention_aff[i]`` is ψ(e, m_i), the weight of edge e → m_i; ``mention_mention_aff[j, i]``
-    is φ(m_j, m_i), the weight of edge m_j → m_i (the diagonal is ignored). Edge weight = -affinity,
-    no edge enters the entity, and networkx's Edmonds algorithm finds the arborescence, so the
-    entity is its root. Each (parent, mention) pair is a positive.
-
-    Ties are broken deterministically: affinities are compared at a resolution of
-    1/:data:`AFFINITY_SCALE` and the weights are exact integers ``-q * S + r`` with ``r`` the parent's
-    rank (entity 0, mention j → j + 1) and ``S`` larger than any sum of ranks, so among
-    arborescences of equal total affinity the one with the smallest rank sum wins (the entity is
-    preferred as a parent, then lower mention indices).
-    """
-    ent = np.asarray(entity_mention_aff, dtype=np.float64).reshape(-1)
-    n = len(ent)
-    mm = np.asarray(mention_mention_aff, dtype=np.float64)
-    if mm.shape != (n, n):
-        raise ValueError(f"{n} entity affinities need a [{n}, {n}] mention affinity matrix, not {mm.shape}")
-    if n == 0:
-        return []
-    if not (np.isfinite(ent).all() and np.isfinite(mm).all()):
-        raise ValueError("affinities must be finite")
-    scale = n * n + 1  # exceeds the largest possible sum of parent ranks (n mentions, rank ≤ n)
-    q_ent = np.rint(ent * AFFINITY_SCALE).astype(np.int64)
-    q_mm = np.rint(mm * AFFINITY_SCALE).astype(np.int64)
-    graph = nx.DiGraph()
-    graph.add_nodes_from([ROOT, *range(n)])
-    graph.add_edges_from((ROOT, i, {"weight": -int(q_ent[i]) * scale}) for i in range(n))
-    graph.add_edges_from(
-        (j, i, {"weight": -int(q_mm[j, i]) * scale + j + 1}) for j in range(n) for i in range(n) if i != j
-    )
-    tree = nx.minimum_spanning_arborescence(graph, attr="weight")
-    parents = {child: parent for parent, child in tree.edges()}
-    return [int(parents[i]) for i in range(n)]
 
 
 # ---------------------------------------------------------------- inference by clustering

@@ -7,27 +7,22 @@
 * ``"ce_cosine"`` -- Eq. 1 on cosine similarity scaled by ``scale`` (a fixed softmax temperature,
   as in NormSoftmax): with unit-length entity vectors and a frozen entity tower, the dot-product CE
   can only sharpen its softmax by growing the mention norm; a fixed scale does it from step one.
-* :func:`make_loss` -- pick one by name (``LOSSES``); the result knows its similarity kind.
-* :func:`fgsm_entity_vectors` -- the FGSM regulariser of Eq. 5-8: adversarial positive and negative
-  entity vectors from perturbed entity-encoder input embeddings; add ``λ · loss(m, P_adv)``.
+* :func:`make_loss` -- pick one by name (``LOSSES``, the ``[loss] name`` of a training config); the
+  result knows its similarity kind. :func:`register_loss` adds a strategy of your own.
+
+The FGSM regulariser (Eq. 5-8) wraps any of them: :mod:`spacy_pel.training.fgsm`.
 
 Shapes: ``m`` mention vectors ``[B, d]``; ``pos`` positive entity vectors ``[B, d]``; ``neg`` negative
 entity vectors ``[B, N, d]``; ``neg_mask`` ``[B, N]`` bool, ``False`` = ignore that negative. Every
 loss is the mean over the batch.
-
-The encoder is only duck-typed here (``entity_model``, ``embed``, ``device_``), so this floor-1 module
-does not import :mod:`spacy_pel.encoder` at run time.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
-
-from ..models.encoder import BiEncoder
 
 Tensor = torch.Tensor
 SIMILARITIES = ("cosine", "dot")
@@ -71,7 +66,35 @@ def _masked(scores: Tensor, neg_mask: Optional[Tensor]) -> Tensor:
     return scores.masked_fill(~neg_mask, float("-inf"))
 
 
+# ---------------------------------------------------------------- the registry of losses
+@dataclass(frozen=True)
+class LossSpec:
+    """A named loss: its score function, its similarity kind and its settings with defaults."""
+
+    from_scores: Callable[..., Tensor]
+    kind: str
+    defaults: Mapping[str, float] = field(default_factory=dict)
+
+
+LOSSES: Dict[str, LossSpec] = {}
+
+
+def register_loss(name: str, kind: str, **defaults: float) -> Callable:
+    """Register ``fn(pos_s [B], neg_s [B, N], neg_mask=None, **settings) -> scalar`` as the loss
+    ``name`` (chosen in a training config by ``[loss] name``), on similarities of ``kind`` ("cosine"
+    or "dot"), with numeric ``settings`` and their ``defaults``."""
+    if kind not in SIMILARITIES:
+        raise ValueError(f"similarity kind must be one of {SIMILARITIES}, not {kind!r}")
+
+    def register(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        LOSSES[name] = LossSpec(fn, kind, dict(defaults))
+        return fn
+
+    return register
+
+
 # ---------------------------------------------------------------- losses on scores
+@register_loss("proxy", "cosine", alpha=32.0, delta=0.0)
 def proxy_loss_from_scores(
     pos_s: Tensor, neg_s: Tensor, alpha: float = 32.0, delta: float = 0.0, neg_mask: Optional[Tensor] = None
 ) -> Tensor:
@@ -87,6 +110,7 @@ def proxy_loss_from_scores(
     return (pos_term + neg_term).mean()
 
 
+@register_loss("ce", "dot")
 def ce_loss_from_scores(pos_s: Tensor, neg_s: Tensor, neg_mask: Optional[Tensor] = None) -> Tensor:
     """Eq. 1 on similarities: ``-log softmax`` of the positive among {positive} ∪ negatives, mean."""
     _check_scores(pos_s, neg_s, neg_mask)
@@ -95,6 +119,7 @@ def ce_loss_from_scores(pos_s: Tensor, neg_s: Tensor, neg_mask: Optional[Tensor]
     return F.cross_entropy(logits, target)
 
 
+@register_loss("ce_cosine", "cosine", scale=20.0)
 def scaled_ce_loss_from_scores(
     pos_s: Tensor, neg_s: Tensor, scale: float = 20.0, neg_mask: Optional[Tensor] = None
 ) -> Tensor:
@@ -124,22 +149,6 @@ def cross_entropy_loss(m: Tensor, pos: Tensor, neg: Tensor, neg_mask: Optional[T
 
 
 # ---------------------------------------------------------------- choosing a loss by name
-@dataclass(frozen=True)
-class LossSpec:
-    """A named loss: its score function, its similarity kind and its settings with defaults."""
-
-    from_scores: Callable[..., Tensor]
-    kind: str
-    defaults: Mapping[str, float] = field(default_factory=dict)
-
-
-LOSSES: Dict[str, LossSpec] = {
-    "proxy": LossSpec(proxy_loss_from_scores, "cosine", {"alpha": 32.0, "delta": 0.0}),
-    "ce": LossSpec(ce_loss_from_scores, "dot", {}),
-    "ce_cosine": LossSpec(scaled_ce_loss_from_scores, "cosine", {"scale": 20.0}),
-}
-
-
 @dataclass(frozen=True)
 class Loss:
     """A configured loss: call it as ``loss(m, pos, neg, neg_mask=None)`` for a scalar.
@@ -178,108 +187,3 @@ def make_loss(name: str, **settings: float) -> Loss:
         raise ValueError(f"loss {name!r} has no setting(s) {unknown}; its settings: {allowed}")
     merged = {**spec.defaults, **{k: float(v) for k, v in settings.items()}}
     return Loss(name=name, kind=spec.kind, settings=merged)
-
-
-# ---------------------------------------------------------------- FGSM (Eq. 5-8)
-@contextlib.contextmanager
-def add_to_input_embeddings(model: torch.nn.Module, delta: Tensor) -> Iterator[None]:
-    """While open, ``delta`` ``[M, T, h]`` is added to the output of ``model.embeddings``.
-
-    That output is BERT's composite input embedding (word + position + token type, after its
-    LayerNorm and dropout), the tensor that enters the first transformer layer. The hook is
-    removed on exit, also on error.
-    """
-
-    def hook(module: torch.nn.Module, args, output: Tensor) -> Tensor:
-        if output.shape != delta.shape:
-            raise RuntimeError(
-                f"embedding output {tuple(output.shape)} does not match the perturbation {tuple(delta.shape)}"
-            )
-        return output + delta.to(output.dtype)
-
-    handle = model.embeddings.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-def _token_mask(seqs: Sequence[Sequence[int]], device: torch.device) -> Tensor:
-    """``[M, T]`` float: 1 on real tokens, 0 on padding (``T`` = longest sequence, as ``embed`` pads)."""
-    lengths = torch.tensor([len(s) for s in seqs], device=device)
-    width = int(lengths.max())
-    return (torch.arange(width, device=device)[None, :] < lengths[:, None]).float()
-
-
-def embed_perturbed(encoder: "BiEncoder", seqs: Sequence[List[int]], delta: Tensor) -> Tensor:
-    """Entity vectors of ``seqs`` with ``delta`` added to the input embeddings (keeps the graph)."""
-    model = encoder.entity_model
-    with add_to_input_embeddings(model, delta):
-        return encoder.embed(model, seqs)
-
-
-def fgsm_deltas(
-    encoder: "BiEncoder",
-    targets: Tensor,
-    seqs: Sequence[List[int]],
-    directions: Tensor,
-    epsilon: float = 0.01,
-    kind: str = "cosine",
-) -> Tensor:
-    """FGSM perturbations ``[M, T, h]`` of the entity encoder's input embeddings.
-
-    Entity ``seqs[i]`` is scored against ``targets[i]`` (a mention vector, detached here) and its
-    input embedding ``z`` is moved by ``directions[i] · ε · sign(∇_z s(m, e))`` per token and
-    coordinate: ``+1`` for a negative (Eq. 6: more similar), ``-1`` for a positive (Eq. 7: less
-    similar). Padding positions get 0. The sequences are independent in one batch, so one backward
-    pass of ``Σ s`` gives every pair's gradient; no gradient reaches the weights' ``.grad``.
-    """
-    if len(seqs) == 0:
-        raise ValueError("no entity sequences to perturb")
-    if targets.shape[0] != len(seqs) or directions.shape != (len(seqs),):
-        raise ValueError(f"{len(seqs)} sequences but targets {tuple(targets.shape)}, directions {tuple(directions.shape)}")
-    model = encoder.entity_model
-    device = encoder.device_
-    mask = _token_mask(seqs, device)
-    hidden = int(model.config.hidden_size)
-    probe = torch.zeros(mask.shape[0], mask.shape[1], hidden, device=device, requires_grad=True)
-    with torch.enable_grad():
-        vectors = embed_perturbed(encoder, seqs, probe)
-        scores = similarity(targets.detach().to(vectors.dtype), vectors, kind)
-        (grad,) = torch.autograd.grad(scores.sum(), probe)
-    step = directions.to(device=device, dtype=grad.dtype).view(-1, 1, 1) * epsilon
-    return (step * grad.sign() * mask.unsqueeze(-1)).detach()
-
-
-def fgsm_entity_vectors(
-    encoder: "BiEncoder",
-    mention_vecs: Tensor,
-    pos_seqs: Sequence[List[int]],
-    neg_seqs: Sequence[Sequence[List[int]]],
-    epsilon: float = 0.01,
-    kind: str = "cosine",
-) -> Tuple[Tensor, Tensor]:
-    """Adversarial entity vectors for Eq. 8: ``(pos_adv [B, d], neg_adv [B, N, d])``.
-
-    ``mention_vecs`` ``[B, d]``; ``pos_seqs`` the B positive entities' word-piece ids; ``neg_seqs`` B
-    lists of N negative entities' ids (every pair gets its own perturbation). The positive is pushed
-    away from its mention (``z⁺ - ε·sign(∇ s(m,e⁺))``), each negative towards it
-    (``z⁻ + ε·sign(∇ s(m,e⁻))``). The returned vectors keep their graph to the entity encoder's
-    weights: ``loss = L(m, P) + λ · L(m, pos_adv, neg_adv)``. ``kind`` should be the loss's.
-    """
-    batch = len(pos_seqs)
-    if mention_vecs.dim() != 2 or mention_vecs.shape[0] != batch or len(neg_seqs) != batch:
-        raise ValueError(
-            f"mention vectors {tuple(mention_vecs.shape)}, {batch} positives and {len(neg_seqs)} negative lists disagree"
-        )
-    n_neg = len(neg_seqs[0]) if batch else 0
-    if any(len(row) != n_neg for row in neg_seqs):
-        raise ValueError("every mention needs the same number of negatives (mask unwanted ones in the loss)")
-    if batch == 0:
-        raise ValueError("empty batch")
-    seqs = list(pos_seqs) + [s for row in neg_seqs for s in row]
-    targets = torch.cat([mention_vecs, mention_vecs.repeat_interleave(n_neg, dim=0)]).detach()
-    directions = torch.cat([-torch.ones(batch), torch.ones(batch * n_neg)])
-    delta = fgsm_deltas(encoder, targets, seqs, directions, epsilon=epsilon, kind=kind)
-    vectors = embed_perturbed(encoder, seqs, delta)
-    return vectors[:batch], vectors[batch:].reshape(batch, n_neg, vectors.shape[-1])

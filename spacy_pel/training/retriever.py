@@ -1,11 +1,11 @@
 """Retriever training (``python -m spacy_pel.train CONFIG --output DIR``).
 
-Settings come from a spaCy-style config (``configs/train_*.cfg``; see ``configs/README.md``). The
-loop: a batch of mentions → mention vectors → negatives (random, in-batch, mixed-p hard, or the
-whole KB when the entity tower is frozen) →
-proxy or cross-entropy loss (+ λ·FGSM term) → AdamW with linear warm-up/decay. Every
+Settings come from a spaCy-style config (``configs/train_pb_random.cfg``, read into
+:class:`~spacy_pel.training.config.RetrieverConfig`). Each step: a batch of mentions → mention
+vectors → negatives (random, in-batch, mixed-p hard, or the whole KB when the entity tower is
+frozen) → proxy or cross-entropy loss (+ λ·FGSM term) → AdamW with linear warm-up/decay. Every
 ``eval_every`` steps it measures dev recall@1, keeps the best encoder in ``DIR/best`` and a
-resumable checkpoint in ``DIR/last`` (weights and optimiser state in safetensors, state in JSON).
+resumable checkpoint in ``DIR/last`` (:mod:`spacy_pel.training.loop`).
 
 Two modes for the entity tower (``[training] train_entity_encoder``):
 
@@ -16,61 +16,33 @@ Two modes for the entity tower (``[training] train_entity_encoder``):
   hard-negative index over ``negatives.pool`` entities is refreshed every ``refresh_every`` steps.
 
 KB synonym pre-alignment (``[synonyms] steps``) treats KB synonyms as mentions of their entity,
-before the mention steps (or alone, with ``paths.train = null``).
+before the mention steps (or alone, with ``paths.train = null``); the encoder at the end of that
+stage is also saved as ``DIR/after_synonyms``. ``[training] objective = "arborescence"`` trains the
+mention steps with arboEL's arborescence positives (:mod:`spacy_pel.training.arborescence`).
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import faiss
 import numpy as np
 import spacy
 import torch
-import torch.nn.functional as F
 from confection import Config
-from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
-from ..discovery.cluster import ROOT, arborescence_positives
-from ..files import atomic_dir
+from ..evaluation.evaluators import RecallEvaluator
 from ..models.encoder import BiEncoder, Mention
 from ..retrieval.index import EntityIndex
-from ..training.losses import LOSSES, fgsm_entity_vectors, make_loss
-from ..training.negatives import HardNegativeMiner, RandomNegatives, in_batch
-
-# "sampled": random or mixed-p hard; "in_batch"; "kb": softmax over every KB row (frozen tower only)
-NEGATIVE_KINDS = ("sampled", "in_batch", "kb")
-
-
-def whole_kb_scores(m: torch.Tensor, table: torch.Tensor, gold: Sequence[Set[int]], kind: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Scores of every mention against every KB row ``[B, N]`` and the non-gold mask ``[B, N]``.
-
-    With a frozen entity tower the KB's vectors are a constant ``table``, so the softmax can run
-    over all of it (one ``[B, d] × [d, N]`` product) instead of over sampled negatives. ``kind`` is
-    the loss's similarity ("cosine" normalises both sides, "dot" does not).
-    """
-    if kind == "cosine":
-        m, table = F.normalize(m, dim=-1), F.normalize(table, dim=-1)
-    scores = m @ table.T
-    mask = torch.ones(scores.shape, dtype=torch.bool, device=m.device)
-    for i, g in enumerate(gold):
-        mask[i, list(g)] = False
-    return scores, mask
-
-
-def linear_schedule(step: int, warm: int, total: int) -> float:
-    """Learning-rate factor: linear warm-up over ``warm`` steps, then linear decay to 0 at ``total``."""
-    if step < warm:
-        return (step + 1) / warm
-    return max(0.0, (total - step) / max(1, total - warm))
+from .arborescence import ArborescenceLoss, ArborescenceTargets
+from .config import PathLike, RetrieverConfig, load_config
+from .fgsm import FGSM
+from .linking import LinkingLoss
+from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+from .negatives import HardNegativeMiner
 
 
 @dataclass
@@ -82,6 +54,9 @@ class Examples:
 
     def __len__(self) -> int:
         return len(self.gold)
+
+    def subset(self, idx) -> "Examples":
+        return Examples([self.inputs[i] for i in idx], [self.gold[i] for i in idx])
 
 
 def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder) -> Tuple[Examples, Dict[str, int]]:
@@ -112,349 +87,178 @@ def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: i
     return Examples(encoder.mention_inputs(mentions), [{row} for _, row in pairs])
 
 
-class ArborescenceTargets:
-    """Per-mention positives for the arborescence objective, from a cache of training-mention
-    vectors refreshed every ``refresh_every`` steps (a cluster larger than ``max_cluster`` is cut to
-    the mention and its ``max_cluster - 1`` nearest coreferent mentions, to bound Edmonds' cost)."""
-
-    def __init__(self, examples: Examples, refresh_every: int, max_cluster: int):
-        self.examples, self.refresh_every, self.max_cluster = examples, refresh_every, max_cluster
-        self.entity = np.array([min(g) for g in examples.gold], dtype=np.int64)
-        self.members: Dict[int, np.ndarray] = {}
-        for i, e in enumerate(self.entity):
-            self.members.setdefault(int(e), []).append(i)
-        self.members = {e: np.array(v, dtype=np.int64) for e, v in self.members.items()}
-        self.vectors: Optional[np.ndarray] = None
-        self.index = None
-
-    def refresh(self, encoder: BiEncoder, normalize: bool) -> None:
-        inputs = self.examples.inputs
-        fn = lambda batch: encoder.embed_mentions(batch, normalize=normalize)  # noqa: E731
-        self.vectors = encoder._encode(inputs, [len(s) for s, _ in inputs], fn, 64, "mention cache", False)
-        self.index = faiss.IndexFlatIP(self.vectors.shape[1])
-        self.index.add(self.vectors)
-
-    def positive(self, i: int, table: torch.Tensor) -> torch.Tensor:
-        """The vector of mention ``i``'s parent: its entity's (table) or a coreferent mention's (cache)."""
-        e = int(self.entity[i])
-        cluster = self.members[e]
-        vecs = self.vectors[cluster]
-        if len(cluster) > self.max_cluster:
-            near = np.argsort(-(vecs @ self.vectors[i]), kind="stable")[: self.max_cluster]
-            if not (cluster[near] == i).any():
-                near[-1] = int(np.flatnonzero(cluster == i)[0])
-            cluster, vecs = cluster[near], vecs[near]
-        entity_vec = table[e].cpu().numpy()
-        parents = arborescence_positives(vecs @ entity_vec, vecs @ vecs.T)
-        parent = parents[int(np.flatnonzero(cluster == i)[0])]
-        return table[e] if parent == ROOT else torch.from_numpy(self.vectors[cluster[parent]])
-
-    def negatives(self, query: np.ndarray, idx: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
-        """The ``n`` nearest training mentions of another gold entity, per batch mention."""
-        _, found = self.index.search(np.ascontiguousarray(query, dtype=np.float32), min(len(self.entity), n * 4 + 32))
-        rows = np.zeros((len(idx), n), dtype=np.int64)
-        real = np.zeros((len(idx), n), dtype=bool)
-        for b, i in enumerate(idx):
-            ok = [j for j in found[b] if j >= 0 and self.entity[j] != self.entity[i]][:n]
-            rows[b, : len(ok)], real[b, : len(ok)] = ok, True
-        return rows, real
+@dataclass
+class Stage:
+    name: str  # "synonyms" or "mentions"
+    examples: Examples
+    steps: int
 
 
-# ------------------------------------------------------------------------ checkpoints
-def save_checkpoint(path: Path, encoder: BiEncoder, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    with atomic_dir(path) as tmp:
-        encoder.save(tmp / "encoder")
-        opt = optimizer.state_dict()
-        tensors = {f"{i}.{k}": v.contiguous() for i, s in opt["state"].items() for k, v in s.items()}
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({**state, "param_groups": opt["param_groups"]}), encoding="utf8")
+@dataclass
+class Batch:
+    stage: str
+    idx: np.ndarray  # example indices within the stage
+    examples: Examples
 
 
-def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
-    state = json.loads((path / "state.json").read_text(encoding="utf8"))
-    tensors = load_file(str(path / "optimizer.safetensors"))
-    per_param: Dict[int, dict] = {}
-    for key, value in tensors.items():
-        i, name = key.split(".", 1)
-        per_param.setdefault(int(i), {})[name] = value
-    optimizer.load_state_dict({"state": per_param, "param_groups": state.pop("param_groups")})
-    return state
+class RetrieverTask(Task):
+    """The bi-encoder retriever as a :class:`~spacy_pel.training.loop.Task`; ``checkpoint`` is the
+    ``DIR/last`` folder to resume from (its encoder is loaded instead of ``encoder.base``)."""
 
+    description = "training"
 
-# ------------------------------------------------------------------------ the loop
-class Trainer:
-    def __init__(self, cfg: dict, output: Path):
-        self.cfg, self.output = cfg, output
-        t, p = cfg["training"], cfg["paths"]
-        self.seed = int(t["seed"])
+    def __init__(self, cfg: RetrieverConfig, checkpoint: Optional[Path] = None):
+        self.cfg, t, p = cfg, cfg.training, cfg.paths
+        self.seed = t.seed
         torch.manual_seed(self.seed)
-        last = output / "last"
-        self.resuming = bool(t.get("resume", True)) and (last / "state.json").exists()
-        source = str(last / "encoder") if self.resuming else cfg["encoder"]["base"]
-        overrides = {k: v for k, v in cfg["encoder"].items() if k != "base"}
-        name = cfg["loss"]["name"]
-        if name not in LOSSES:
-            raise ValueError(f"unknown loss {name!r}; choose one of {sorted(LOSSES)}")
-        # settings of the other loss (e.g. alpha with "ce") are ignored, so one config serves both
-        self.loss = make_loss(name, **{k: v for k, v in cfg["loss"].items() if k in LOSSES[name].defaults})
-        self.train_entities = bool(t["train_entity_encoder"])
+        overrides = dict(cfg.encoder.overrides)
+        self.loss = cfg.loss.build()
+        self.train_entities = t.train_entity_encoder
         if self.train_entities:
             overrides["similarity"] = self.loss.kind
         # with a frozen entity tower the KB's metric stays; a dot-product loss then scores raw
         # mention vectors against the KB's vectors (normalising a query never changes its ranking)
         self.normalize_mentions = self.loss.kind == "cosine"
-        self.encoder = BiEncoder.from_pretrained(source, **overrides).to_device(t.get("device", "auto"))
-        if not self.resuming:
-            self.encoder.config.base = str(cfg["encoder"]["base"])
-        self.index = EntityIndex.from_disk(p["kb"])
+        source = str(checkpoint / "encoder") if checkpoint else cfg.encoder.base
+        self.encoder = BiEncoder.from_pretrained(source, **overrides).to_device(t.device)
+        if checkpoint is None:
+            self.encoder.config.base = cfg.encoder.base
+        self.device = self.encoder.device_
+        self.index = EntityIndex.from_disk(p.kb)
         if not self.train_entities:
             self.index.check_encoder(self.encoder)
             self.encoder.entity_model.requires_grad_(False)
-        self.table = torch.from_numpy(self.index.embeddings.astype(np.float32)).to(self.encoder.device_)
+        self.table = torch.from_numpy(self.index.embeddings.astype(np.float32)).to(self.device)
         nlp = spacy.blank("en")
-        self.stages: List[Tuple[str, Examples, int]] = []
-        syn = cfg["synonyms"]
-        if int(syn["steps"]) > 0:
-            self.stages.append(("synonyms", synonym_examples(self.index, self.encoder, int(syn["pairs"]), self.seed), int(syn["steps"])))
+        self.stages: List[Stage] = []
+        if cfg.synonyms.steps > 0:
+            self.stages.append(Stage("synonyms", synonym_examples(self.index, self.encoder, cfg.synonyms.pairs, self.seed),
+                                     cfg.synonyms.steps))
         self.skipped: Dict[str, int] = {}
-        if p.get("train"):
-            examples, self.skipped = corpus_examples(read_docbin(nlp, p["train"]), self.index, self.encoder)
-            per_epoch = math.ceil(len(examples) / int(t["batch_size"]))
-            steps = int(t["max_steps"]) or int(float(t["epochs"]) * per_epoch)
-            self.stages.append(("mentions", examples, steps))
-        dev_docs = read_docbin(nlp, p["dev"]) if p.get("dev") else []
-        limit = int(t.get("eval_docs", 0)) or len(dev_docs)
-        self.dev, _ = corpus_examples(dev_docs[:limit], self.index, self.encoder)
-        n = len(self.index)
-        neg = cfg["negatives"]
-        self.k = int(neg["count"])
-        self.kind = neg["kind"]
-        if self.kind not in NEGATIVE_KINDS:
-            raise ValueError(f"negatives.kind must be one of {NEGATIVE_KINDS}, not {self.kind!r}")
-        if self.kind == "kb" and self.train_entities:
-            raise ValueError('negatives.kind = "kb" (softmax over the whole KB) needs a frozen entity tower')
-        self.random = RandomNegatives(n, self.k, seed=self.seed)
-        self.miner = HardNegativeMiner(self.k, hard_fraction=float(neg["hard_fraction"]), seed=self.seed, n_entities=n)
-        if t.get("objective", "linking") == "arborescence":
-            self.miner.refresh(self.index.embeddings.astype(np.float32))  # k/2 nearest wrong entities
-        self.refresh_every = int(neg["refresh_every"])
-        self.arborescence: Optional[ArborescenceTargets] = None
-        if t.get("objective", "linking") == "arborescence":
-            if self.train_entities or not self.stages or self.stages[-1][0] != "mentions":
+        if p.train:
+            examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder)
+            steps = t.max_steps or int(t.epochs * math.ceil(len(examples) / t.batch_size))
+            self.stages.append(Stage("mentions", examples, steps))
+        dev_docs = read_docbin(nlp, p.dev) if p.dev else []
+        dev, _ = corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder)
+        self.evaluator = RecallEvaluator(dev.inputs, dev.gold, self.index, reencode_entities=self.train_entities,
+                                         kb_sample=t.eval_kb_sample, seed=self.seed)
+        neg = cfg.negatives
+        self.miner = HardNegativeMiner(neg.count, hard_fraction=neg.hard_fraction, seed=self.seed, n_entities=len(self.index))
+        fgsm = None
+        if cfg.fgsm.enabled:
+            f = cfg.fgsm
+            fgsm = FGSM(self.loss, self.encoder, self.index.entities, f.epsilon, f.weight, f.negatives)
+        entity_vectors = self.encoded_entity_vectors if self.train_entities else None
+        self.linking = LinkingLoss(self.loss, neg.kind, self.miner, self.table, entity_vectors, fgsm)
+        self.arborescence: Optional[ArborescenceLoss] = None
+        if t.objective == "arborescence":
+            if self.train_entities or not self.stages or self.stages[-1].name != "mentions":
                 raise ValueError("the arborescence objective needs mention training with a frozen entity tower")
-            arbo = cfg.get("arborescence", {})
-            self.arborescence = ArborescenceTargets(
-                self.stages[-1][1], int(arbo.get("refresh_every", 60)), int(arbo.get("max_cluster", 32))
-            )
-        elif t.get("objective", "linking") != "linking":
-            raise ValueError(f"training.objective must be 'linking' or 'arborescence', not {t['objective']!r}")
-        params = [p_ for p_ in self.encoder.parameters() if p_.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=float(t["lr"]), weight_decay=float(t.get("weight_decay", 0.01)))
-        self.total = sum(s for _, _, s in self.stages)
+            mentions, a = self.stages[-1].examples, cfg.arborescence
+            targets = ArborescenceTargets(mentions.inputs, mentions.gold, a.refresh_every, a.max_cluster)
+            self.arborescence = ArborescenceLoss(targets, self.loss, self.table, self.miner, neg.count)
+        self.total_steps = sum(s.steps for s in self.stages)
         # the encoder is also saved as DIR/after_<stage> when a stage that is not the last one ends
-        # (e.g. after synonym pre-alignment), so each stage can be evaluated on its own
-        ends = np.cumsum([s for _, _, s in self.stages])
-        self.stage_ends = {int(e): name for (name, _, _), e in zip(self.stages[:-1], ends[:-1])}
-        precision = str(t.get("precision", "fp32"))
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"training.precision must be 'fp32' or 'bf16', not {precision!r}")
-        self.bf16 = precision == "bf16"
-        warm = max(1, int(float(t["warmup"]) * self.total))
-        self.warm = warm
-        self.state = {"step": 0, "best": -1.0, "best_step": 0, "history": [], "train_seconds": 0.0}
-        if self.resuming:
-            self.state.update(load_checkpoint(last, self.optimizer))
+        ends = np.cumsum([s.steps for s in self.stages])
+        self.stage_ends = {int(e): s.name for s, e in zip(self.stages[:-1], ends[:-1])}
+
+    # -------------------------------------------------------------- the Task interface
+    @property
+    def model(self) -> BiEncoder:
+        return self.encoder
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        params = [q for q in self.encoder.parameters() if q.requires_grad]
+        return torch.optim.AdamW(params, lr=self.cfg.training.lr, weight_decay=self.cfg.training.weight_decay)
+
+    def train_mode(self) -> None:
+        self.encoder.train()
+        if not self.train_entities:
+            self.encoder.entity_model.eval()
+
+    def start(self, step: int) -> None:
+        self.refresh_hard_index(step)
+
+    def batches(self, start: int) -> Iterator[Batch]:
+        """The batches from step ``start`` on, the same for a seed however often the run resumes."""
+        bs = self.cfg.training.batch_size
+        first = 0
+        for stage in self.stages:
+            per_epoch = max(1, math.ceil(len(stage.examples) / bs))
+            for step in range(max(start, first), first + stage.steps):
+                epoch, offset = divmod(step - first, per_epoch)
+                order = np.random.default_rng(self.seed + 1000 * epoch + len(stage.name)).permutation(len(stage.examples))
+                idx = order[offset * bs : (offset + 1) * bs]
+                yield Batch(stage.name, idx, stage.examples.subset(idx))
+            first += stage.steps
+
+    def before_step(self, step: int, batch: Batch) -> None:
+        every = self.cfg.negatives.refresh_every
+        if self.train_entities and every and step and step % every == 0:
+            self.refresh_hard_index(step)
+        arbo = self.arborescence
+        if arbo is not None and batch.stage == "mentions" and arbo.targets.due(step):
+            arbo.targets.refresh(self.encoder, self.normalize_mentions)
+
+    def step(self, batch: Batch) -> StepOutput:
+        m = self.encoder.embed_mentions(batch.examples.inputs, normalize=self.normalize_mentions)
+        if self.arborescence is not None and batch.stage == "mentions":
+            loss = self.arborescence(m, batch.examples.gold, batch.idx)
+        else:
+            loss = self.linking(m, batch.examples.gold)
+        return StepOutput(loss, {"loss": float(loss.detach())})
+
+    def save(self, folder: Path) -> None:
+        self.encoder.save(folder)
+
+    def save_checkpoint(self, folder: Path) -> None:
+        self.encoder.save(folder / "encoder")
+
+    def snapshot(self, done: int) -> Optional[str]:
+        return f"after_{self.stage_ends[done]}" if done in self.stage_ends else None
+
+    def log_extra(self) -> Dict[str, Any]:
+        return {"skipped_train_mentions": self.skipped}
 
     # -------------------------------------------------------------- pieces
-    def schedule(self, step: int) -> float:
-        return linear_schedule(step, self.warm, self.total)
-
-    def entity_vectors(self, rows: np.ndarray) -> torch.Tensor:
-        """Vectors for KB rows: the stored table (frozen tower) or a fresh pass (trained tower)."""
-        if not self.train_entities:
-            return self.table[torch.from_numpy(rows.reshape(-1))].reshape(*rows.shape, -1)
-        flat = rows.reshape(-1)
-        uniq, inverse = np.unique(flat, return_inverse=True)
-        seqs = self.encoder.entity_inputs([self.index.entities[i] for i in uniq])
-        vecs = self.encoder.embed_entities(seqs)
+    def encoded_entity_vectors(self, rows: np.ndarray) -> torch.Tensor:
+        """Vectors for KB rows from a fresh pass of the (trained) entity tower, each row once."""
+        if rows.size == 0:
+            return self.table.new_zeros(*rows.shape, self.encoder.dim)
+        uniq, inverse = np.unique(rows.reshape(-1), return_inverse=True)
+        vecs = self.encoder.embed_entities(self.encoder.entity_inputs([self.index.entities[i] for i in uniq]))
         return vecs[torch.from_numpy(inverse)].reshape(*rows.shape, -1)
 
-    def refresh_hard_index(self) -> None:
+    def refresh_hard_index(self, step: int) -> None:
+        """Rebuild the hard-negative index: the KB's vectors, or (trained tower) a fresh encoding
+        of ``negatives.pool`` random KB entities (the others are zero vectors, never found)."""
         if self.miner.hard_fraction <= 0:
             return
-        if self.train_entities:
-            pool = int(self.cfg["negatives"]["pool"]) or len(self.index)
-            rows = np.arange(len(self.index)) if pool >= len(self.index) else np.sort(
-                np.random.default_rng(self.seed + self.state["step"]).choice(len(self.index), pool, replace=False)
-            )
-            vectors = np.zeros((len(self.index), self.encoder.dim), np.float32)
-            vectors[rows] = self.encoder.encode_entities([self.index.entities[i] for i in rows])
-            self.miner.refresh(vectors)
-        else:
+        if not self.train_entities:
             self.miner.refresh(self.index.embeddings.astype(np.float32))
-
-    def negatives(self, m: torch.Tensor, gold: List[Set[int]], positives: List[int]) -> Tuple[np.ndarray, np.ndarray]:
-        if self.kind == "in_batch":
-            return in_batch(gold, positives)
-        if self.miner.hard_fraction > 0:
-            rows = self.miner.sample(m.detach().float().cpu().numpy(), gold)
-        else:
-            rows = self.random.sample(gold)
-        return rows, np.ones(rows.shape, dtype=bool)
-
-    def autocast(self):
-        """bf16 autocast for the forward passes and losses (fast on GPUs; slow on CPUs without bf16 units)."""
-        if self.bf16:
-            return torch.autocast(self.encoder.device_.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    def step_loss(self, batch: Examples) -> torch.Tensor:
-        m = self.encoder.embed_mentions(batch.inputs, normalize=self.normalize_mentions)
-        positives = [min(g) for g in batch.gold]
-        pos = self.entity_vectors(np.asarray(positives))
-        if self.kind == "kb":
-            neg_s, mask_t = whole_kb_scores(m, self.table, batch.gold, self.loss.kind)
-            loss = self.loss.from_scores(self.loss.scores(m, pos), neg_s, mask_t)
-            # FGSM perturbs the top-scoring wrong entities
-            top = neg_s.detach().masked_fill(~mask_t, float("-inf")).topk(min(self.k, neg_s.shape[1]), dim=1).indices
-            rows, mask_t = top.cpu().numpy(), torch.ones(top.shape, dtype=torch.bool, device=m.device)
-        else:
-            rows, mask = self.negatives(m, batch.gold, positives)
-            neg = self.entity_vectors(rows)
-            mask_t = torch.from_numpy(mask).to(m.device)
-            loss = self.loss(m, pos, neg, mask_t)
-        fgsm = self.cfg["fgsm"]
-        if fgsm["enabled"]:
-            n = int(fgsm["negatives"]) or rows.shape[1]
-            ents = self.index.entities
-            pos_seqs = self.encoder.entity_inputs([ents[r] for r in positives])
-            neg_seqs_flat = self.encoder.entity_inputs([ents[r] for r in rows[:, :n].reshape(-1)])
-            neg_seqs = [neg_seqs_flat[i * n : (i + 1) * n] for i in range(len(positives))]
-            pos_adv, neg_adv = fgsm_entity_vectors(
-                self.encoder, m, pos_seqs, neg_seqs, epsilon=float(fgsm["epsilon"]), kind=self.loss.kind
-            )
-            loss = loss + float(fgsm["weight"]) * self.loss(m, pos_adv, neg_adv, mask_t[:, :n])
-        return loss
-
-    def arborescence_loss(self, batch: Examples, idx: np.ndarray) -> torch.Tensor:
-        """arboEL: the positive is the mention's parent in the minimum spanning arborescence of its
-        gold entity's cluster; negatives are k/2 nearest wrong entities and k/2 nearest
-        non-coreferent training mentions."""
-        m = self.encoder.embed_mentions(batch.inputs, normalize=self.normalize_mentions)
-        arbo = self.arborescence
-        query = m.detach().float().cpu().numpy()
-        half = max(1, self.k // 2)
-        ent_rows, ent_real = self.miner.hard(query, batch.gold, half) if self.miner.index is not None else (
-            self.random.sample(batch.gold)[:, :half], np.ones((len(idx), half), bool))
-        men_rows, men_real = arbo.negatives(query, idx, self.k - half)
-        pos = torch.stack([arbo.positive(int(i), self.table) for i in idx])
-        cache = torch.from_numpy(arbo.vectors).to(m.device)
-        neg = torch.cat([self.table[torch.from_numpy(np.maximum(ent_rows, 0))], cache[torch.from_numpy(men_rows)]], dim=1)
-        mask = torch.from_numpy(np.concatenate([ent_real, men_real], axis=1)).to(m.device)
-        return self.loss(m, pos.to(m.device), neg, mask)
-
-    def dev_recall(self) -> float:
-        """Recall@1 of the dev mentions against the KB (re-encoded first when the tower trains)."""
-        if not len(self.dev):
-            return float("nan")
-        enc = self.encoder
-        mentions = enc._encode(self.dev.inputs, [len(s) for s, _ in self.dev.inputs], enc.embed_mentions, 64, "dev", False)
-        if self.train_entities:
-            rows = sorted(set().union(*self.dev.gold))
-            extra = np.random.default_rng(self.seed).choice(len(self.index), min(len(self.index), int(self.cfg["training"]["eval_kb_sample"])), replace=False)
-            rows = np.array(sorted(set(rows) | set(extra.tolist())))
-            index = EntityIndex([self.index.entities[i] for i in rows], enc.encode_entities([self.index.entities[i] for i in rows]), metric=enc.config.similarity, fingerprint="", kind="flat")
-            _, top = index.search(mentions, 1)
-            pred = rows[top[:, 0]]
-        else:
-            _, top = self.index.search(mentions, 1)
-            pred = top[:, 0]
-        return float(np.mean([p in g for p, g in zip(pred, self.dev.gold)]))
-
-    # -------------------------------------------------------------- run
-    def batches(self):
-        """(stage, example indices, batch) from the current global step on, deterministic per seed."""
-        bs = int(self.cfg["training"]["batch_size"])
-        start = 0
-        for name, examples, steps in self.stages:
-            per_epoch = max(1, math.ceil(len(examples) / bs))
-            for step in range(start, start + steps):
-                if step < self.state["step"]:
-                    continue
-                local = step - start
-                epoch, offset = divmod(local, per_epoch)
-                order = np.random.default_rng(self.seed + 1000 * epoch + len(name)).permutation(len(examples))
-                idx = order[offset * bs : (offset + 1) * bs]
-                yield name, idx, Examples([examples.inputs[i] for i in idx], [examples.gold[i] for i in idx])
-            start += steps
-
-    def run(self, progress: bool = True) -> dict:
-        t = self.cfg["training"]
-        eval_every, clip = int(t["eval_every"]), float(t["grad_clip"])
-        self.encoder.train()
-        if not self.train_entities:
-            self.encoder.entity_model.eval()
-        self.refresh_hard_index()
-        bar = tqdm(total=self.total, initial=self.state["step"], desc="training", disable=not progress)
-        t0, losses = time.perf_counter(), []
-        for stage, idx, batch in self.batches():
-            step = self.state["step"]
-            if self.train_entities and self.refresh_every and step and step % self.refresh_every == 0:
-                self.refresh_hard_index()
-            arbo = self.arborescence is not None and stage == "mentions"
-            if arbo and (self.arborescence.vectors is None or step % self.arborescence.refresh_every == 0):
-                self.arborescence.refresh(self.encoder, self.normalize_mentions)
-            for group in self.optimizer.param_groups:
-                group["lr"] = float(t["lr"]) * self.schedule(step)
-            with self.autocast():
-                loss = self.arborescence_loss(batch, idx) if arbo else self.step_loss(batch)
-            self.optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for p in self.encoder.parameters() if p.requires_grad], clip)
-            self.optimizer.step()
-            losses.append(float(loss.detach()))
-            self.state["step"] = step + 1
-            bar.update(1)
-            bar.set_postfix(stage=stage, loss=f"{np.mean(losses[-20:]):.3f}", dev=f"{self.state['best']:.3f}")
-            if self.state["step"] in self.stage_ends:
-                self.encoder.save(self.output / f"after_{self.stage_ends[self.state['step']]}")
-            if self.state["step"] % eval_every == 0 or self.state["step"] == self.total:
-                self.evaluate_and_save(np.mean(losses[-eval_every:]), time.perf_counter() - t0)
-                t0 = time.perf_counter()
-        bar.close()
-        if not (self.output / "best").exists():  # no steps ran (e.g. steps = 0): the start is the best
-            self.evaluate_and_save(float("nan"), 0.0)
-        return self.state
-
-    def evaluate_and_save(self, loss: float, seconds: float) -> None:
-        self.state["train_seconds"] += seconds
-        dev = self.dev_recall()
-        self.encoder.train()
-        if not self.train_entities:
-            self.encoder.entity_model.eval()
-        self.state["history"].append({"step": self.state["step"], "loss": round(float(loss), 4), "dev_r1": round(dev, 4)})
-        if dev > self.state["best"] or not (self.output / "best").exists():
-            self.state["best"], self.state["best_step"] = dev, self.state["step"]
-            self.encoder.save(self.output / "best")
-        save_checkpoint(self.output / "last", self.encoder, self.optimizer, self.state)
-        (self.output / "train_log.json").write_text(
-            json.dumps({**self.state, "skipped_train_mentions": self.skipped}, indent=2), encoding="utf8"
-        )
+            return
+        n = len(self.index)
+        pool = self.cfg.negatives.pool or n
+        rng = np.random.default_rng(self.seed + step)
+        rows = np.arange(n) if pool >= n else np.sort(rng.choice(n, pool, replace=False))
+        vectors = np.zeros((n, self.encoder.dim), np.float32)
+        vectors[rows] = self.encoder.encode_entities([self.index.entities[i] for i in rows])
+        self.miner.refresh(vectors)
 
 
-def load_config(path: Path, overrides: Optional[dict] = None) -> Config:
-    return Config().from_disk(path, overrides=overrides or {})
+def run_retriever(cfg: RetrieverConfig, output: Path, progress: bool = True) -> Dict[str, Any]:
+    """Train the retriever ``cfg`` describes into ``output``; returns the loop's final state."""
+    checkpoint = checkpoint_to_resume(output, cfg.training.resume)
+    return TrainingLoop(RetrieverTask(cfg, checkpoint), cfg.training, output, checkpoint).run(progress)
 
 
-def run_config(trainer_cls, config: Path, output: Path, overrides: Optional[dict] = None, progress: bool = True) -> dict:
-    """Load ``config`` with ``overrides``, save the resolved config as ``output/config.cfg`` and run
-    ``trainer_cls(cfg, output)``; returns its final state."""
-    cfg = load_config(config, overrides)
+def train(config: PathLike, output: PathLike, overrides: Optional[dict] = None, progress: bool = True) -> Dict[str, Any]:
+    """Train as the config file ``config`` (with ``overrides``) says; the resolved config is saved as
+    ``output/config.cfg``. Returns the final state (step, best dev recall@1, history)."""
+    raw = load_config(config, overrides)
+    cfg = RetrieverConfig.from_config(raw, str(config))
+    output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    Config(cfg).to_disk(output / "config.cfg")
-    return trainer_cls(cfg, output).run(progress=progress)
-
-
-def train(config: Path, output: Path, overrides: Optional[dict] = None, progress: bool = True) -> dict:
-    """Train as ``config`` says; returns the final state (step, best dev recall@1, history)."""
-    return run_config(Trainer, config, output, overrides, progress)
+    Config(raw).to_disk(output / "config.cfg")
+    return run_retriever(cfg, output, progress)

@@ -1,32 +1,43 @@
 """``python -m spacy_pel.train_spans``: train the end-to-end span scorer (SPEC §2).
 
 Token vectors come from one pass of the encoder's mention transformer over each document
-(:func:`spacy_pel.spans.encode_docs`); every span of at most ``max_len`` tokens is scored
+(:func:`spacy_pel.models.doc_encoder.encode_docs`); every span of at most ``max_len`` tokens is scored
 ``σ(w_sᵀh_i + w_eᵀh_j + Σ w_mᵀh_q)`` and trained with binary cross-entropy (gold spans positive,
 all other enumerated spans negative). This trainer keeps the transformer frozen — the scorer alone
 learns, in seconds on a CPU, from token vectors computed once — and then picks the threshold γ
 with the best strict span F1 on the dev corpus. (The paper trains the transformer jointly with the
-linking loss; that costs a backward pass through every document and is left to a GPU.)
+linking loss: :mod:`spacy_pel.training.joint`.)
+
+It runs in the package's training loop (:mod:`spacy_pel.training.loop`): one document a step,
+Adam at a constant learning rate, no clipping, evaluated at the end (``OUTPUT/best``,
+``OUTPUT/last``); the scorer and its report are then written to ``OUTPUT/span_scorer.safetensors``
+and ``OUTPUT/span_report.json``, where ``pel_linker`` reads them.
 """
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from ..models.encoder import BiEncoder
 from ..corpora import gold_spans
+from ..evaluation.evaluators import SpanEvaluator, SpanExample, detect
 from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
-from ..models.span_scorer import SpanScorer, greedy_non_overlapping, save_span_scorer
+from ..models.encoder import BiEncoder
+from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
+from .config import LoopSettings
+from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+
+SCORER_FILE = "span_scorer.safetensors"
+__all__ = ["SpanScorerTask", "detect", "span_examples", "train_span_scorer"]
 
 
-def span_examples(encoder: BiEncoder, docs, max_len: int) -> Tuple[list, dict]:
-    """Per doc: (token vectors, starts, ends, labels); counts of gold spans not enumerable."""
+def span_examples(encoder: BiEncoder, docs, max_len: int) -> Tuple[List[SpanExample], Dict[str, int]]:
+    """Per doc: token vectors, enumerated spans and their labels; counts of gold spans and of those
+    not enumerable (longer than ``max_len`` or not on token boundaries)."""
     hidden = encode_docs(encoder, docs)
     out, missed, total = [], 0, 0
     for doc, H in zip(docs, hidden):
@@ -40,29 +51,67 @@ def span_examples(encoder: BiEncoder, docs, max_len: int) -> Tuple[list, dict]:
                 missed += 1
             else:
                 labels[i] = 1.0
-        out.append((H, starts, ends, labels))
+        out.append(SpanExample(H, starts, ends, labels))
     return out, {"gold_spans": total, "not_enumerable": missed}
 
 
-def detect(scorer: SpanScorer, H, starts, ends, threshold: float) -> List[Tuple[int, int]]:
-    """Kept spans: probability above ``threshold``, overlaps resolved greedily by score."""
-    if len(starts) == 0:
-        return []
-    with torch.no_grad():
-        probs = scorer.probs(H, starts, ends).cpu().numpy()
-    keep = np.flatnonzero(probs > threshold)
-    chosen = greedy_non_overlapping(starts[keep], ends[keep], probs[keep])
-    return [(int(starts[keep][i]), int(ends[keep][i])) for i in chosen]
+class SpanScorerTask(Task):
+    """A span scorer over frozen token vectors as a :class:`~spacy_pel.training.loop.Task`."""
 
+    description = "span scorer"
 
-def span_f1(scorer: SpanScorer, examples, threshold: float) -> dict:
-    tp = n_pred = n_gold = 0
-    for H, starts, ends, labels in examples:
-        pred = set(detect(scorer, H, starts, ends, threshold))
-        gold = {(int(s), int(e)) for s, e, y in zip(starts, ends, labels) if y}
-        tp, n_pred, n_gold = tp + len(pred & gold), n_pred + len(pred), n_gold + len(gold)
-    p, r = tp / max(n_pred, 1), tp / max(n_gold, 1)
-    return {"p": round(p, 4), "r": round(r, 4), "f": round(2 * p * r / max(p + r, 1e-12), 4)}
+    def __init__(self, encoder: BiEncoder, train_docs: Sequence, dev_docs: Sequence, max_len: int = MAX_SPAN_LEN,
+                 epochs: int = 8, lr: float = 3e-3, seed: int = 0, checkpoint: Optional[Path] = None):
+        torch.manual_seed(seed)
+        self.t0 = time.perf_counter()
+        self.train, self.train_counts = span_examples(encoder, train_docs, max_len)
+        dev, self.dev_counts = span_examples(encoder, dev_docs, max_len)
+        self.encode_s = time.perf_counter() - self.t0
+        self.evaluator = SpanEvaluator(dev)
+        self.device = encoder.device_
+        hidden = encoder.mention_model.config.hidden_size
+        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden)
+        self.scorer = scorer.to(self.device)
+        self.max_len, self.epochs, self.lr, self.seed = max_len, epochs, lr, seed
+        self.total_steps = epochs * sum(1 for ex in self.train if len(ex.starts))
+        self.loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.report: Dict[str, Any] = {}
+
+    @property
+    def model(self) -> SpanScorer:
+        return self.scorer
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.scorer.parameters(), lr=self.lr)
+
+    def batches(self, start: int) -> Iterator[SpanExample]:
+        """One document a step, in a fresh order each epoch; documents without spans are skipped."""
+        rng = np.random.default_rng(self.seed)
+        step = 0
+        for _ in range(self.epochs):
+            for i in rng.permutation(len(self.train)):
+                if len(self.train[i].starts) == 0:
+                    continue
+                if step >= start:
+                    yield self.train[i]
+                step += 1
+
+    def step(self, batch: SpanExample) -> StepOutput:
+        loss = self.loss_fn(self.scorer(batch.H, batch.starts, batch.ends), torch.from_numpy(batch.labels).to(batch.H.device))
+        return StepOutput(loss, {"loss": float(loss.detach())})
+
+    def save(self, folder: Path) -> None:
+        save_span_scorer(self.scorer, folder / SCORER_FILE)
+
+    def finish(self, output: Path, state: Dict[str, Any]) -> None:
+        """The best scorer and its threshold γ (best span F1 on dev) go to ``output`` itself."""
+        self.scorer = load_span_scorer(output / "best" / SCORER_FILE, device=str(self.device))
+        best = self.evaluator(self.scorer)
+        save_span_scorer(self.scorer, output / SCORER_FILE)
+        self.report = {"threshold": best["threshold"], "dev_span_strict": best["span"], "train": self.train_counts,
+                       "dev": self.dev_counts, "max_len": self.max_len, "encode_s": round(self.encode_s, 1),
+                       "total_s": round(time.perf_counter() - self.t0, 1)}
+        (output / "span_report.json").write_text(json.dumps(self.report, indent=2), encoding="utf8")
 
 
 def train_span_scorer(
@@ -75,37 +124,15 @@ def train_span_scorer(
     lr: float = 3e-3,
     seed: int = 0,
     progress: bool = True,
-) -> dict:
-    torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    train, train_counts = span_examples(encoder, train_docs, max_len)
-    dev, dev_counts = span_examples(encoder, dev_docs, max_len)
-    encode_s = time.perf_counter() - t0
-    scorer = SpanScorer(encoder.mention_model.config.hidden_size).to(encoder.device_)
-    optimizer = torch.optim.Adam(scorer.parameters(), lr=lr)
-    rng = np.random.default_rng(seed)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    for _ in tqdm(range(epochs), desc="span scorer epochs", disable=not progress):
-        for i in rng.permutation(len(train)):
-            H, starts, ends, labels = train[i]
-            if len(starts) == 0:
-                continue
-            loss = loss_fn(scorer(H, starts, ends), torch.from_numpy(labels).to(H.device))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    grid = [0.02, 0.05, *np.arange(0.1, 0.95, 0.05)]
-    best = max(((t, span_f1(scorer, dev, t)) for t in grid), key=lambda x: x[1]["f"])
+    resume: bool = False,
+) -> Dict[str, Any]:
+    """Train a span scorer on ``encoder``'s frozen token vectors; returns the report written to
+    ``output/span_report.json`` (γ, dev span P/R/F1, gold-span counts). ``resume`` continues from
+    ``output/last`` (by default every call trains from scratch)."""
+    output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    save_span_scorer(scorer, output / "span_scorer.safetensors")
-    report = {
-        "threshold": round(float(best[0]), 2),
-        "dev_span_strict": best[1],
-        "train": train_counts,
-        "dev": dev_counts,
-        "max_len": max_len,
-        "encode_s": round(encode_s, 1),
-        "total_s": round(time.perf_counter() - t0, 1),
-    }
-    (output / "span_report.json").write_text(json.dumps(report, indent=2), encoding="utf8")
-    return report
+    checkpoint = checkpoint_to_resume(output, resume)
+    task = SpanScorerTask(encoder, train_docs, dev_docs, max_len, epochs, lr, seed, checkpoint)
+    settings = LoopSettings(schedule="constant", grad_clip=0.0, eval_every=0, resume=resume)
+    TrainingLoop(task, settings, output, checkpoint).run(progress)
+    return task.report

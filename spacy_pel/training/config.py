@@ -1,0 +1,300 @@
+"""Typed training settings, read from the confection ``.cfg`` files in ``configs/``.
+
+A config file's sections (``[paths]``, ``[encoder]``, ``[loss]``, ``[negatives]``, ``[training]`` …)
+become the dataclasses below; ``--section.key value`` overrides on the command line (spaCy's
+parser) are applied by confection before parsing. Every key is checked: an unknown section or key,
+a value of the wrong type or outside its range raises :class:`ConfigError` naming the file, the
+section and the key.
+
+* :class:`RetrieverConfig` -- ``configs/train_pb_random.cfg`` (:mod:`spacy_pel.training.retriever`);
+* :class:`JointConfig` -- ``configs/train_e2e.cfg`` (:mod:`spacy_pel.training.joint`);
+* :class:`LoopSettings` -- what the loop itself reads (schedule, clipping, evaluation, resume); the
+  ``[training]`` sections extend it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import (
+    Any,
+    Dict,
+    Mapping,
+    Optional,
+    Type,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
+
+from confection import Config
+
+from ..models.encoder import EncoderConfig
+from .losses import LOSSES, Loss, make_loss
+
+T = TypeVar("T")
+PathLike = Union[str, Path]
+PRECISIONS = ("fp32", "bf16")
+SCHEDULES = ("linear", "constant")
+OBJECTIVES = ("linking", "arborescence")
+NEGATIVE_KINDS = ("sampled", "in_batch", "kb")  # "kb": softmax over every KB row (frozen tower only)
+
+
+class ConfigError(ValueError):
+    """A bad training config: unknown section or key, wrong type, or a value out of range."""
+
+
+def _check(ok: bool, where: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{where}: {message}")
+
+
+def _one_of(value: str, choices, where: str) -> None:
+    _check(value in choices, where, f"must be one of {', '.join(map(repr, choices))}, not {value!r}")
+
+
+# ------------------------------------------------------------------ sections
+@dataclass
+class PathsSection:
+    train: Optional[str] = None
+    dev: Optional[str] = None
+    kb: Optional[str] = None
+
+
+@dataclass
+class EncoderSection:
+    """``base`` (Hugging Face name or encoder folder) and :class:`EncoderConfig` fields to override."""
+
+    base: str = "all-MiniLM-L6-v2"
+    overrides: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LossSection:
+    """``name`` (a key of :data:`~spacy_pel.training.losses.LOSSES`) and numeric settings; settings of
+    other losses are allowed and ignored, so one file serves every loss."""
+
+    name: str = "proxy"
+    settings: Dict[str, float] = field(default_factory=dict)
+
+    def build(self) -> Loss:
+        return make_loss(self.name, **{k: v for k, v in self.settings.items() if k in LOSSES[self.name].defaults})
+
+
+@dataclass
+class NegativesSection:
+    kind: str = "sampled"
+    count: int = 32
+    hard_fraction: float = 0.0
+
+
+@dataclass
+class RetrieverNegatives(NegativesSection):
+    # trained entity tower only: re-encode the hard-negative pool every N steps (pool 0 = whole KB)
+    refresh_every: int = 200
+    pool: int = 20000
+
+
+@dataclass
+class FgsmSection:
+    enabled: bool = False
+    epsilon: float = 0.01
+    weight: float = 1.0
+    negatives: int = 0  # how many of each mention's negatives get an adversarial copy (0 = all)
+
+
+@dataclass
+class SynonymsSection:
+    steps: int = 0
+    pairs: int = 50000
+
+
+@dataclass
+class ArborescenceSection:
+    refresh_every: int = 60
+    max_cluster: int = 32
+
+
+@dataclass
+class SpansSection:
+    max_len: int = 10
+    weight: float = 1.0
+
+
+@dataclass
+class LoopSettings:
+    """What :class:`~spacy_pel.training.loop.TrainingLoop` reads: the learning-rate schedule
+    (``linear``: warm-up over ``warmup`` × steps, then linear decay to 0; ``constant``), gradient
+    clipping (0 = none), evaluation every ``eval_every`` steps (0 = only at the end), bf16 autocast
+    and resuming from ``DIR/last``."""
+
+    warmup: float = 0.0
+    schedule: str = "linear"
+    grad_clip: float = 1.0
+    eval_every: int = 0
+    precision: str = "fp32"
+    resume: bool = True
+
+
+@dataclass
+class TrainingSection(LoopSettings):
+    seed: int = 0
+    device: str = "auto"
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    epochs: float = 1.0
+    max_steps: int = 0  # 0 = epochs decide
+    eval_docs: int = 100  # dev docs used for model selection (0 = all)
+
+
+@dataclass
+class RetrieverTraining(TrainingSection):
+    batch_size: int = 32
+    train_entity_encoder: bool = False
+    objective: str = "linking"
+    eval_kb_sample: int = 20000
+
+
+@dataclass
+class JointTraining(TrainingSection):
+    batch_docs: int = 4
+    scorer_lr: float = 0.003
+
+
+# ------------------------------------------------------------------ parsing
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    """``value`` as type ``kind`` (bool, int, float, str, Optional[...]) or a ConfigError."""
+    if get_origin(kind) is Union:
+        options = [a for a in get_args(kind) if a is not type(None)]
+        return None if value is None else _coerce(value, options[0], where)
+    if kind is bool:
+        _check(isinstance(value, bool), where, f"expected true or false, got {value!r}")
+        return value
+    if kind is int:
+        integral = isinstance(value, float) and value.is_integer()
+        _check((isinstance(value, int) and not isinstance(value, bool)) or integral, where,
+               f"expected an integer, got {value!r}")
+        return int(value)
+    if kind is float:
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), where, f"expected a number, got {value!r}")
+        _check(math.isfinite(value), where, f"expected a finite number, got {value!r}")
+        return float(value)
+    if kind is str:
+        _check(isinstance(value, (str, Path)), where, f"expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def parse_section(cls: Type[T], values: Mapping[str, Any], where: str) -> T:
+    """Build the dataclass ``cls`` from one config section, type-checking every key."""
+    _check(isinstance(values, Mapping), where, f"expected a section, got {values!r}")
+    if cls is EncoderSection:
+        known = {f.name for f in fields(EncoderConfig)} - {"extra"}
+        unknown = sorted(set(values) - known)
+        _check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known)}")
+        _check("base" in values, where, "missing key 'base'")
+        base = _coerce(values["base"], str, f"{where} base")
+        hints = get_type_hints(EncoderConfig)
+        overrides = {k: _coerce(v, hints[k], f"{where} {k}") for k, v in values.items() if k != "base"}
+        try:
+            EncoderConfig(base=base, **overrides)
+        except ValueError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        return EncoderSection(base, overrides)
+    if cls is LossSection:
+        known = {k for spec in LOSSES.values() for k in spec.defaults}
+        unknown = sorted(set(values) - known - {"name"})
+        _check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known | {'name'})}")
+        name = _coerce(values.get("name", "proxy"), str, f"{where} name")
+        _one_of(name, sorted(LOSSES), f"{where} name")
+        settings = {k: _coerce(v, float, f"{where} {k}") for k, v in values.items() if k != "name"}
+        return LossSection(name, settings)
+    hints = get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(known))
+    _check(not unknown, where, f"unknown key(s) {unknown}; known: {known}")
+    return cls(**{k: _coerce(v, hints[k], f"{where} {k}") for k, v in values.items()})
+
+
+def _parse(cls: Type[T], cfg: Mapping[str, Any], source: str) -> T:
+    hints = get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(cfg) - set(known))
+    _check(not unknown, source, f"unknown section(s) {unknown}; known: {known}")
+    sections = {k: parse_section(hints[k], cfg[k], f"{source} [{k}]") for k in known if k in cfg}
+    return cls(**sections)
+
+
+def _check_loop(t: TrainingSection, where: str) -> None:
+    _one_of(t.precision, PRECISIONS, f"{where} precision")
+    _one_of(t.schedule, SCHEDULES, f"{where} schedule")
+    _check(0.0 <= t.warmup <= 1.0, f"{where} warmup", f"must be within [0, 1], not {t.warmup}")
+    _check(t.eval_every >= 1, f"{where} eval_every", f"must be at least 1, not {t.eval_every}")
+    for key in ("max_steps", "eval_docs"):
+        _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
+    for key in ("lr", "epochs", "grad_clip", "weight_decay"):
+        _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
+
+
+def _check_negatives(n: NegativesSection, kinds, where: str) -> None:
+    _one_of(n.kind, kinds, f"{where} kind")
+    _check(n.count >= 0, f"{where} count", f"must be >= 0, not {n.count}")
+    _check(0.0 <= n.hard_fraction <= 1.0, f"{where} hard_fraction", f"must be within [0, 1], not {n.hard_fraction}")
+
+
+@dataclass
+class RetrieverConfig:
+    """``configs/train_pb_random.cfg``: the bi-encoder retriever."""
+
+    paths: PathsSection = field(default_factory=PathsSection)
+    encoder: EncoderSection = field(default_factory=EncoderSection)
+    loss: LossSection = field(default_factory=LossSection)
+    negatives: RetrieverNegatives = field(default_factory=RetrieverNegatives)
+    fgsm: FgsmSection = field(default_factory=FgsmSection)
+    synonyms: SynonymsSection = field(default_factory=SynonymsSection)
+    training: RetrieverTraining = field(default_factory=RetrieverTraining)
+    arborescence: ArborescenceSection = field(default_factory=ArborescenceSection)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "RetrieverConfig":
+        out = _parse(cls, cfg, source)
+        t, n = out.training, out.negatives
+        _check_loop(t, f"{source} [training]")
+        _check_negatives(n, NEGATIVE_KINDS, f"{source} [negatives]")
+        _one_of(t.objective, OBJECTIVES, f"{source} [training] objective")
+        _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
+        _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
+        if n.kind == "kb" and t.train_entity_encoder:
+            raise ConfigError(f'{source}: negatives.kind = "kb" (softmax over the whole KB) needs a frozen entity tower '
+                              "(training.train_entity_encoder = false)")
+        return out
+
+
+@dataclass
+class JointConfig:
+    """``configs/train_e2e.cfg``: the joint end-to-end model (span scorer + linking)."""
+
+    paths: PathsSection = field(default_factory=PathsSection)
+    encoder: EncoderSection = field(default_factory=EncoderSection)
+    loss: LossSection = field(default_factory=lambda: LossSection("ce"))
+    negatives: NegativesSection = field(default_factory=lambda: NegativesSection("kb", 32, 0.5))
+    spans: SpansSection = field(default_factory=SpansSection)
+    training: JointTraining = field(default_factory=JointTraining)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "JointConfig":
+        out = _parse(cls, cfg, source)
+        _check_loop(out.training, f"{source} [training]")
+        _check_negatives(out.negatives, ("sampled", "kb"), f"{source} [negatives]")
+        _check(out.training.batch_docs >= 1, f"{source} [training] batch_docs", "must be at least 1")
+        _check(out.spans.max_len >= 1, f"{source} [spans] max_len", "must be at least 1")
+        for key in ("train", "kb"):
+            _check(getattr(out.paths, key) is not None, f"{source} [paths] {key}", "needed for end-to-end training")
+        return out
+
+
+def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Config:
+    """The confection config at ``path`` with ``overrides`` (``{"training.max_steps": 10}``) applied."""
+    return Config().from_disk(path, overrides=dict(overrides or {}))

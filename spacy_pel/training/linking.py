@@ -1,0 +1,90 @@
+"""The linking loss shared by the retriever and the joint end-to-end model (SPEC §1-2).
+
+Mention vectors ``m`` ``[B, d]`` and each mention's gold KB rows go in; the positive is the smallest
+gold row, the negatives come from the strategy chosen by ``[negatives] kind``:
+
+* ``"sampled"`` -- ``count`` per mention, ``hard_fraction`` of them the top-scoring wrong entities of
+  a FAISS search (:class:`~spacy_pel.training.negatives.HardNegativeMiner`), the rest uniform;
+* ``"in_batch"`` -- the other mentions' positives;
+* ``"kb"`` -- every KB row that is not gold: an exact softmax over the KB's stored vectors (a
+  frozen entity tower only; one ``[B, d] × [d, N]`` product).
+
+Entity vectors come from ``entity_vectors(rows)``: the KB's stored table (:func:`table_lookup`, a
+frozen tower) or a fresh pass of a trained entity tower. An optional
+:class:`~spacy_pel.training.fgsm.FGSM` adds its adversarial term (for ``"kb"`` it perturbs the
+``count`` top-scoring wrong entities).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .fgsm import FGSM
+from .losses import Loss
+from .negatives import HardNegativeMiner, in_batch
+
+Tensor = torch.Tensor
+NEGATIVE_KINDS = ("sampled", "in_batch", "kb")
+
+
+def whole_kb_scores(m: Tensor, table: Tensor, gold: Sequence[Set[int]], kind: str) -> Tuple[Tensor, Tensor]:
+    """Scores of every mention against every KB row ``[B, N]`` and the non-gold mask ``[B, N]``.
+
+    With a frozen entity tower the KB's vectors are a constant ``table``, so the softmax can run
+    over all of it instead of over sampled negatives. ``kind`` is the loss's similarity ("cosine"
+    normalises both sides, "dot" does not).
+    """
+    if kind == "cosine":
+        m, table = F.normalize(m, dim=-1), F.normalize(table, dim=-1)
+    scores = m @ table.T
+    mask = torch.ones(scores.shape, dtype=torch.bool, device=m.device)
+    for i, g in enumerate(gold):
+        mask[i, list(g)] = False
+    return scores, mask
+
+
+def table_lookup(table: Tensor) -> Callable[[np.ndarray], Tensor]:
+    """``rows`` (any shape) → their vectors in the KB's stored ``table`` (shape + ``[d]``)."""
+
+    def vectors(rows: np.ndarray) -> Tensor:
+        return table[torch.from_numpy(rows.reshape(-1))].reshape(*rows.shape, table.shape[1])
+
+    return vectors
+
+
+class LinkingLoss:
+    """``loss(m, gold) -> scalar``: the configured loss over the positives and the negatives of ``kind``."""
+
+    def __init__(self, loss: Loss, kind: str, miner: HardNegativeMiner, table: Tensor,
+                 entity_vectors: Optional[Callable[[np.ndarray], Tensor]] = None, fgsm: Optional[FGSM] = None):
+        if kind not in NEGATIVE_KINDS:
+            raise ValueError(f"negatives.kind must be one of {NEGATIVE_KINDS}, not {kind!r}")
+        self.loss, self.kind, self.miner, self.table, self.fgsm = loss, kind, miner, table, fgsm
+        self.entity_vectors = entity_vectors or table_lookup(table)
+
+    def negatives(self, m: Tensor, gold: Sequence[Set[int]], positives: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+        """``[B, N]`` negative KB rows and which of them count (``"sampled"`` or ``"in_batch"``)."""
+        if self.kind == "in_batch":
+            return in_batch(gold, positives)
+        rows = self.miner.sample(m.detach().float().cpu().numpy(), gold)
+        return rows, np.ones(rows.shape, dtype=bool)
+
+    def __call__(self, m: Tensor, gold: Sequence[Set[int]]) -> Tensor:
+        positives = [min(g) for g in gold]
+        pos = self.entity_vectors(np.asarray(positives))
+        if self.kind == "kb":
+            neg_s, mask = whole_kb_scores(m, self.table, gold, self.loss.kind)
+            loss = self.loss.from_scores(self.loss.scores(m, pos), neg_s, mask)
+            if self.fgsm is None:
+                return loss
+            k = min(self.miner.k, neg_s.shape[1])
+            top = neg_s.detach().masked_fill(~mask, float("-inf")).topk(k, dim=1).indices
+            rows, mask = top.cpu().numpy(), torch.ones(top.shape, dtype=torch.bool, device=m.device)
+        else:
+            rows, real = self.negatives(m, gold, positives)
+            mask = torch.from_numpy(real).to(m.device)
+            loss = self.loss(m, pos, self.entity_vectors(rows), mask)
+        return loss if self.fgsm is None else self.fgsm(loss, m, positives, rows, mask)

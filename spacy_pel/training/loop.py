@@ -1,0 +1,226 @@
+"""One training loop for every model of the package: the retriever, the joint end-to-end model and
+the span scorer are each a :class:`Task` that the loop drives.
+
+A task says what is trained and how: its optimizer (parameter groups with their base learning
+rates), its batches, the loss of one batch, its evaluator and the model that evaluator takes, and
+what it saves. The loop does the rest, the same way for all of them:
+
+* resume: with ``resume`` and a checkpoint in ``DIR/last`` (:func:`checkpoint_to_resume`; the task
+  loads its own weights from there), the optimizer state and the step counter continue from it;
+* each step: the task's ``before_step`` hook, the learning rate (``linear``: warm-up over
+  ``warmup`` × steps then linear decay to 0; or ``constant``), the loss (under bf16 autocast with
+  ``precision = "bf16"``), backward, gradient clipping at ``grad_clip`` (0 = none), optimizer step;
+* every ``eval_every`` steps and at the end: the evaluator's primary metric; the best model so far
+  goes to ``DIR/best``, a resumable checkpoint to ``DIR/last`` (weights and optimizer state as
+  safetensors, the rest as JSON), the history to ``DIR/train_log.json`` -- each written atomically;
+* a progress bar with the running losses and the best dev metric;
+* at the end, the task's ``finish`` hook (e.g. choose the span threshold on the best model).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from ..evaluation.evaluators import Evaluator
+from ..files import atomic_dir, atomic_write
+from .config import LoopSettings
+
+STATE_FILE = "state.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+
+
+@dataclass
+class StepOutput:
+    """A batch's loss to minimise, and the numbers to log (averaged between evaluations)."""
+
+    loss: torch.Tensor
+    parts: Dict[str, float] = field(default_factory=dict)
+
+
+class Task:
+    """What the loop trains. Subclasses set ``total_steps``, ``evaluator``, ``device`` and implement
+    :meth:`optimizer`, :meth:`batches`, :meth:`step`, :meth:`save` and the :attr:`model` property;
+    the other hooks are optional."""
+
+    description = "training"
+    loss_parts: Sequence[str] = ("loss",)  # the keys of StepOutput.parts
+    total_steps: int = 0
+    evaluator: Evaluator
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def model(self) -> Any:
+        """What ``self.evaluator`` is called with."""
+        raise NotImplementedError
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def batches(self, start: int) -> Iterable[Any]:
+        """The batches of steps ``start``, ``start + 1`` … ``total_steps - 1``, in order."""
+        raise NotImplementedError
+
+    def step(self, batch: Any) -> StepOutput:
+        raise NotImplementedError
+
+    def save(self, folder: Path) -> None:
+        """Write the trained model into ``folder`` (``DIR/best`` and snapshots)."""
+        raise NotImplementedError
+
+    def save_checkpoint(self, folder: Path) -> None:
+        """Write what resuming needs into ``folder`` (``DIR/last``, beside the optimizer state)."""
+        self.save(folder)
+
+    def train_mode(self) -> None:
+        """Put the modules in training mode (also called after every evaluation)."""
+
+    def start(self, step: int) -> None:
+        """Called once before the first step of this run, ``step`` (0, or where it resumes)."""
+
+    def before_step(self, step: int, batch: Any) -> None:
+        """Called before step ``step`` (0-based), e.g. to refresh hard negatives."""
+
+    def snapshot(self, done: int) -> Optional[str]:
+        """A folder name under ``DIR`` to save the model into after ``done`` steps, or None."""
+        return None
+
+    def log_extra(self) -> Dict[str, Any]:
+        """More entries for ``train_log.json``."""
+        return {}
+
+    def finish(self, output: Path, state: Dict[str, Any]) -> None:
+        """Called after the last step (``DIR/best`` exists); may add entries to ``state``."""
+
+
+# ------------------------------------------------------------------ checkpoints
+def checkpoint_to_resume(output: Path, resume: bool = True) -> Optional[Path]:
+    """``output/last`` when resuming is asked for and a checkpoint is there, else None."""
+    last = Path(output) / "last"
+    return last if resume and (last / STATE_FILE).exists() else None
+
+
+def save_checkpoint(path: Path, task: Task, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    with atomic_dir(path) as tmp:
+        task.save_checkpoint(tmp)
+        opt = optimizer.state_dict()
+        tensors = {f"{i}.{k}": v.contiguous() for i, s in opt["state"].items() for k, v in s.items()}
+        save_file(tensors, str(tmp / OPTIMIZER_FILE))
+        (tmp / STATE_FILE).write_text(json.dumps({**state, "param_groups": opt["param_groups"]}), encoding="utf8")
+
+
+def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore ``optimizer`` from the checkpoint folder ``path``; returns the saved loop state."""
+    state = json.loads((path / STATE_FILE).read_text(encoding="utf8"))
+    tensors = load_file(str(path / OPTIMIZER_FILE))
+    per_param: Dict[int, dict] = {}
+    for key, value in tensors.items():
+        i, name = key.split(".", 1)
+        per_param.setdefault(int(i), {})[name] = value
+    optimizer.load_state_dict({"state": per_param, "param_groups": state.pop("param_groups")})
+    return state
+
+
+def linear_schedule(step: int, warm: int, total: int) -> float:
+    """Learning-rate factor: linear warm-up over ``warm`` steps, then linear decay to 0 at ``total``."""
+    if step < warm:
+        return (step + 1) / warm
+    return max(0.0, (total - step) / max(1, total - warm))
+
+
+# ------------------------------------------------------------------ the loop
+class TrainingLoop:
+    """Train ``task`` as ``settings`` say, writing to ``output``; ``checkpoint`` (from
+    :func:`checkpoint_to_resume`) is the folder to resume from, if any."""
+
+    def __init__(self, task: Task, settings: LoopSettings, output: Path, checkpoint: Optional[Path] = None):
+        self.task, self.settings, self.output = task, settings, Path(output)
+        self.optimizer = task.optimizer()
+        self.base_lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.warm = max(1, int(settings.warmup * task.total_steps))
+        self.state: Dict[str, Any] = {"step": 0, "best": -1.0, "best_step": 0, "history": [], "train_seconds": 0.0}
+        if checkpoint is not None:
+            self.state.update(load_checkpoint(checkpoint, self.optimizer))
+        # a best model of an earlier run counts only when this run continues it
+        self.has_best = checkpoint is not None and (self.output / "best").exists()
+
+    def lr_factor(self, step: int) -> float:
+        if self.settings.schedule == "constant":
+            return 1.0
+        return linear_schedule(step, self.warm, self.task.total_steps)
+
+    def autocast(self):
+        if self.settings.precision == "bf16":
+            return torch.autocast(self.task.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def run(self, progress: bool = True) -> Dict[str, Any]:
+        task, state, total = self.task, self.state, self.task.total_steps
+        eval_every, clip = self.settings.eval_every, self.settings.grad_clip
+        task.train_mode()
+        task.start(state["step"])
+        bar = tqdm(total=total, initial=state["step"], desc=task.description, disable=not progress)
+        parts: Dict[str, List[float]] = defaultdict(list)
+        t0 = time.perf_counter()
+        for step, batch in enumerate(task.batches(state["step"]), start=state["step"]):
+            task.before_step(step, batch)
+            for group, lr in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = lr * self.lr_factor(step)
+            with self.autocast():
+                out = task.step(batch)
+            self.optimizer.zero_grad()
+            out.loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(self.params, clip)
+            self.optimizer.step()
+            for key, value in out.parts.items():
+                parts[key].append(value)
+            state["step"] = done = step + 1
+            bar.update(1)
+            bar.set_postfix({**{k: f"{np.mean(v[-20:]):.4g}" for k, v in parts.items()}, "dev": f"{state['best']:.4g}"})
+            name = task.snapshot(done)
+            if name:
+                self.save_model(self.output / name)
+            if (eval_every and done % eval_every == 0) or done == total:
+                means = {k: float(np.mean(parts[k][-eval_every:])) for k in task.loss_parts}
+                self.evaluate_and_save(means, time.perf_counter() - t0)
+                t0 = time.perf_counter()
+        bar.close()
+        if not self.has_best:  # no step ran (e.g. 0 steps): the start is the best
+            self.evaluate_and_save({k: float("nan") for k in task.loss_parts}, 0.0)
+        task.finish(self.output, state)
+        self.write_log()
+        return state
+
+    def save_model(self, folder: Path) -> None:
+        with atomic_dir(folder) as tmp:
+            self.task.save(tmp)
+
+    def write_log(self) -> None:
+        text = json.dumps({**self.state, **self.task.log_extra()}, indent=2)
+        atomic_write(self.output / "train_log.json", lambda tmp: tmp.write_text(text, encoding="utf8"))
+
+    def evaluate_and_save(self, losses: Dict[str, float], seconds: float) -> None:
+        task, state, evaluator = self.task, self.state, self.task.evaluator
+        state["train_seconds"] += seconds
+        metrics = evaluator(task.model)
+        task.train_mode()
+        value = evaluator.primary(metrics)
+        losses = {k: round(v, 4) for k, v in losses.items()}
+        state["history"].append({"step": state["step"], **losses, **evaluator.log(metrics)})
+        if value > state["best"] or not self.has_best:
+            state["best"], state["best_step"] = value, state["step"]
+            self.save_model(self.output / "best")
+            self.has_best = True
+        save_checkpoint(self.output / "last", task, self.optimizer, state)
+        self.write_log()
