@@ -80,7 +80,7 @@ def test_threshold_gives_nil(nlp):
     doc = nlp(make_doc(nlp))
     ids = [e.kb_id_ for e in doc.ents]
     top = [e._.pel_candidates[0][2] for e in doc.ents]
-    linker.threshold = sorted(top)[1]  # the lowest-scoring span falls under it
+    linker.threshold = (sorted(top)[0] + sorted(top)[1]) / 2  # the lowest-scoring span falls under it
     doc = nlp(make_doc(nlp))
     expected = ["NIL" if s < linker.threshold else i for s, i in zip(top, ids)]
     assert [e.kb_id_ for e in doc.ents] == expected and expected.count("NIL") == 1
@@ -367,3 +367,12 @@ def test_collective_mode_links_every_span(kb_dir):
     # the same span text in the same context gives the same vector either way it is batched
     single = nlp(make_doc(nlp))
     assert [e._.pel_candidates for e in single.ents] == [e._.pel_candidates for e in out[0].ents]
+
+
+def test_precision_setting_reaches_the_encoder(kb_dir):
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "precision": "fp32"})
+    linker.ensure_loaded()
+    assert linker.encoder.config.precision == "fp32"
+    with pytest.raises(ValueError, match="precision"):
+        spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "precision": "int3"})

@@ -77,14 +77,15 @@ def make_pel_linker(
     batch_size: int,
     context_window: int,
     device: str,
+    precision: str,
     mentions: DocSpans,
     vectors: VectorStrategy,
     rules: Dict[str, Any],
 ) -> "PELLinker":
     """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
     :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`)."""
-    settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label,
-                              batch_size=batch_size, context_window=context_window, device=device)
+    settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label, batch_size=batch_size,
+                              context_window=context_window, device=device, precision=precision)
     return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules)
 
 
@@ -185,7 +186,7 @@ class PELLinker(Pipe):
         """Use an in-memory encoder and KB (refused if the KB was built with another encoder)."""
         index.check_encoder(encoder)
         self.cfg.check_encoder(encoder)
-        encoder.config.mention_max_length = self.cfg.context_window
+        encoder.config.mention_max_length, encoder.config.precision = self.cfg.context_window, self.cfg.precision
         self.encoder, self.index = encoder.to_device(self.cfg.device), index
         self.sources.update(sources or {"kb": None, "encoder": None})
         self.check_threshold()
