@@ -101,9 +101,9 @@ def test_other_settings_start_clean(tmp_path, tiny_encoder_dir, other_tiny_bert,
     kb = write_kb(tmp_path / "kb.jsonl", NAMES[:30])
     restore = interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
-        build_kb(kb, tmp_path / "kb", encoder=str(tiny_encoder_dir), progress=False, chunk_size=10)
+        build_kb(kb, tmp_path / "kb", encoder=str(tiny_encoder_dir), progress=False, chunk_size=10, precision="fp32")
     restore()
-    settings = {"encoder": str(tiny_encoder_dir), "chunk_size": 10, **change}
+    settings = {"encoder": str(tiny_encoder_dir), "chunk_size": 10, "precision": "fp32", **change}
     if settings["encoder"] == "other":
         settings["encoder"] = str(other_tiny_bert)
     if settings.pop("stamp", None):

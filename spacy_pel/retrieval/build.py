@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..files import BadLines, InputError, atomic_write, file_digest
 from ..kb import READERS, Entity, kb_files, read_kb
-from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig
+from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, resolve_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 
 CHUNK = 16384
@@ -71,7 +71,7 @@ def check_encoder_source(source: str) -> None:
         raise InputError(f"encoder folder not found: {source}")
 
 
-def load_encoder(source: str, precision: str = "fp32", device: str = "auto") -> BiEncoder:
+def load_encoder(source: str, precision: str = "auto", device: str = "auto") -> BiEncoder:
     """:meth:`BiEncoder.from_pretrained`, with a failure to load told in one line (:class:`InputError`)."""
     check_encoder_source(source)
     try:
@@ -249,7 +249,7 @@ def build_kb(
     index: str = "flat",
     add: Optional[Path] = None,
     batch_size: int = 128,
-    precision: str = "fp32",
+    precision: str = "auto",
     device: str = "auto",
     progress: bool = True,
     skip_bad_lines: bool = False,
@@ -298,7 +298,7 @@ def build_kb(
             "entities": len(entities),
             "entities_sha256": entity_texts_digest(entities, enc),
             "encoder_fingerprint": fingerprint,
-            "precision": precision,
+            "precision": resolve_precision(precision, enc.device_),  # "auto" as it resolved here
             "device": enc.device_.type,
         }
         vectors, resume = encode_resumable(entities, enc, stamp, work, batch_size, progress, chunk_size)

@@ -1,0 +1,237 @@
+"""Speed on a CPU (the speed issue's table): whole-pipeline mentions/s and R@1 on BC5CDR dev gold spans,
+the full MeSH KB build, pipeline load time / peak RSS, and scispaCy's linker side by side on MEDIC.
+
+    python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh [--build-kb] \
+        [--scispacy-python /tmp/scispacy-venv/bin/python]
+
+Every figure is measured in this one run, on this machine (run it alone: two torch jobs on 2 cores
+more than halve each other). Writes benchmarks/speed.json and benchmarks/speed.md.
+
+Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, top_k 10,
+context 64, the trained retriever + abbreviation rule + alias table over MeSH names and BC5CDR train
+surface forms — the pipeline ``spacy project run all`` assembles):
+* ``fp32, encode every mention`` — round 1's path: every mention through the transformer in fp32;
+* ``+ precision auto`` — bf16 where the CPU has bf16 units;
+* ``+ rules decide first`` — mentions the alias table decides alone (one allowed entity) and defined
+  short forms skip the transformer and the index (the default);
+* the same with ``collective`` vectors (one pass per document).
+"""
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import spacy
+import torch
+import typer
+from spacy.tokens import Doc, Span
+
+from spacy_pel.corpora import GOLD_KEY, corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.kb import read_kb
+from spacy_pel.pipeline.aliases import mention_counts, write_aliases
+from spacy_pel.retrieval.build import build_kb
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parents[1] / "shared" / "data"
+
+
+def machine() -> dict:
+    flags = set()
+    model = platform.processor()
+    if Path("/proc/cpuinfo").exists():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    wanted = ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
+    return {"cpu": model, "flags": [f for f in wanted if f in flags], "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def linker_config(kb: Path, encoder: Path, aliases: Path, precision: str, decide: bool, vectors: str) -> dict:
+    return {
+        "kb": str(kb), "encoder": str(encoder), "top_k": 10, "context_window": 64, "device": "cpu",
+        "precision": precision,
+        "vectors": {"@misc": f"spacy_pel.vectors.{vectors}.v1"},
+        "rules": {
+            "abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"},
+            "aliases": {"@misc": "spacy_pel.rules.alias_table.v1", "aliases": str(aliases), "decide_unique": decide},
+        },
+    }
+
+
+def with_gold_ents(docs):
+    out = []
+    for doc in docs:
+        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy.ents = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
+        out.append(copy)
+    return out
+
+
+def run_pipeline(nlp, docs, kb_ids, train_ids) -> dict:
+    """Link with ``nlp.pipe`` (timed: linking only, the KB already loaded) and score R@1."""
+    fresh = with_gold_ents(docs)
+    t0 = time.perf_counter()
+    linked = list(nlp.pipe(fresh, batch_size=128))
+    seconds = time.perf_counter() - t0
+    hits = {"all": [], "seen": [], "unseen": []}
+    for gold_doc, doc in zip(docs, linked):
+        for g, p in zip(gold_spans(gold_doc), doc.ents):
+            ids = gold_ids(g.kb_id_)
+            if not any(i in kb_ids for i in ids):
+                continue
+            ok = p.kb_id_ in ids
+            hits["all"].append(ok)
+            hits["seen" if any(i in train_ids for i in ids) else "unseen"].append(ok)
+    n = sum(len(d.ents) for d in linked)
+    return {"mentions": n, "seconds": round(seconds, 2), "mentions_per_s": round(n / seconds, 1),
+            "in_kb": len(hits["all"]), **{f"R@1_{k}": round(sum(v) / len(v), 4) for k, v in hits.items()}}
+
+
+LOAD_SCRIPT = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+import spacy, spacy_pel
+nlp = spacy.load(sys.argv[1])
+nlp.get_pipe("pel_linker").ensure_loaded()
+load = time.perf_counter() - t0
+from spacy_pel.corpora import read_docbin, gold_spans
+from spacy.tokens import Doc, Span
+docs = read_docbin(spacy.blank("en"), sys.argv[2])
+fresh = []
+for d in docs:
+    c = Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d])
+    c.ents = [Span(c, s.start, s.end, label=s.label_) for s in gold_spans(d)]
+    fresh.append(c)
+list(nlp.pipe(fresh))
+print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+"""
+
+
+def main(
+    encoder: Path = typer.Option(..., help="trained encoder folder (training/retriever/best)"),
+    kb: Path = typer.Option(Path("kbs/mesh"), help="full MeSH KB folder (rebuilt into it with --build-kb)"),
+    build: bool = typer.Option(False, "--build-kb", help="build the full MeSH KB in this run (timed)"),
+    dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
+    train: Path = typer.Option(Path("corpus/bc5cdr_train.spacy")),
+    scispacy_python: Optional[Path] = typer.Option(None, help="python of a virtualenv with scispacy (side by side)"),
+    skip_baseline: bool = typer.Option(False, help="skip the slow fp32 encode-everything row"),
+):
+    report = {"machine": machine(), "note": "one run, machine otherwise idle unless stated"}
+    if build:
+        t0 = time.perf_counter()
+        info = build_kb(SHARED / "mesh", kb, "mesh", str(encoder), precision="auto")
+        report["kb_build"] = {"entities": info.get("entities"), "seconds": round(time.perf_counter() - t0, 1),
+                              "precision": "auto"}
+    nlp0 = spacy.blank("en")
+    docs, train_docs = read_docbin(nlp0, dev), read_docbin(nlp0, train)
+    train_ids = corpus_ids(train_docs)
+    work = Path(tempfile.mkdtemp(prefix="pel_speed_"))
+    aliases = work / "aliases.json"
+    write_aliases(mention_counts(train_docs), aliases)
+    rows = [("fp32, encode every mention", "fp32", False, "per_mention"),
+            ("+ precision auto", "auto", False, "per_mention"),
+            ("+ rules decide first (default)", "auto", True, "per_mention"),
+            ("collective vectors, rules first", "auto", True, "collective")]
+    if skip_baseline:
+        rows = rows[1:]
+    report["pipelines"] = {}
+    default_nlp = None
+    for label, precision, decide, vectors in rows:
+        nlp = spacy.blank("en")
+        linker = nlp.add_pipe("pel_linker", config=linker_config(kb, encoder, aliases, precision, decide, vectors))
+        linker.ensure_loaded()
+        report["pipelines"][label] = run_pipeline(nlp, docs, linker.index.row, train_ids)
+        if decide and vectors == "per_mention":
+            default_nlp = nlp
+    saved = work / "pipeline"
+    default_nlp.to_disk(saved)
+    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(saved), str(dev)], capture_output=True, text=True, check=True)
+    report["load"] = json.loads(out.stdout.strip().splitlines()[-1])
+    report["medic"] = medic_side_by_side(encoder, docs, train_docs, work, scispacy_python)
+    (HERE / "speed.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    (HERE / "speed.md").write_text(markdown(report), encoding="utf8")
+    typer.echo(markdown(report))
+
+
+def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_python: Optional[Path]) -> dict:
+    """spacy_pel and scispaCy on the same KB file (MEDIC) and the same BC5CDR dev Disease mentions."""
+    medic = SHARED / "ncbi-disease" / "medic_06Jul2012.txt"
+    entities = read_kb(medic, format="medic")
+    t0 = time.perf_counter()
+    build_kb(medic, work / "medic_kb", "medic", str(encoder), precision="auto")
+    build_s = time.perf_counter() - t0
+    disease = only_label(docs, "Disease")
+    out = {"kb_entities": len(entities), "spacy_pel_kb_build_seconds": round(build_s, 1)}
+    train_ids = corpus_ids(train_docs)
+    for label, aliases in (("spacy_pel, KB names only", None), ("spacy_pel, + BC5CDR train surface forms", work / "aliases.json")):
+        nlp = spacy.blank("en")
+        cfg = linker_config(work / "medic_kb", encoder, aliases or work / "none.json", "auto", True, "per_mention")
+        if aliases is None:
+            cfg["rules"]["aliases"].pop("aliases")
+        linker = nlp.add_pipe("pel_linker", config=cfg)
+        linker.ensure_loaded()
+        out[label] = run_pipeline(nlp, disease, linker.index.row, train_ids)
+    if scispacy_python:
+        kb_file, mentions_file, result = work / "medic_scispacy.jsonl", work / "dev_disease.jsonl", work / "sci.json"
+        with kb_file.open("w", encoding="utf8") as f:
+            for e in entities:
+                f.write(json.dumps({"concept_id": e.id, "canonical_name": e.name, "aliases": e.aliases, "types": e.types}) + "\n")
+        with mentions_file.open("w", encoding="utf8") as f:
+            for d in disease:
+                for s in gold_spans(d):
+                    f.write(json.dumps({"text": s.text, "gold": gold_ids(s.kb_id_)}) + "\n")
+        env = {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+        subprocess.run([str(scispacy_python), str(HERE / "scispacy_driver.py"), str(kb_file), str(mentions_file), str(result)],
+                       check=True, env=env)
+        out["scispacy"] = json.loads(result.read_text())
+    return out
+
+
+def only_label(docs, label: str):
+    """Copies of ``docs`` whose gold spans are those of ``label``."""
+    out = []
+    for doc in docs:
+        copy = doc.copy()
+        copy.spans[GOLD_KEY] = [s for s in gold_spans(doc) if s.label_ == label]
+        out.append(copy)
+    return out
+
+
+def markdown(r: dict) -> str:
+    m = r["machine"]
+    lines = ["# Speed on a CPU: BC5CDR dev through the whole pipeline, MeSH KB build, scispaCy side by side", "",
+             "Reproduce: `python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh --build-kb "
+             "--scispacy-python VENV/bin/python` (after `spacy project run convert` and `train`).", "",
+             f"Machine: {m['cpu']}, flags {', '.join(m['flags'])}; torch {m['torch']}, {m['torch_threads']} threads. "
+             f"{r['note']}.", ""]
+    if "kb_build" in r:
+        b = r["kb_build"]
+        lines += [f"Full MeSH KB build ({b['entities']:,} records, precision {b['precision']}): "
+                  f"**{b['seconds'] / 60:.1f} min** ({b['entities'] / b['seconds']:.0f} entities/s).", ""]
+    lines += ["| pipeline | mentions/s | R@1 | R@1 seen | R@1 unseen | seconds |", "|---|---:|---:|---:|---:|---:|"]
+    for label, p in r["pipelines"].items():
+        lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {p['R@1_seen']} | {p['R@1_unseen']} | {p['seconds']} |")
+    ld = r["load"]
+    lines += ["", f"Saved default pipeline: load {ld['load_seconds']} s, peak RSS {ld['peak_rss_mb']:.0f} MB while linking dev "
+              "(a fresh process: spacy.load, then nlp.pipe over all dev docs).", ""]
+    md = r["medic"]
+    lines += [f"## Side by side on MEDIC ({md['kb_entities']:,} concepts) vs BC5CDR dev Disease mentions", "",
+              "| linker | mentions/s | R@1 | index build |", "|---|---:|---:|---:|"]
+    for label in ("spacy_pel, KB names only", "spacy_pel, + BC5CDR train surface forms"):
+        p = md[label]
+        lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {md['spacy_pel_kb_build_seconds']} s |")
+    if "scispacy" in md:
+        s = md["scispacy"]
+        lines.append(f"| {s['tool']} | {s['mentions_per_second']} | {s['r_at_1']} | {s['index_build_seconds']} s |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    typer.run(main)
