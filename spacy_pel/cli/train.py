@@ -11,28 +11,25 @@ from spacy.cli._util import (
     parse_config_overrides,  # spaCy's own --section.key value parser
 )
 
-from ..training.config import ConfigError
+from ..files import InputError
 from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.retriever import train
+from ._errors import cli_errors, one_line, require_file
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
-EXIT_BAD_CONFIG = 2
 
 
 def run_config(train_fn: Callable[..., dict], ctx: typer.Context, config: Path, output: Path) -> dict:
-    """``train_fn(config, output, overrides)``; a bad config or override is one ``error:`` line and exit 2."""
-    if not config.is_file():
-        typer.secho(f"error: config file not found: {config}", err=True, fg="red")
-        raise typer.Exit(EXIT_BAD_CONFIG)
+    """``train_fn(config, output, overrides)``; a missing or bad config is an :class:`InputError`."""
+    require_file(config, "training config")
     try:
         return train_fn(config, output, parse_config_overrides(ctx.args))
-    except (ConfigError, ConfigValidationError) as err:
-        message = " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
-        typer.secho(f"error: {message}", err=True, fg="red")
-        raise typer.Exit(EXIT_BAD_CONFIG) from None
+    except ConfigValidationError as err:
+        raise InputError(one_line(err)) from None
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@cli_errors
 def main(
     ctx: typer.Context,
     config: Path = typer.Argument(..., help="Training config (configs/train_*.cfg)"),

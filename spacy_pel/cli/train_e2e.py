@@ -8,12 +8,14 @@ import typer
 
 from ..training.joint import __doc__ as LIBRARY_DOC
 from ..training.joint import train_e2e
+from ._errors import cli_errors
 from .train import run_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@cli_errors
 def main(
     ctx: typer.Context,
     config: Path = typer.Argument(..., help="Training config (configs/train_e2e.cfg)"),

@@ -12,11 +12,13 @@ from ..models.doc_encoder import MAX_SPAN_LEN
 from ..models.encoder import BiEncoder
 from ..training.span_scorer import __doc__ as LIBRARY_DOC
 from ..training.span_scorer import train_span_scorer
+from ._errors import cli_errors
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
 
 @app.command()
+@cli_errors
 def main(
     encoder: str = typer.Option(..., "--encoder", help="Encoder folder or name (its mention transformer is used)"),
     train: Path = typer.Option(..., "--train", help="Training .spacy corpus with gold spans"),

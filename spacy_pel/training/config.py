@@ -31,6 +31,7 @@ from typing import (
 
 from confection import Config
 
+from ..files import InputError
 from ..models.encoder import EncoderConfig
 from .losses import LOSSES, Loss, make_loss
 
@@ -42,7 +43,7 @@ OBJECTIVES = ("linking", "arborescence")
 NEGATIVE_KINDS = ("sampled", "in_batch", "kb")  # "kb": softmax over every KB row (frozen tower only)
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A bad training config: unknown section or key, wrong type, or a value out of range."""
 
 
