@@ -1,4 +1,4 @@
-"""``python -m spacy_pel build_kb``: the command line over :mod:`spacy_pel.retrieval.build`."""
+"""``python -m spacy_pel build-kb``: the command line over :mod:`spacy_pel.retrieval.build`."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""``python -m spacy_pel train_e2e``: the command line over :mod:`spacy_pel.training.joint`."""
+"""``python -m spacy_pel train-e2e``: the command line over :mod:`spacy_pel.training.joint`."""
 from __future__ import annotations
 
 import json

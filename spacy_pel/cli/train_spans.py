@@ -1,4 +1,4 @@
-"""``python -m spacy_pel train_spans``: the command line over :mod:`spacy_pel.training.span_scorer`."""
+"""``python -m spacy_pel train-spans``: the command line over :mod:`spacy_pel.training.span_scorer`."""
 from __future__ import annotations
 
 import json
