@@ -166,7 +166,8 @@ class EntityIndex:
             raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not {FORMAT_VERSION}")
         with (path / "entities.jsonl").open(encoding="utf8") as f:
             entities = [Entity.from_dict(json.loads(line)) for line in f]
-        embeddings = np.load(path / "embeddings.npy", allow_pickle=False)
+        # memory-mapped: only the rows read (alias re-ranking, training) are paged in
+        embeddings = np.load(path / "embeddings.npy", allow_pickle=False, mmap_mode="r")
         index = faiss.read_index(str(path / "index.faiss"))
         if index.ntotal != len(entities) or meta["entities"] != len(entities):
             raise ValueError(f"{path}: meta.json, entities.jsonl and index.faiss disagree on the entity count")
