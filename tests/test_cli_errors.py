@@ -9,6 +9,7 @@ from spacy.tokens import Span
 from typer.testing import CliRunner
 
 import spacy_pel.cli.evaluate as evaluate_cli
+import spacy_pel.evaluation.linking as linking
 import spacy_pel.retrieval.build as build
 from spacy_pel.cli import (
     aliases,
@@ -258,7 +259,7 @@ def test_encoder_progress_counts_entities(tiny_encoder_dir, monkeypatch):
 
 def test_evaluate_progress_counts_mentions(tmp_path, kb_dir, monkeypatch):
     bars = Bars()
-    monkeypatch.setattr(evaluate_cli, "tqdm", bars)
+    monkeypatch.setattr(linking, "tqdm", bars)
     out = tmp_path / "m.json"
     result = run(evaluate.app, [corpus(tmp_path), "--kb", kb_dir, "--output", out])
     assert result.exit_code == 0, result.output

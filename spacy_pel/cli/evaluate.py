@@ -10,7 +10,7 @@ import typer
 from spacy.tokens import Doc
 from tqdm.auto import tqdm
 
-from ..corpora import corpus_ids, gold_spans, read_docbin
+from ..corpora import corpus_ids, read_docbin
 from ..evaluation.linking import __doc__ as LIBRARY_DOC
 from ..evaluation.linking import e2e_metrics, markdown, mention_table, metrics
 from ..pipeline.linker import load_pipeline
@@ -23,22 +23,6 @@ from ._errors import (
 )
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
-DOCS_PER_STEP = 8  # documents linked per progress step (the linker pools their mentions into batches)
-
-
-def link_gold_mentions(linker, docs, progress: bool = True, docs_per_step: int = DOCS_PER_STEP):
-    """:func:`~spacy_pel.evaluation.linking.evaluate`'s rows and seconds, with a progress bar that counts
-    mentions (mentions/s) and moves every few documents."""
-    rows, seconds = [], 0.0
-    total = sum(len(gold_spans(d)) for d in docs)
-    with tqdm(total=total, desc="linking", unit=" mentions", disable=not progress, smoothing=0.05) as bar:
-        for i in range(0, len(docs), docs_per_step):
-            part_rows, part_seconds = mention_table(linker, docs[i : i + docs_per_step])
-            rows.extend(part_rows)
-            seconds += part_seconds
-            bar.update(len(part_rows))
-    return rows, seconds
-
 
 @app.command()
 @cli_errors
@@ -80,7 +64,7 @@ def main(
                 + f"\n{report['docs']} documents, {report['seconds']} s, {report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
         train_ids = corpus_ids(read_docbin(nlp, train)) if train else None
-        rows, seconds = link_gold_mentions(linker, docs)
+        rows, seconds = mention_table(linker, docs, progress=True)
         report = metrics(rows, seconds, linker.index.row, train_ids, linker.threshold if threshold is None else threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
         text = markdown(report, title)

@@ -26,17 +26,20 @@ KS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def mention_table(
-    linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), batch_size: int = 64, progress: bool = False
+    linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), docs_per_step: int = 8, progress: bool = False
 ):
     """Link the gold mentions of ``docs`` (whatever mention source the linker has); returns rows
-    (gold ids, candidate ids, scores) and seconds."""
+    (gold ids, candidate ids, scores) and seconds. ``docs_per_step`` documents go to the linker at a
+    time (it pools their mentions into its batches); the progress bar counts mentions."""
     spans = [[(s.start, s.end, s.label) for s in gold_spans(doc)] for doc in docs]
     linker.ensure_loaded()
-    t0 = time.perf_counter()
-    predictions = []
-    for i in tqdm(range(0, len(docs), batch_size), desc="linking", unit=" batch", disable=not progress):
-        predictions.extend(linker.candidates(docs[i : i + batch_size], spans[i : i + batch_size], k=k))
-    seconds = time.perf_counter() - t0
+    predictions, seconds = [], 0.0
+    with tqdm(total=sum(map(len, spans)), desc="linking", unit=" mentions", disable=not progress, smoothing=0.05) as bar:
+        for i in range(0, len(docs), docs_per_step):
+            t0 = time.perf_counter()
+            predictions.extend(linker.candidates(docs[i : i + docs_per_step], spans[i : i + docs_per_step], k=k))
+            seconds += time.perf_counter() - t0
+            bar.update(sum(map(len, spans[i : i + docs_per_step])))
     entities = linker.index.entities
     rows = []
     for doc, (scores, idx) in zip(docs, predictions):
