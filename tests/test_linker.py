@@ -376,3 +376,17 @@ def test_precision_setting_reaches_the_encoder(kb_dir):
     assert linker.encoder.config.precision == "fp32"
     with pytest.raises(ValueError, match="precision"):
         spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "precision": "int3"})
+
+
+def test_loading_a_pipeline_without_nil_threshold_says_so(kb_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "p")
+    with pytest.warns(UserWarning, match="no NIL threshold.*calibrate"):
+        spacy.load(tmp_path / "p")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spacy.load(tmp_path / "p", config={"components": {"pel_linker": {"threshold": 0.5}}})

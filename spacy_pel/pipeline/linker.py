@@ -16,18 +16,9 @@ a saved pipeline never reaches for the network.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import spacy
@@ -49,6 +40,8 @@ from .vectors import VectorStrategy, per_mention_vectors
 
 CANDIDATES_ATTR = "pel_candidates"
 SOURCES_FILE = "sources.json"
+NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
+                "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
 
 if not Span.has_extension(CANDIDATES_ATTR):
     Span.set_extension(CANDIDATES_ATTR, default=None)
@@ -363,6 +356,8 @@ class PELLinker(Pipe):
         the path they were saved from (those load from the config's path on first use)."""
         path = Path(path)
         saved = srsly.read_json(path / SOURCES_FILE) if (path / SOURCES_FILE).exists() else {}
+        if self.cfg.threshold is None:
+            warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=2)
 
         def wanted(key: str, folder: Path, configured: Optional[str], data_name: str) -> bool:
             return folder.exists() and data_name not in exclude and configured in (None, saved.get(key))
