@@ -29,6 +29,16 @@ setup(
         "spacy_factories": [
             "pel_linker = spacy_pel.pipeline.linker:make_pel_linker",
             "pel_discovery = spacy_pel.discovery.component:make_discovery",
+        ],
+        # the linker's registered parts, found by spaCy's registry without an import of spacy_pel
+        "spacy_misc": [
+            "spacy_pel.mentions.ents.v1 = spacy_pel.pipeline.mentions:ents_mentions",
+            "spacy_pel.mentions.span_group.v1 = spacy_pel.pipeline.mentions:span_group_mentions",
+            "spacy_pel.mentions.span_finder.v1 = spacy_pel.pipeline.mentions:span_finder_mentions",
+            "spacy_pel.vectors.per_mention.v1 = spacy_pel.pipeline.vectors:per_mention",
+            "spacy_pel.vectors.collective.v1 = spacy_pel.pipeline.vectors:collective",
+            "spacy_pel.rules.abbreviations.v1 = spacy_pel.pipeline.rules:abbreviation_rule",
+            "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules:alias_table_rule",
         ]
     },
 )

@@ -390,3 +390,15 @@ def test_loading_a_pipeline_without_nil_threshold_says_so(kb_dir, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         spacy.load(tmp_path / "p", config={"components": {"pel_linker": {"threshold": 0.5}}})
+
+
+def test_entry_points_name_the_registered_parts():
+    """setup.py's spacy_misc entry points load the very functions registered under those names."""
+    from importlib.metadata import entry_points
+
+    from spacy.util import registry
+
+    points = [p for p in entry_points(group="spacy_misc") if p.name.startswith("spacy_pel.")]
+    assert len(points) == 7
+    for point in points:
+        assert point.load() is registry.misc.get(point.name)
