@@ -30,13 +30,14 @@ K = 64
 def main(encoder: Path = typer.Option(..., help="trained encoder folder (frozen entity tower: the KB's)"),
          name: str = typer.Option(..., help="row label and cache name"),
          kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
-         train: Path = typer.Option(Path("corpus/bc5cdr_train.spacy")), context: int = typer.Option(64)):
+         train: Path = typer.Option(Path("corpus/bc5cdr_train.spacy")), context: int = typer.Option(64),
+         precision: str = typer.Option("fp32", help="mention encoding precision (fp32: the committed rows)")):
     nlp = spacy.blank("en")
     docs, train_docs = read_docbin(nlp, dev), read_docbin(nlp, train)
     train_ids = corpus_ids(train_docs)
     index = EntityIndex.from_disk(kb)
     cache = Path("training/bench") / f"{name}_dev_vecs.npy"
-    linker = nlp.add_pipe("pel_linker", config={"context_window": context, "device": "cpu"})
+    linker = nlp.add_pipe("pel_linker", config={"context_window": context, "device": "cpu", "precision": precision})
     linker.set_resources(BiEncoder.from_pretrained(encoder), index)
     spans = [[(s.start, s.end, s.label) for s in gold_spans(d)] for d in docs]
     t0 = time.perf_counter()

@@ -127,8 +127,9 @@ def main(
     if build:
         t0 = time.perf_counter()
         info = build_kb(SHARED / "mesh", kb, "mesh", str(encoder), precision="auto")
-        report["kb_build"] = {"entities": info.get("entities"), "seconds": round(time.perf_counter() - t0, 1),
+        report["kb_build"] = {"entities": info.get("entities_total"), "seconds": round(time.perf_counter() - t0, 1),
                               "precision": "auto"}
+        save(report, partial=True)
     nlp0 = spacy.blank("en")
     docs, train_docs = read_docbin(nlp0, dev), read_docbin(nlp0, train)
     train_ids = corpus_ids(train_docs)
@@ -148,16 +149,25 @@ def main(
         linker = nlp.add_pipe("pel_linker", config=linker_config(kb, encoder, aliases, precision, decide, vectors))
         linker.ensure_loaded()
         report["pipelines"][label] = run_pipeline(nlp, docs, linker.index.row, train_ids)
+        save(report, partial=True)
         if decide and vectors == "per_mention":
             default_nlp = nlp
     saved = work / "pipeline"
     default_nlp.to_disk(saved)
     out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(saved), str(dev)], capture_output=True, text=True, check=True)
     report["load"] = json.loads(out.stdout.strip().splitlines()[-1])
+    save(report, partial=True)
     report["medic"] = medic_side_by_side(encoder, docs, train_docs, work, scispacy_python)
-    (HERE / "speed.json").write_text(json.dumps(report, indent=2), encoding="utf8")
-    (HERE / "speed.md").write_text(markdown(report), encoding="utf8")
+    save(report)
     typer.echo(markdown(report))
+
+
+def save(report: dict, partial: bool = False) -> None:
+    """Write the JSON (``speed.partial.json`` while the run goes on) and, when finished, the markdown."""
+    (HERE / ("speed.partial.json" if partial else "speed.json")).write_text(json.dumps(report, indent=2), encoding="utf8")
+    if not partial:
+        (HERE / "speed.md").write_text(markdown(report), encoding="utf8")
+        (HERE / "speed.partial.json").unlink(missing_ok=True)
 
 
 def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_python: Optional[Path]) -> dict:
@@ -199,7 +209,8 @@ def only_label(docs, label: str):
     out = []
     for doc in docs:
         copy = doc.copy()
-        copy.spans[GOLD_KEY] = [s for s in gold_spans(doc) if s.label_ == label]
+        copy.spans[GOLD_KEY] = [Span(copy, s.start, s.end, label=s.label_, kb_id=s.kb_id_)
+                                for s in gold_spans(doc) if s.label_ == label]
         out.append(copy)
     return out
 
