@@ -95,7 +95,7 @@ def run_pipeline(nlp, docs, kb_ids, train_ids) -> dict:
 
 
 LOAD_SCRIPT = """
-import json, resource, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 import spacy, spacy_pel
 nlp = spacy.load(sys.argv[1])
@@ -110,7 +110,9 @@ for d in docs:
     c.ents = [Span(c, s.start, s.end, label=s.label_) for s in gold_spans(d)]
     fresh.append(c)
 list(nlp.pipe(fresh))
-print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+# VmHWM: this process's own peak (ru_maxrss would include the parent's memory at fork, kept across exec)
+peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
+print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1)}))
 """
 
 
@@ -122,7 +124,11 @@ def main(
     train: Path = typer.Option(Path("corpus/bc5cdr_train.spacy")),
     scispacy_python: Optional[Path] = typer.Option(None, help="python of a virtualenv with scispacy (side by side)"),
     skip_baseline: bool = typer.Option(False, help="skip the slow fp32 encode-everything row"),
+    load_only: Optional[Path] = typer.Option(None, help="only measure load time / peak RSS of this saved pipeline"),
 ):
+    if load_only is not None:
+        typer.echo(json.dumps(measure_load(load_only, dev)))
+        return
     report = {"machine": machine(), "note": "one run, machine otherwise idle unless stated"}
     if build:
         t0 = time.perf_counter()
@@ -154,8 +160,7 @@ def main(
             default_nlp = nlp
     saved = work / "pipeline"
     default_nlp.to_disk(saved)
-    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(saved), str(dev)], capture_output=True, text=True, check=True)
-    report["load"] = json.loads(out.stdout.strip().splitlines()[-1])
+    report["load"] = measure_load(saved, dev)
     save(report, partial=True)
     report["medic"] = medic_side_by_side(encoder, docs, train_docs, work, scispacy_python)
     save(report)
@@ -168,6 +173,12 @@ def save(report: dict, partial: bool = False) -> None:
     if not partial:
         (HERE / "speed.md").write_text(markdown(report), encoding="utf8")
         (HERE / "speed.partial.json").unlink(missing_ok=True)
+
+
+def measure_load(pipeline: Path, dev: Path) -> dict:
+    """spacy.load + linking all dev docs in a fresh process: load seconds and that process's peak RSS."""
+    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(pipeline), str(dev)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_python: Optional[Path]) -> dict:
