@@ -3,18 +3,31 @@
     python benchmarks/project_all.py --project .        # a project folder where `all` has run
 
 Reads kbs/mesh/build_report.json, training/retriever/train_log.json, the calibrated pipeline's
-nil_calibration.json and metrics/bc5cdr_dev.json.
+nil_calibration.json and metrics/bc5cdr_dev.json. With ``--start`` (the epoch second `all` started),
+each step's wall time is the time between its outputs' modification times (weasel logs no times).
 """
 import json
+import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 HERE = Path(__file__).resolve().parent
 
 
+STEP_OUTPUTS = [("fetch_assets", "assets/mesh"), ("convert", "corpus/bc5cdr_dev.spacy"), ("build_kb", "kbs/mesh"),
+                ("train", "training/retriever/best"), ("aliases", "training/aliases.json"), ("pipeline", "training/pipeline"),
+                ("calibrate", "training/pipeline_calibrated"), ("evaluate", "metrics/bc5cdr_dev.json"), ("package", "packages")]
+
+
+def newest_mtime(path: Path) -> float:
+    return max([path.stat().st_mtime] + [p.stat().st_mtime for p in path.rglob("*")] if path.is_dir() else [path.stat().st_mtime])
+
+
 def main(project: Path = typer.Option(Path("."), help="Project folder where `spacy project run all` finished"),
-         note: str = typer.Option("", help="A line about the machine / run conditions")):
+         note: str = typer.Option("", help="A line about the machine / run conditions"),
+         start: Optional[float] = typer.Option(None, help="epoch seconds when `spacy project run all` started")):
     build = json.loads((project / "kbs/mesh/build_report.json").read_text())
     train = json.loads((project / "training/retriever/train_log.json").read_text())
     calib = json.loads((project / "training/pipeline_calibrated/nil_calibration.json").read_text())
@@ -28,9 +41,9 @@ def main(project: Path = typer.Option(Path("."), help="Project folder where `spa
         "",
         "| step | figure |",
         "|---|---|",
-        f"| build_kb (all {build['entities_total']:,} MeSH records, base encoder) | {build['wall_s'] / 60:.1f} min, {build['entities_per_s']} entities/s |",
-        f"| train (CE, 50% hard negatives, 1 epoch = {train['step']} steps × 32 mentions) | {train['train_seconds'] / 60:.1f} min; "
-        f"dev R@1 on 100 docs by step: {', '.join(str(h['dev_r1']) for h in train['history'])} |",
+        f"| build_kb (all {build['entities_total']:,} MeSH records, precision {build.get('precision')}) | {build['wall_s'] / 60:.1f} min, {build['entities_per_s']} entities/s |",
+        f"| train (project.yml's train_overrides, {train['step']} steps) | {train['train_seconds'] / 60:.1f} min; "
+        f"dev R@1 on the eval docs by step: {', '.join(str(round(h.get('dev_r1', h.get('dev', float('nan'))), 3)) for h in train['history'] if 'dev_r1' in h or 'dev' in h)} |",
         f"| calibrate (NIL threshold, best NIL F1 on dev) | threshold {calib.get('threshold', float('nan')):.3f} |",
         f"| evaluate: R@1 / R@64, dev mentions with gold id in KB ({ev['counts']['in_kb']}) | "
         f"{r['R@1']:.3f} / {r['R@64']:.3f} |",
@@ -43,6 +56,15 @@ def main(project: Path = typer.Option(Path("."), help="Project folder where `spa
         "`package` then builds an installable package of the calibrated pipeline (`packages/`).",
         "",
     ]
+    if start is not None:
+        md += ["Wall time of each step (from its outputs' modification times; `all` started at "
+               f"{time.strftime('%H:%M:%S', time.localtime(start))}):", "", "| step | minutes |", "|---|---:|"]
+        previous = start
+        for step, output in STEP_OUTPUTS:
+            done = newest_mtime(project / output)
+            md.append(f"| {step} | {(done - previous) / 60:.1f} |")
+            previous = done
+        md += [f"| **total** | **{(previous - start) / 60:.1f}** |", ""]
     (HERE / "project_all.md").write_text("\n".join(md))
     (HERE / "project_all.json").write_text(json.dumps({"build": build, "train": {k: train[k] for k in ("step", "best", "best_step", "history", "train_seconds")},
                                                        "calibration": {k: v for k, v in calib.items() if k != "points"}, "evaluate": ev}, indent=2))
