@@ -12,3 +12,5 @@ python benchmarks/e2e.py
 python benchmarks/discovery.py
 python benchmarks/aliases.py --encoder training/bench/ce_mixed50_3ep/best --name ce_mixed50_3ep
 python benchmarks/aliases.py --encoder training/bench/ce_cosine_mixed50_3ep/best --name ce_cosine_mixed50_3ep
+# speed (needs a scispaCy virtualenv for the side-by-side row: python -m venv V && V/bin/pip install "scipy<1.11" scispacy==0.6.2)
+python benchmarks/speed.py --encoder training/bench/ce_cosine_mixed50_3ep/best --kb kbs/mesh_speed --build-kb ${SCISPACY_PYTHON:+--scispacy-python "$SCISPACY_PYTHON"}
