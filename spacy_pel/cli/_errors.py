@@ -116,6 +116,14 @@ def require_dir(path: Optional[Path], what: str, marker: Optional[str] = None) -
         fail(f"{what} {path} has no {marker}: is it the right folder?")
 
 
+def require_pipeline_or_kb(pipeline: Optional[Path], kb: Optional[Path]) -> None:
+    """The commands that link take a saved pipeline or a KB folder: one of them, and each a real folder."""
+    if pipeline is None and kb is None:
+        fail("give --pipeline or --kb")
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_dir(kb, "KB folder", "meta.json")
+
+
 def require_one_of(value: str, choices: Iterable[str], option: str) -> None:
     choices = list(choices)
     if value not in choices:

@@ -16,8 +16,8 @@ from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
     fail,
-    require_dir,
     require_file,
+    require_pipeline_or_kb,
     require_writable_parent,
 )
 
@@ -47,11 +47,8 @@ def main(
     kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
     all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
     (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them)."""
-    if pipeline is None and kb is None:
-        fail("give --pipeline or --kb")
+    require_pipeline_or_kb(pipeline, kb)
     require_file(corpus, "corpus")
-    require_dir(pipeline, "pipeline", "config.cfg")
-    require_dir(kb, "KB folder", "meta.json")
     if k < 1:
         fail(f"--k must be at least 1, not {k}")
     if mention_margin < 0:

@@ -17,8 +17,8 @@ from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
     fail,
-    require_dir,
     require_file,
+    require_pipeline_or_kb,
     require_writable_parent,
 )
 
@@ -39,12 +39,9 @@ def main(
     e2e: bool = typer.Option(False, "--e2e", help="Run the pipeline on the raw text (its span finder) and score strict/partial P/R/F1"),
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
-    if pipeline is None and kb is None:
-        fail("give --pipeline or --kb")
+    require_pipeline_or_kb(pipeline, kb)
     require_file(corpus, "corpus")
     require_file(train, "training corpus")
-    require_dir(pipeline, "pipeline", "config.cfg")
-    require_dir(kb, "KB folder", "meta.json")
     for path in (output, md):
         if path is not None:
             if path.is_dir():

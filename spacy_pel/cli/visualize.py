@@ -13,8 +13,8 @@ from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
     fail,
-    require_dir,
     require_file,
+    require_pipeline_or_kb,
     require_writable_parent,
 )
 
@@ -32,11 +32,8 @@ def main(
     url_template: str = typer.Option(MESH_URL, "--url-template", help="KB link, {} is the id"),
 ):
     """Link the entities of the first --limit documents and render them with KB links."""
-    if pipeline is None and kb is None:
-        fail("give --pipeline or --kb")
+    require_pipeline_or_kb(pipeline, kb)
     require_file(corpus, "corpus")
-    require_dir(pipeline, "pipeline", "config.cfg")
-    require_dir(kb, "KB folder", "meta.json")
     if limit < 1:
         fail(f"--limit must be at least 1, not {limit}")
     if "{}" not in url_template:
