@@ -299,3 +299,14 @@ class JointConfig:
 def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Config:
     """The confection config at ``path`` with ``overrides`` (``{"training.max_steps": 10}``) applied."""
     return Config().from_disk(path, overrides=dict(overrides or {}))
+
+
+def config_for_run(cls: Type[T], config: PathLike, output: PathLike, overrides: Optional[Mapping[str, Any]] = None):
+    """Read the config file ``config`` (with ``overrides``) as ``cls`` (``RetrieverConfig``, ``JointConfig``)
+    and save the resolved file as ``output/config.cfg``; returns the typed config and ``output``."""
+    raw = load_config(config, overrides)
+    cfg = cls.from_config(raw, str(config))
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    Config(raw).to_disk(output / "config.cfg")
+    return cfg, output

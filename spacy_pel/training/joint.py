@@ -28,7 +28,6 @@ import numpy as np
 import spacy
 import torch
 import torch.nn.functional as F
-from confection import Config
 
 from ..corpora import read_docbin
 from ..evaluation.evaluators import DocExample, EndToEndModel, JointEvaluator
@@ -36,7 +35,7 @@ from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
 from ..retrieval.index import EntityIndex
-from .config import JointConfig, PathLike, load_config
+from .config import JointConfig, PathLike, config_for_run
 from .linking import LinkingLoss
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 from .negatives import HardNegativeMiner
@@ -161,9 +160,5 @@ def run_joint(cfg: JointConfig, output: Path, progress: bool = True) -> Dict[str
 def train_e2e(config: PathLike, output: PathLike, overrides: Optional[dict] = None, progress: bool = True) -> Dict[str, Any]:
     """Train as the config file ``config`` (with ``overrides``) says; the resolved config is saved as
     ``output/config.cfg``. Returns the final state (steps, best dev strict F1, history, γ report)."""
-    raw = load_config(config, overrides)
-    cfg = JointConfig.from_config(raw, str(config))
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    Config(raw).to_disk(output / "config.cfg")
+    cfg, output = config_for_run(JointConfig, config, output, overrides)
     return run_joint(cfg, output, progress)

@@ -31,14 +31,13 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 import numpy as np
 import spacy
 import torch
-from confection import Config
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..models.encoder import BiEncoder, Mention
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
-from .config import PathLike, RetrieverConfig, load_config
+from .config import PathLike, RetrieverConfig, config_for_run
 from .fgsm import FGSM
 from .linking import LinkingLoss
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
@@ -256,9 +255,5 @@ def run_retriever(cfg: RetrieverConfig, output: Path, progress: bool = True) -> 
 def train(config: PathLike, output: PathLike, overrides: Optional[dict] = None, progress: bool = True) -> Dict[str, Any]:
     """Train as the config file ``config`` (with ``overrides``) says; the resolved config is saved as
     ``output/config.cfg``. Returns the final state (step, best dev recall@1, history)."""
-    raw = load_config(config, overrides)
-    cfg = RetrieverConfig.from_config(raw, str(config))
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    Config(raw).to_disk(output / "config.cfg")
+    cfg, output = config_for_run(RetrieverConfig, config, output, overrides)
     return run_retriever(cfg, output, progress)
