@@ -6,8 +6,7 @@ import torch.nn.functional as F
 
 from spacy_pel.kb import Entity
 from spacy_pel.models.encoder import BiEncoder
-from spacy_pel.training.fgsm import FGSM, embed_perturbed, fgsm_entity_vectors
-from spacy_pel.training.losses import (
+from spacy_pel.models.losses import (
     LOSSES,
     ce_loss_from_scores,
     cross_entropy_loss,
@@ -17,6 +16,7 @@ from spacy_pel.training.losses import (
     register_loss,
     similarity,
 )
+from spacy_pel.training.fgsm import FGSM, embed_perturbed, fgsm_entity_vectors
 
 
 def _scores(batch: int = 4, n_neg: int = 6, seed: int = 0):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from spacy_pel.training.negatives import (
+from spacy_pel.models.negatives import (
     HardNegativeMiner,
     RandomNegatives,
     in_batch,

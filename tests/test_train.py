@@ -11,6 +11,7 @@ from spacy.tokens import Span
 from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.evaluation.evaluators import Evaluator
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.negatives import HardNegativeMiner
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training.config import (
     ConfigError,
@@ -20,7 +21,6 @@ from spacy_pel.training.config import (
     load_config,
 )
 from spacy_pel.training.loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
-from spacy_pel.training.negatives import HardNegativeMiner
 from spacy_pel.training.retriever import Batch, RetrieverTask, train
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_pb_random.cfg"

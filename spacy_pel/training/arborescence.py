@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ..models.encoder import BiEncoder
-from .losses import Loss
-from .negatives import HardNegativeMiner
+from ..models.losses import Loss
+from ..models.negatives import HardNegativeMiner
 
 ROOT = -1  # the entity, in the parent lists of arborescence_positives
 AFFINITY_SCALE = 10**6  # arborescence affinities are compared at this resolution (exact integer sums)

@@ -33,7 +33,7 @@ from confection import Config
 
 from ..files import InputError
 from ..models.encoder import EncoderConfig
-from .losses import LOSSES, Loss, make_loss
+from ..models.losses import LOSSES, Loss, make_loss
 
 T = TypeVar("T")
 PathLike = Union[str, Path]
@@ -74,7 +74,7 @@ class EncoderSection:
 
 @dataclass
 class LossSection:
-    """``name`` (a key of :data:`~spacy_pel.training.losses.LOSSES`) and numeric settings; settings of
+    """``name`` (a key of :data:`~spacy_pel.models.losses.LOSSES`) and numeric settings; settings of
     other losses are allowed and ignored, so one file serves every loss."""
 
     name: str = "proxy"

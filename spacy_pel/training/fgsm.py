@@ -6,7 +6,7 @@ each negative (more similar to its mention), ``z⁺_adv = z⁺ - ε·sign(∇ s(
 (less similar); the perturbed entities are encoded again and the training loss becomes
 ``L(m, P) + λ · L(m, P_adv)`` (Eq. 8).
 
-* :class:`FGSM` -- that wrapper: give it a configured :class:`~spacy_pel.training.losses.Loss` (any
+* :class:`FGSM` -- that wrapper: give it a configured :class:`~spacy_pel.models.losses.Loss` (any
   registered one), the encoder and the KB's entities; call it with the clean loss, the mention
   vectors and the KB rows of the positives and negatives.
 * :func:`fgsm_entity_vectors` -- the adversarial entity vectors themselves; :func:`fgsm_deltas`, the
@@ -22,7 +22,7 @@ import torch
 
 from ..kb import Entity
 from ..models.encoder import BiEncoder
-from .losses import Loss, similarity
+from ..models.losses import Loss, similarity
 
 Tensor = torch.Tensor
 

@@ -7,7 +7,7 @@ with the graph kept) feeds two losses that train it together with the span score
   (gold spans positive, all others negative), weighted by ``spans.weight``;
 * linking: each gold span's mean-pooled vector (what ``pel_linker`` uses with ``spacy_pel.vectors.collective.v1`` /
   ``spacy_pel.mentions.span_finder.v1``) against the KB's stored entity vectors, with the retriever's losses and negatives
-  (:class:`~spacy_pel.training.linking.LinkingLoss`: ``sampled`` random/mixed-p hard, or ``kb`` =
+  (:class:`~spacy_pel.models.linking.LinkingLoss`: ``sampled`` random/mixed-p hard, or ``kb`` =
   softmax over the whole KB).
 
 The entity tower stays frozen, as in the retriever's CPU default, so the KB built with the base
@@ -33,12 +33,12 @@ from ..corpora import read_docbin
 from ..evaluation.evaluators import DocExample, EndToEndModel, JointEvaluator
 from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
+from ..models.linking import LinkingLoss
+from ..models.negatives import HardNegativeMiner
 from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
 from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike, config_for_run
-from .linking import LinkingLoss
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
-from .negatives import HardNegativeMiner
 
 SCORER_FILE = "span_scorer.safetensors"
 __all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e"]

@@ -35,13 +35,13 @@ import torch
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..models.encoder import BiEncoder, Mention
+from ..models.linking import LinkingLoss
+from ..models.negatives import HardNegativeMiner
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
 from .fgsm import FGSM
-from .linking import LinkingLoss
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
-from .negatives import HardNegativeMiner
 
 
 @dataclass

@@ -1,17 +1,19 @@
-"""The linking loss shared by the retriever and the joint end-to-end model (SPEC §1-2).
+"""The linking loss shared by the retriever, the joint end-to-end model and ``pel_linker.update``
+(``spacy train``) (SPEC §1-2).
 
 Mention vectors ``m`` ``[B, d]`` and each mention's gold KB rows go in; the positive is the smallest
 gold row, the negatives come from the strategy chosen by ``[negatives] kind``:
 
 * ``"sampled"`` -- ``count`` per mention, ``hard_fraction`` of them the top-scoring wrong entities of
-  a FAISS search (:class:`~spacy_pel.training.negatives.HardNegativeMiner`), the rest uniform;
+  a FAISS search (:class:`~spacy_pel.models.negatives.HardNegativeMiner`), the rest uniform;
 * ``"in_batch"`` -- the other mentions' positives;
 * ``"kb"`` -- every KB row that is not gold: an exact softmax over the KB's stored vectors (a
   frozen entity tower only; one ``[B, d] × [d, N]`` product).
 
 Entity vectors come from ``entity_vectors(rows)``: the KB's stored table (:func:`table_lookup`, a
 frozen tower) or a fresh pass of a trained entity tower. An optional
-:class:`~spacy_pel.training.fgsm.FGSM` adds its adversarial term (for ``"kb"`` it perturbs the
+adversarial term (``fgsm``: :class:`~spacy_pel.training.fgsm.FGSM`, called as
+``fgsm(loss, m, positives, rows, mask)``) is added (for ``"kb"`` it perturbs the
 ``count`` top-scoring wrong entities).
 """
 from __future__ import annotations
@@ -22,11 +24,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .fgsm import FGSM
 from .losses import Loss
 from .negatives import HardNegativeMiner, in_batch
 
 Tensor = torch.Tensor
+AdversarialTerm = Callable[[Tensor, Tensor, Sequence[int], np.ndarray, Tensor], Tensor]  # FGSM
 NEGATIVE_KINDS = ("sampled", "in_batch", "kb")
 
 
@@ -59,7 +61,7 @@ class LinkingLoss:
     """``loss(m, gold) -> scalar``: the configured loss over the positives and the negatives of ``kind``."""
 
     def __init__(self, loss: Loss, kind: str, miner: HardNegativeMiner, table: Tensor,
-                 entity_vectors: Optional[Callable[[np.ndarray], Tensor]] = None, fgsm: Optional[FGSM] = None):
+                 entity_vectors: Optional[Callable[[np.ndarray], Tensor]] = None, fgsm: Optional[AdversarialTerm] = None):
         if kind not in NEGATIVE_KINDS:
             raise ValueError(f"negatives.kind must be one of {NEGATIVE_KINDS}, not {kind!r}")
         self.loss, self.kind, self.miner, self.table, self.fgsm = loss, kind, miner, table, fgsm
