@@ -45,6 +45,14 @@ MESH_DESCRIPTOR_FILE = "mesh_id_label_mappings.tsv"
 MESH_SUPPLEMENTARY_FILE = "mesh_supp_id_label_mappings.tsv"
 
 
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalize(text: str) -> str:
+    """The lookup key of a name or surface form: case-folded, runs of punctuation/space → one space."""
+    return _NON_WORD.sub(" ", text.casefold()).strip()
+
+
 class KBFormatError(files.LineError):
     """A KB file could not be read; the message names the file and the line (``FILE:LINE: reason``)."""
 

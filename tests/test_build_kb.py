@@ -51,10 +51,11 @@ def test_failed_write_keeps_old_kb(kb_dir, tiny_encoder_dir, tmp_path, monkeypat
     new = tmp_path / "new.jsonl"
     new.write_text('{"id": "N1", "name": "famotidine"}\n')
 
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(faiss, "write_index", broken)
+    # the last file of the folder: the vectors are written after the entity table
+    monkeypatch.setattr(np, "save", broken)
     with pytest.raises(OSError, match="disk full"):
         build_kb(None, kb_dir, "jsonl", str(tiny_encoder_dir), add=new, progress=False)
     monkeypatch.undo()
@@ -97,7 +98,7 @@ def test_hnsw_index_and_cli(kb_file, tiny_encoder_dir, tmp_path):
     )
     assert result.exit_code == 0, result.output
     index = EntityIndex.from_disk(out)
-    assert index.kind == "hnsw" and isinstance(index.faiss, faiss.IndexHNSWFlat)
+    assert index.kind == "hnsw" and isinstance(index.searcher, faiss.IndexHNSWFlat)
     assert index.search(index.embeddings.astype(np.float32), 1)[1][:, 0].tolist() == [0, 1, 2, 3, 4]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "A", "name": "x"}\n{"id": "A", "name": "y"}\n')

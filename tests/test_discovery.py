@@ -196,7 +196,7 @@ def test_cluster_with_entity_index(kb_dir):
     from spacy_pel.retrieval.index import EntityIndex
 
     index = EntityIndex.from_disk(kb_dir)
-    vectors = index.faiss.reconstruct_n(0, index.faiss.ntotal)
+    vectors = index.searcher.reconstruct_n(0, index.searcher.ntotal)
     ents, comps = cluster(vectors[[0, 0, 3]], index, k=2, threshold=0.99)
     assert ents == ["D1", "D1", "D4"] and comps[0] == comps[1] != comps[2]
 

@@ -23,15 +23,17 @@ def test_make_okb_cuts_kb_and_relabels(kb_dir, tmp_path):
     nlp = spacy.blank("en")
     write_docbin([gold_doc(nlp, [(0, 2, "D1"), (4, 6, "D2|D3"), (7, 9, "D3")])], tmp_path / "dev.spacy")
     full = EntityIndex.from_disk(kb_dir)
-    # give D3 a tree number so that it falls under the removed branch
-    full.entities[2].extra["tree_numbers"] = ["C10.1"]
+    # give D3 a tree number so that it falls under the removed branch (records read are copies)
+    entities = list(full.entities)
+    entities[2].extra["tree_numbers"] = ["C10.1"]
+    full = EntityIndex(entities, full.embeddings, metric=full.metric, fingerprint=full.fingerprint)
     full.to_disk(kb_dir)
     report = make_okb(kb_dir, ["C10"], [tmp_path / "dev.spacy"], tmp_path / "okb")
     assert report["removed_entities"] == 1
     assert report["corpora"]["dev.spacy"] == {"mentions": 3, "to_nil": 1, "partly_removed": 1}
     okb = EntityIndex.from_disk(tmp_path / "okb" / "kb")
     assert [e.id for e in okb.entities] == ["D1", "D2", "D4", "D5"]
-    np.testing.assert_allclose(okb.faiss.reconstruct_n(0, 4), full.faiss.reconstruct_n(0, 5)[[0, 1, 3, 4]])
+    np.testing.assert_allclose(okb.searcher.reconstruct_n(0, 4), full.searcher.reconstruct_n(0, 5)[[0, 1, 3, 4]])
     (doc,) = read_docbin(nlp, tmp_path / "okb" / "dev.spacy")
     assert [s.kb_id_ for s in doc.spans[GOLD_KEY]] == ["D1", "D2", "NIL"]
     assert [e.kb_id_ for e in doc.ents] == ["D1", "D2", "NIL"]

@@ -61,7 +61,7 @@ def nearest_entities(mention_vecs: np.ndarray, entities: Entities) -> Tuple[np.n
     m = len(mention_vecs)
     if isinstance(entities, EntityIndex):
         scores, rows = entities.search(mention_vecs, 1)
-        ids = [e.id for e in entities.entities]
+        ids = entities.entities.ids
     else:
         vectors, ids = entities
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)

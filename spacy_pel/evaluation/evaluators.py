@@ -161,7 +161,7 @@ class JointEvaluator(Evaluator):
                 ids = gold.get((int(ex.starts[i]), int(ex.ends[i])))
                 if ids is not None:
                     span_tp += 1
-                    link_tp += int(pr["rows"][i] >= 0 and self.index.entities[int(pr["rows"][i])].id in ids)
+                    link_tp += int(pr["rows"][i] >= 0 and self.index.entities.ids[int(pr["rows"][i])] in ids)
             for s, e, rows in ex.linked:
                 i = ex.where.get((s, e))
                 n_linked += 1

@@ -40,11 +40,11 @@ def mention_table(
             predictions.extend(linker.candidates(docs[i : i + docs_per_step], spans[i : i + docs_per_step], k=k))
             seconds += time.perf_counter() - t0
             bar.update(sum(map(len, spans[i : i + docs_per_step])))
-    entities = linker.index.entities
+    ids = linker.index.entities.ids
     rows = []
     for doc, (scores, idx) in zip(docs, predictions):
         for span, s, r in zip(gold_spans(doc), scores, idx):
-            rows.append((gold_ids(span.kb_id_), [entities[j].id if j >= 0 else None for j in r], s))
+            rows.append((gold_ids(span.kb_id_), [ids[j] if j >= 0 else None for j in r], s))
     return rows, seconds
 
 

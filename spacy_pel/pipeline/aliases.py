@@ -14,7 +14,6 @@ linkers combined with the retriever, which ranks everything the table does not d
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -23,15 +22,10 @@ import numpy as np
 
 from ..corpora import gold_ids, gold_spans
 from ..files import atomic_write
+from ..kb import normalize
 from ..retrieval.index import EntityIndex
 
 PathLike = Union[str, Path]
-_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
-
-
-def normalize(text: str) -> str:
-    """The lookup key of a surface form: case-folded, runs of punctuation/space → one space."""
-    return _NON_WORD.sub(" ", text.casefold()).strip()
 
 
 def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
@@ -50,12 +44,7 @@ def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
 class AliasTable:
     def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None):
         self.index = index
-        names: Dict[str, List[int]] = defaultdict(list)
-        for row, entity in enumerate(index.entities):
-            for name in {normalize(n) for n in (entity.name, *entity.aliases)}:
-                if name:
-                    names[name].append(row)
-        self.names = dict(names)
+        self.names = index.entities.name_index()  # normalised KB names and synonyms → rows
         # surface → [(row, count)] restricted to ids the KB has
         self.seen: Dict[str, List[tuple]] = {}
         for key, ids in (mentions or {}).items():

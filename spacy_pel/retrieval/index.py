@@ -3,9 +3,10 @@
 A KB folder holds::
 
     meta.json        counts, dimension, metric, index kind, the entity encoder's fingerprint
-    entities.jsonl   the entity records, in index order
+    entities.jsonl   the entity records, in index order (+ the column files of :mod:`.table`)
     embeddings.npy   the entity vectors (float16, the rows the index holds)
-    index.faiss      the FAISS index (exact inner product, or HNSW for large KBs)
+    index.faiss      the FAISS index, for the approximate kinds (HNSW, ...); a ``flat`` KB is
+                     searched exactly from embeddings.npy (:mod:`.search`)
 
 Folders are written whole into a temporary sibling and renamed into place, so a reader never sees
 a half-written KB.
@@ -14,23 +15,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
 
 from ..files import atomic_dir
-from ..kb import Entity, write_jsonl
+from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError
+from .search import FlatSearch
+from .table import EntityTable
 
 PathLike = Union[str, Path]
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: flat KBs with an index.faiss of float32 vectors, no column files
 INDEX_KINDS = ("flat", "hnsw")
 
 
-def make_faiss_index(dim: int, kind: str = "flat", hnsw_m: int = 32) -> faiss.Index:
-    if kind == "flat":
-        return faiss.IndexFlatIP(dim)
+def make_faiss_index(dim: int, kind: str = "hnsw", hnsw_m: int = 32) -> faiss.Index:
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = 80
@@ -40,7 +42,8 @@ def make_faiss_index(dim: int, kind: str = "flat", hnsw_m: int = 32) -> faiss.In
 
 
 class EntityIndex:
-    """Entity ids, names and vectors with a FAISS index over them."""
+    """Entity ids, names and vectors with a search index over them: exact (``flat``, torch) or
+    approximate (FAISS). ``precision`` is the flat search's: bf16 where the CPU has bf16 units."""
 
     def __init__(
         self,
@@ -51,20 +54,25 @@ class EntityIndex:
         fingerprint: str,
         encoder_source: str = "",
         kind: str = "flat",
-        faiss_index: Optional[faiss.Index] = None,
+        searcher=None,
+        precision: str = "auto",
     ):
         if embeddings.ndim != 2 or len(entities) != len(embeddings):
             raise ValueError(f"{len(entities)} entities but vectors of shape {embeddings.shape}")
-        self.entities = list(entities)
-        # float16 copy for saving and for --add; the FAISS index holds the float32 vectors
+        if kind not in INDEX_KINDS:
+            raise ValueError(f"index kind must be one of {INDEX_KINDS}, not {kind!r}")
+        self.entities = entities if isinstance(entities, EntityTable) else EntityTable(entities)
+        # float16: what is saved, and what the rules and --add read (memory-mapped when loaded)
         self.embeddings = np.asarray(embeddings, dtype=np.float16)
         self.metric, self.fingerprint, self.encoder_source, self.kind = metric, fingerprint, encoder_source, kind
-        self.row: Dict[str, int] = {e.id: i for i, e in enumerate(self.entities)}
-        if faiss_index is None:
-            faiss_index = make_faiss_index(self.embeddings.shape[1], kind)
+        self.row: Dict[str, int] = {e: i for i, e in enumerate(self.entities.ids)}
+        if searcher is None and kind == "flat":
+            searcher = FlatSearch.from_array(embeddings, precision)
+        elif searcher is None:
+            searcher = make_faiss_index(self.embeddings.shape[1], kind)
             if len(self.embeddings):
-                faiss_index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
-        self.faiss = faiss_index
+                searcher.add(np.ascontiguousarray(embeddings, dtype=np.float32))
+        self.searcher = searcher
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -111,12 +119,12 @@ class EntityIndex:
         self.entities.extend(entities)
         self.row.update({e.id: start + i for i, e in enumerate(entities)})
         self.embeddings = np.concatenate([self.embeddings, vectors.astype(np.float16)])
-        self.faiss.add(vectors)
+        self.searcher.add(np.ascontiguousarray(vectors, dtype=np.float32))
 
     def subset(self, rows: Sequence[int]) -> "EntityIndex":
-        """A KB of only these rows (same encoder, exact float32 vectors, nothing re-encoded)."""
+        """A KB of only these rows (same encoder, the saved vectors, nothing re-encoded)."""
         rows = np.asarray(rows, dtype=np.int64)
-        vectors = self.faiss.reconstruct_n(0, self.faiss.ntotal)[rows]
+        vectors = np.asarray(self.embeddings[rows], dtype=np.float32)
         return EntityIndex(
             [self.entities[i] for i in rows],
             vectors,
@@ -132,7 +140,7 @@ class EntityIndex:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if len(queries) == 0 or len(self.entities) == 0:
             return np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
-        return self.faiss.search(queries, min(k, len(self.entities)))
+        return self.searcher.search(queries, min(k, len(self.entities)))
 
     def __len__(self) -> int:
         return len(self.entities)
@@ -151,32 +159,36 @@ class EntityIndex:
 
     def to_disk(self, path: PathLike) -> None:
         with atomic_dir(path) as tmp:
-            write_jsonl(self.entities, tmp / "entities.jsonl")
+            self.entities.write(tmp)
             np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
-            faiss.write_index(self.faiss, str(tmp / "index.faiss"))
+            if self.kind != "flat":
+                faiss.write_index(self.searcher, str(tmp / "index.faiss"))
             (tmp / "meta.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
 
     @classmethod
-    def from_disk(cls, path: PathLike) -> "EntityIndex":
+    def from_disk(cls, path: PathLike, precision: str = "auto") -> "EntityIndex":
         path = Path(path)
         if not (path / "meta.json").exists():
             raise FileNotFoundError(f"{path} is not a spacy_pel KB folder (no meta.json); build one with build_kb")
         meta = json.loads((path / "meta.json").read_text(encoding="utf8"))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not {FORMAT_VERSION}")
-        with (path / "entities.jsonl").open(encoding="utf8") as f:
-            entities = [Entity.from_dict(json.loads(line)) for line in f]
+        if meta.get("format_version") not in READABLE_VERSIONS:
+            raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
+        entities = EntityTable.read(path)
         # memory-mapped: only the rows read (alias re-ranking, training) are paged in
         embeddings = np.load(path / "embeddings.npy", allow_pickle=False, mmap_mode="r")
-        index = faiss.read_index(str(path / "index.faiss"))
-        if index.ntotal != len(entities) or meta["entities"] != len(entities):
-            raise ValueError(f"{path}: meta.json, entities.jsonl and index.faiss disagree on the entity count")
+        kind = meta.get("index", "flat")
+        if kind == "flat":  # exact search from the saved vectors (a version-1 index.faiss is not read)
+            index = FlatSearch.from_npy(path / "embeddings.npy", precision)
+        else:
+            index = faiss.read_index(str(path / "index.faiss"))
+        if index.ntotal != len(entities) or meta["entities"] != len(entities) or len(embeddings) != len(entities):
+            raise ValueError(f"{path}: meta.json, the entity table and the vectors disagree on the entity count")
         return cls(
             entities,
             embeddings,
             metric=meta["metric"],
             fingerprint=meta["encoder_fingerprint"],
             encoder_source=meta.get("encoder_source", ""),
-            kind=meta.get("index", "flat"),
-            faiss_index=index,
+            kind=kind,
+            searcher=index,
         )
