@@ -18,6 +18,13 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple, Union
 PathLike = Union[str, Path]
 
 
+def _file_mode() -> int:
+    """What ``open(…, "w")`` would give a new file under this process's umask (mkstemp gives 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write(target: PathLike, write) -> None:
     """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded."""
     target = Path(target)
@@ -26,6 +33,7 @@ def atomic_write(target: PathLike, write) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

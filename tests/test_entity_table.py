@@ -112,3 +112,16 @@ def test_index_round_trip_without_faiss_file_for_flat(tmp_path):
     hnsw.to_disk(tmp_path / "hnsw")
     assert (tmp_path / "hnsw" / "index.faiss").exists()
     assert EntityIndex.from_disk(tmp_path / "hnsw").search(vectors, 1)[1][:, 0].tolist() == [0, 1, 2, 3]
+
+
+def test_kb_files_get_the_usual_permissions(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        EntityTable(ENTITIES).write(tmp_path)
+        EntityIndex(ENTITIES, unit_rows(4, 8, 3), metric="cosine", fingerprint="f").to_disk(tmp_path / "kb")
+    finally:
+        os.umask(umask)
+    for path in (tmp_path / "kb" / "entities.jsonl", tmp_path / "kb" / "meta.json"):
+        assert path.stat().st_mode & 0o777 == 0o644, path  # not mkstemp's 0600: others can read a shared KB
