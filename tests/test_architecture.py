@@ -2,7 +2,8 @@
 
 Floors, bottom to top (a module may import its own floor or lower ones; cycles are refused anyway)::
 
-    files < kb, corpora < models < retrieval < pipeline < evaluation < training < discovery < cli
+    files < kb, corpora < models < retrieval < pipeline < evaluation < training < discovery < bulk
+          < cli
           < top (the package ``__init__``, every ``__main__``, and the top-level shims that re-export a cli app)
 
 Rules: no import cycle between spacy_pel modules (imports inside functions and ``if TYPE_CHECKING:``
@@ -32,6 +33,7 @@ FLOORS = [
     ("evaluation",),
     ("training",),
     ("discovery",),
+    ("bulk",),
     ("cli",),
 ]
 FLOOR_OF = {name: n for n, names in enumerate(FLOORS) for name in names}

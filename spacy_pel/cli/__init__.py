@@ -11,6 +11,7 @@ import typer
 from . import (
     aliases,
     build_kb,
+    bulk,
     calibrate,
     convert,
     discover,
@@ -34,6 +35,7 @@ COMMANDS = {
     "okb": okb,
     "discover": discover,
     "visualize": visualize,
+    "bulk": bulk,
 }
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)

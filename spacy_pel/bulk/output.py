@@ -1,0 +1,98 @@
+"""The output folder of a bulk run, one set of files per input shard, each written atomically::
+
+    OUTPUT/mentions/<shard>.parquet   rows (doc_id, start_char, end_char, text, label, kb_id, score, candidates)
+    OUTPUT/errors/<shard>.jsonl       {"doc_id", "reason"} per document that could not be linked (only if any)
+    OUTPUT/done/<shard>.json          the completion marker: counts, and the input's size and mtime
+    OUTPUT/summary.json               totals over every finished shard, and the last run's rate
+
+A shard is finished when its marker exists and names the same input (path, size, mtime); the marker
+is written last, so a run killed at any moment leaves no marker for a shard whose files may be
+partial, and the next run links that shard again from the start (its files are replaced, never
+appended to: no duplicate rows). ``OUTPUT/mentions`` reads as one Parquet dataset (temporary files
+start with ``.``, which Parquet readers skip).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .. import files
+from .shards import Shard
+
+MENTIONS, ERRORS, DONE, SUMMARY = "mentions", "errors", "done", "summary.json"
+COUNTS = ("docs", "mentions", "nil", "errors")
+
+
+def schema():
+    import pyarrow as pa
+
+    candidate = pa.struct([("id", pa.string()), ("name", pa.string()), ("score", pa.float64())])
+    return pa.schema([
+        ("doc_id", pa.string()), ("start_char", pa.int64()), ("end_char", pa.int64()), ("text", pa.string()),
+        ("label", pa.string()), ("kb_id", pa.string()), ("score", pa.float64()), ("candidates", pa.list_(candidate)),
+    ])
+
+
+def marker_path(output: Path, shard: Shard) -> Path:
+    return Path(output) / DONE / f"{shard.name}.json"
+
+
+def finished(output: Path, shard: Shard) -> Optional[dict]:
+    """The shard's marker if it is finished for this very input, else None."""
+    path = marker_path(output, shard)
+    if not path.is_file():
+        return None
+    try:
+        marker = json.loads(path.read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        return None
+    return marker if marker.get("input") == shard.stamp() else None
+
+
+class ShardResult:
+    """The documents of one shard as they come back (in any order), until all ``expected`` have."""
+
+    def __init__(self, shard: Shard, expected: int):
+        self.shard, self.expected = shard, expected
+        self.docs: Dict[int, dict] = {}  # seq → {"doc_id", "rows", "error", "mentions", "nil", "seconds"}
+
+    def add(self, seq: int, doc: dict) -> None:
+        self.docs[seq] = doc  # a batch Ray ran twice gives the same seq twice: kept once
+
+    @property
+    def complete(self) -> bool:
+        return len(self.docs) >= self.expected
+
+    def write(self, output: Path) -> dict:
+        """Write the shard's mentions, errors and (last) its marker; returns the marker."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        ordered = [self.docs[s] for s in sorted(self.docs)]
+        rows = [row for doc in ordered if not doc["error"] for row in json.loads(doc["rows"])]
+        errors = [{"doc_id": doc["doc_id"], "reason": doc["error"]} for doc in ordered if doc["error"]]
+        table = pa.Table.from_pylist(rows, schema=schema())
+        output = Path(output)
+        files.atomic_write(output / MENTIONS / f"{self.shard.name}.parquet", lambda tmp: pq.write_table(table, tmp))
+        error_file = output / ERRORS / f"{self.shard.name}.jsonl"
+        if errors:
+            files.write_jsonl(errors, error_file)
+        else:
+            error_file.unlink(missing_ok=True)  # left by an earlier, unfinished run of this shard
+        marker = {
+            "shard": self.shard.name, "input": self.shard.stamp(), "docs": len(ordered), "mentions": len(rows),
+            "nil": sum(doc["nil"] for doc in ordered if not doc["error"]), "errors": len(errors),
+            "link_seconds": round(sum(doc["seconds"] for doc in ordered), 3),
+        }
+        files.atomic_write(marker_path(output, self.shard),
+                           lambda tmp: tmp.write_text(json.dumps(marker, indent=1), encoding="utf8"))
+        return marker
+
+
+def totals(markers: List[dict]) -> Dict[str, int]:
+    return {key: sum(m[key] for m in markers) for key in COUNTS}
+
+
+def write_summary(output: Path, summary: dict) -> None:
+    files.atomic_write(Path(output) / SUMMARY, lambda tmp: tmp.write_text(json.dumps(summary, indent=2), encoding="utf8"))

@@ -1,0 +1,206 @@
+"""Link a corpus on Ray Data: :func:`link_corpus` (``python -m spacy_pel bulk``).
+
+The plan: every unfinished input shard is cut into chunks of ``batch_size`` documents
+(:mod:`.shards`); ``ray.data.from_items(chunks)`` → ``flat_map(read_chunk)`` (one small read task
+per chunk, no CPU reserved: reading is I/O) → ``map_batches(LinkWorker)`` on an actor pool of
+``workers`` actors, each loading the saved pipeline once (``cpus_per_worker`` CPUs and torch threads
+each) → the driver streams the linked documents back, and as soon as every document of a shard has
+come back it writes the shard's files and its completion marker (:mod:`.output`).
+
+Failures: an actor that dies is restarted by Ray and its batch retried once; a document whose
+linking raises is retried alone, and reported in the errors file after its second failure; a batch
+Ray cannot run even on retry is not fatal either (``max_errored_blocks = -1``): at the end its
+documents are written to the errors file as lost. So the job finishes, and every input document is
+in exactly one of ``mentions/`` (its mentions, possibly none) or ``errors/``.
+
+Ray is imported inside the functions: the package works without it (``pip install spacy_pel[ray]``).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import spacy
+
+from .. import files
+from . import output as out
+from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk
+from .worker import LinkWorker, mention_finders
+
+log = logging.getLogger(__name__)
+ACTOR_RESTARTS = 2  # an actor process that dies (OOM, segfault) is started again …
+BATCH_RETRIES = 1  # … and the batch it held is run once more
+
+
+def check_pipeline(pipeline: Path, shards: List[Shard]) -> None:
+    """Refuse a pipeline that cannot find mentions in raw-text shards (before starting anything)."""
+    if not (pipeline / "config.cfg").is_file():
+        raise files.InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
+    try:
+        finds_own, finders = mention_finders(spacy.util.load_config(pipeline / "config.cfg", interpolate=True))
+    except ValueError as err:
+        raise files.InputError(f"pipeline {pipeline}: {err}") from err
+    raw = [s for s in shards if s.format != "pubtator"]
+    if raw and not finds_own and not finders:
+        raise files.InputError(
+            f"{raw[0].path} is raw text ({{id, text}}), but pipeline {pipeline} cannot find mentions in it: it has "
+            "no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder; "
+            "give PubTator input with the mentions, or a pipeline with an NER or spacy_pel.mentions.span_finder.v1")
+    if finds_own and len(raw) < len(shards):
+        log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")
+
+
+def connect(address: Optional[str], num_cpus: Optional[int]) -> bool:
+    """``ray.init`` on this machine (``address`` None) or to a cluster; False if Ray was already up."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs = {"num_cpus": num_cpus} if address is None else {"address": address}
+    ray.init(**kwargs, include_dashboard=False, logging_level=logging.WARNING)
+    return True
+
+
+def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker: int, batch_size: int,
+             setup: Optional[Callable]):
+    import ray
+
+    ds = ray.data.from_items([c.as_item() for c in chunks], override_num_blocks=len(chunks))
+    ds = ds.flat_map(read_chunk, num_cpus=0)
+    return ds.map_batches(
+        LinkWorker,
+        fn_constructor_kwargs={"pipeline": str(pipeline), "threads": cpus_per_worker, "batch_size": batch_size,
+                               "setup": setup},
+        batch_size=None,  # one block = one chunk = one call
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=workers),
+        num_cpus=cpus_per_worker,
+        max_restarts=ACTOR_RESTARTS,
+        max_task_retries=BATCH_RETRIES,
+    )
+
+
+def _lost(chunks: List[Chunk], result: out.ShardResult) -> None:
+    """Documents of an unfinished shard that never came back: into its errors, by id."""
+    for chunk in chunks:
+        missing = [s for s in range(chunk.first_seq, chunk.first_seq + chunk.count) if s not in result.docs]
+        if not missing:
+            continue
+        try:
+            ids = {item["seq"]: item["doc_id"] for item in read_chunk(chunk.as_item())}
+        except Exception:  # noqa: BLE001 — the input itself went away: name the documents by position
+            ids = {}
+        for seq in missing:
+            result.add(seq, {"doc_id": ids.get(seq, f"{chunk.path}#{seq}"), "rows": "[]", "mentions": 0, "nil": 0,
+                             "error": "lost: Ray could not run the batch holding it (worker failed twice)",
+                             "seconds": 0.0})
+
+
+def link_corpus(
+    input: files.PathLike,
+    output: files.PathLike,
+    pipeline: files.PathLike,
+    *,
+    address: Optional[str] = None,
+    workers: Optional[int] = None,
+    batch_size: int = 64,
+    cpus_per_worker: int = 1,
+    num_cpus: Optional[int] = None,
+    progress: bool = True,
+    setup: Optional[Callable] = None,
+    on_shard: Optional[Callable[[dict], None]] = None,
+) -> dict:
+    """Link every document of INPUT with the saved ``pipeline`` into OUTPUT (see :mod:`.output`).
+
+    ``address``: a Ray cluster (``auto``, ``ray://host:10001``); None starts Ray on this machine
+    (``num_cpus`` of it; all by default) unless it is already running. ``workers``: actors, each with
+    its own copy of the pipeline (default: the cluster's CPUs / ``cpus_per_worker``). Finished shards
+    are skipped. ``setup(nlp)`` runs in each actor after loading; ``on_shard(marker)`` after each
+    shard is written. Returns the summary (also written to ``OUTPUT/summary.json``).
+    """
+    started = time.perf_counter()
+    if batch_size < 1 or cpus_per_worker < 1 or (workers is not None and workers < 1):
+        raise files.InputError("--batch-size, --workers and --cpus-per-worker must be at least 1")
+    output, pipeline = Path(output), Path(pipeline).resolve()
+    shards = find_shards(input)
+    check_pipeline(pipeline, shards)
+    markers: Dict[str, dict] = {}
+    todo = []
+    for shard in shards:
+        marker = out.finished(output, shard)
+        if marker is None:
+            todo.append(shard)
+        else:
+            markers[shard.name] = marker
+    log.info(f"{len(shards)} shard(s): {len(markers)} finished before, {len(todo)} to link")
+    done_now: List[dict] = []
+    if todo:
+        chunks = {s.name: plan_chunks(s, batch_size) for s in todo}
+        results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name])) for s in todo}
+        started_ray = connect(address, num_cpus)
+        try:
+            done_now = _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size, progress, setup, on_shard)
+        finally:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+        markers.update({m["shard"]: m for m in done_now})
+    seconds = time.perf_counter() - started
+    now = out.totals(done_now)
+    link_seconds = sum(m["link_seconds"] for m in done_now)
+    summary = {
+        **out.totals(list(markers.values())),
+        "shards": len(shards), "shards_linked_now": len(done_now), "shards_skipped": len(shards) - len(todo),
+        "this_run": {**now, "seconds": round(seconds, 2),
+                     "mentions_per_s": round(now["mentions"] / seconds, 1) if seconds else 0.0,
+                     "mentions_per_worker_s": round(now["mentions"] / link_seconds, 1) if link_seconds else 0.0},
+        "output": str(output),
+    }
+    out.write_summary(output, summary)
+    return summary
+
+
+def _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size, progress, setup, on_shard) -> List[dict]:
+    import ray
+    from ray.data import DataContext
+
+    if workers is None:
+        workers = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus_per_worker))
+    ctx = DataContext.get_current()
+    saved = (ctx.enable_progress_bars, ctx.max_errored_blocks)
+    ctx.enable_progress_bars, ctx.max_errored_blocks = progress, -1
+    done: List[dict] = []
+
+    def finish(result: out.ShardResult) -> None:
+        marker = result.write(output)
+        done.append(marker)
+        log.info(f"{marker['shard']}: {marker['docs']} docs, {marker['mentions']} mentions, {marker['errors']} errors")
+        if on_shard is not None:
+            on_shard(marker)
+
+    try:
+        for name, result in results.items():  # shards without any document are finished already
+            if result.complete:
+                finish(result)
+        all_chunks = [c for name in results for c in chunks[name] if not results[name].complete]
+        if not all_chunks:
+            return done
+        ds = _dataset(all_chunks, pipeline, workers, cpus_per_worker, batch_size, setup)
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+            for doc in batch.to_pylist():
+                result = results[doc["shard"]]
+                if result.complete:
+                    continue
+                result.add(doc["seq"], doc)
+                if result.complete:
+                    finish(result)
+        for name, result in results.items():
+            if not result.complete:
+                _lost(chunks[name], result)
+                finish(result)
+    finally:
+        ctx.enable_progress_bars, ctx.max_errored_blocks = saved
+    return done

@@ -1,0 +1,202 @@
+"""Input shards of a bulk run: find them, cut each into chunks, read one chunk's documents.
+
+A shard is one input file: JSON lines or Parquet of ``{id, text}`` (raw text: the pipeline finds the
+mentions), or PubTator (the mentions are given). The driver scans each unfinished shard once for
+document boundaries (a byte offset every ``chunk_docs`` documents; Parquet: row numbers from the
+footer), so a chunk — the unit of work an actor links in one call — is read by exactly one task, and
+the shard's document count is known before linking starts (a shard is finished when every one of its
+documents has come back, linked or as an error).
+
+Reading never raises on a bad document: a malformed line, a record without ``id`` or ``text``, or a
+PubTator document with a malformed line becomes an item with ``error`` set (its id and the reason),
+which the run writes to the errors file. Nothing here imports Ray.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from .. import files
+from ..corpora import CorpusFormatError, read_pubtator
+
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
+           ".pubtator": "pubtator", ".txt": "pubtator"}
+_TITLE = re.compile(rb"^([^\t|\r\n]*)\|t\|")  # a PubTator document starts at its title line
+_TMP_LINE = re.compile(r"^(.*?):(\d+): (.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str
+    name: str  # the shard's name in the output folder: its path below INPUT, "/" → "__"
+    format: str  # jsonl | parquet | pubtator
+
+    def stamp(self) -> dict:
+        """What the completion marker records of the input (a changed file is linked again)."""
+        stat = os.stat(self.path)
+        return {"path": self.path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    shard: str  # Shard.name
+    path: str
+    format: str
+    start: int  # byte offset (jsonl, pubtator) or row (parquet) of the chunk's first document
+    end: int  # exclusive
+    first_seq: int  # the first document's number in its shard
+    count: int  # documents in the chunk
+    first_line: int = 1  # line number of ``start`` (text formats), for FILE:LINE errors
+
+    def as_item(self) -> dict:
+        return asdict(self)
+
+
+def find_shards(input: files.PathLike) -> List[Shard]:
+    """The shards of INPUT: the file itself, or every JSONL / Parquet / PubTator file below a folder
+    (sorted, hidden files left out). A ``.txt`` file is PubTator."""
+    root = Path(input)
+    if not root.exists():
+        raise FileNotFoundError(f"input not found: {root}")
+    if root.is_file():
+        fmt = FORMATS.get(root.suffix.lower())
+        if fmt is None:
+            raise files.InputError(f"{root}: not a shard (give .jsonl, .parquet or PubTator .txt / .pubtator files)")
+        return [Shard(str(root), root.name, fmt)]
+    shards = [
+        Shard(str(p), p.relative_to(root).as_posix().replace("/", "__"), FORMATS[p.suffix.lower()])
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.suffix.lower() in FORMATS and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    ]
+    if not shards:
+        raise files.InputError(f"{root}: no .jsonl, .parquet or PubTator (.txt, .pubtator) files in this folder")
+    return shards
+
+
+def plan_chunks(shard: Shard, chunk_docs: int) -> List[Chunk]:
+    """Cut a shard into chunks of ``chunk_docs`` documents (one scan of the file; Parquet: the footer)."""
+    if shard.format == "parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.ParquetFile(shard.path).metadata.num_rows
+        return [Chunk(shard.name, shard.path, shard.format, a, min(a + chunk_docs, rows), a, min(chunk_docs, rows - a))
+                for a in range(0, rows, chunk_docs)]
+    starts: List[Tuple[int, int]] = []  # (byte offset, line number) of every document's first line
+    offset = 0
+    with open(shard.path, "rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            if shard.format == "jsonl" and line.strip() or shard.format == "pubtator" and _TITLE.match(line):
+                starts.append((offset, lineno))
+            offset += len(line)
+    cuts = starts[::chunk_docs]
+    ends = [c[0] for c in cuts[1:]] + [offset]
+    return [Chunk(shard.name, shard.path, shard.format, start, end, i * chunk_docs, min(chunk_docs, len(starts) - i * chunk_docs), line)
+            for i, ((start, line), end) in enumerate(zip(cuts, ends))]
+
+
+def _item(chunk: Chunk, seq: int, doc_id: str, text: str = "", spans: Optional[list] = None, error: str = "") -> dict:
+    """One document of a chunk as the dataset carries it (``spans``: JSON ``[[start, end, label], …]``
+    or "" for raw text, where the pipeline finds the mentions)."""
+    return {"shard": chunk.shard, "seq": seq, "doc_id": doc_id, "text": text,
+            "spans": "" if spans is None else json.dumps(spans), "error": error}
+
+
+def read_chunk(item: Dict) -> Iterator[dict]:
+    """The documents of one chunk (an item of :meth:`Chunk.as_item`): exactly ``count`` items, in order."""
+    chunk = Chunk(**{k: item[k] for k in Chunk.__dataclass_fields__})
+    reader = {"jsonl": _read_jsonl, "parquet": _read_parquet, "pubtator": _read_pubtator}[chunk.format]
+    n = 0
+    for n, out in enumerate(reader(chunk), start=1):
+        yield out
+    if n != chunk.count:  # the file changed since it was planned: say so for each missing document
+        for seq in range(chunk.first_seq + n, chunk.first_seq + chunk.count):
+            yield _item(chunk, seq, f"{chunk.path}#{seq}", error="the input file changed while the run read it")
+
+
+def _record(chunk: Chunk, seq: int, where: str, record) -> dict:
+    if not isinstance(record, dict):
+        return _item(chunk, seq, where, error=f"{where}: expected a JSON object with id and text")
+    doc_id, text = record.get("id"), record.get("text")
+    if doc_id is None or doc_id == "":
+        return _item(chunk, seq, where, error=f"{where}: no id")
+    if not isinstance(text, str):
+        return _item(chunk, seq, str(doc_id), error=f"{where}: text must be a string, not {type(text).__name__}")
+    return _item(chunk, seq, str(doc_id), text)
+
+
+def _read_jsonl(chunk: Chunk) -> Iterator[dict]:
+    with open(chunk.path, "rb") as f:
+        f.seek(chunk.start)
+        data = f.read(chunk.end - chunk.start)
+    seq = chunk.first_seq
+    for lineno, raw in enumerate(data.split(b"\n"), start=chunk.first_line):
+        if not raw.strip():
+            continue
+        where = f"{chunk.path}:{lineno}"
+        try:
+            record = json.loads(raw.decode("utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            yield _item(chunk, seq, where, error=f"{where}: not a JSON line ({err})")
+        else:
+            yield _record(chunk, seq, where, record)
+        seq += 1
+
+
+def _read_parquet(chunk: Chunk) -> Iterator[dict]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(chunk.path)
+    groups, first, row = [], None, 0
+    for g in range(pf.metadata.num_row_groups):  # the row groups the chunk's rows lie in
+        n = pf.metadata.row_group(g).num_rows
+        if row < chunk.end and row + n > chunk.start:
+            groups.append(g)
+            first = row if first is None else first
+        row += n
+    columns = [c for c in ("id", "text") if c in pf.schema_arrow.names]
+    table = pf.read_row_groups(groups, columns=columns).slice(chunk.start - first, chunk.count)
+    for i, record in enumerate(table.to_pylist()):
+        yield _record(chunk, chunk.first_seq + i, f"{chunk.path}#row{chunk.start + i}", record)
+
+
+def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
+    """Documents of a PubTator chunk, mentions given; a document with a malformed line is an error."""
+    with open(chunk.path, "rb") as f:
+        f.seek(chunk.start)
+        data = f.read(chunk.end - chunk.start)
+    titles: List[Tuple[str, int]] = []  # (pmid, line in the chunk) of each document
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
+        m = _TITLE.match(line)
+        if m:
+            titles.append((m.group(1).decode("utf8", "replace"), lineno))
+    fd, tmp = tempfile.mkstemp(suffix=".pubtator")
+    bad = files.BadLines(keep=10**9)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            parsed = {d.pmid: d for d in read_pubtator(tmp, bad)}
+        except CorpusFormatError:  # nothing readable at all: every document is an error
+            parsed = {}
+    finally:
+        os.unlink(tmp)
+    problems: Dict[int, str] = {}  # first bad line (chunk numbering) → reason, FILE:LINE in the real file
+    for example in bad.examples:
+        m = _TMP_LINE.match(example)
+        line = int(m.group(2)) if m else 1
+        problems.setdefault(line, f"{chunk.path}:{line + chunk.first_line - 1}: {m.group(3) if m else example}")
+    bounds = [t[1] for t in titles] + [10**18]
+    for i, (pmid, line) in enumerate(titles):
+        seq = chunk.first_seq + i
+        bad_here = [reason for at, reason in sorted(problems.items()) if line <= at < bounds[i + 1]]
+        doc = parsed.get(pmid)
+        if bad_here or doc is None:
+            reason = bad_here[0] if bad_here else f"{chunk.path}:{line + chunk.first_line - 1}: malformed document"
+            yield _item(chunk, seq, pmid or f"{chunk.path}:{line + chunk.first_line - 1}", error=reason)
+        else:
+            yield _item(chunk, seq, pmid, doc.text, [[a.start, a.end, a.type] for a in doc.annotations])

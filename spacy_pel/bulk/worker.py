@@ -1,0 +1,154 @@
+"""The actor of a bulk run: it loads the saved pipeline once and links chunk after chunk.
+
+Given spans (PubTator) become ``doc.ents`` as :mod:`spacy_pel.corpora` sets them (tokens split at
+every mention boundary), and the pipeline's own mention finders (NER, span ruler …) before
+``pel_linker`` are left out so they cannot replace them; raw text goes through the whole pipeline.
+
+A batch that raises is not lost: each of its documents is linked again alone, twice at most, and a
+document that fails both times comes back with ``error`` set (its id and the reason), while the others
+come back linked. Each output item is one document: its mention rows as JSON, counts and any error.
+"""
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from ..corpora import Annotation, PubTatorDoc, make_doc
+from ..pipeline.linker import CANDIDATES_ATTR, PELLinker, find_linker, load_pipeline
+
+SPAN_FINDER = "spacy_pel.mentions.span_finder.v1"
+ATTEMPTS_ALONE = 2
+
+
+def _before_linker(config) -> Tuple[str, List[Tuple[str, dict]]]:
+    names = list(config["nlp"]["pipeline"])
+    components = config["components"]
+    linker = next((n for n in names if components[n].get("factory") == "pel_linker"), None)
+    if linker is None:
+        raise ValueError("the pipeline has no pel_linker")
+    return linker, [(n, components[n]) for n in names[: names.index(linker)]]
+
+
+def mention_finders(config) -> Tuple[bool, List[str]]:
+    """Read from a pipeline's config (nothing loaded): does ``pel_linker`` find its own spans (a span
+    finder), and which components before it set the spans it links (``doc.ents`` or a span group)?"""
+    linker, before = _before_linker(config)
+    mentions = config["components"][linker].get("mentions") or {}
+    wanted = "doc.spans" if mentions.get("spans_key") else "doc.ents"
+    found = []
+    for name, block in before:
+        factory = block.get("factory")
+        if factory is None:  # a sourced component: its metadata is in another pipeline; assume it may
+            found.append(name)
+            continue
+        try:
+            assigns = Language.get_factory_meta(factory).assigns
+        except ValueError:  # a factory of a package not installed here: spaCy fails at load anyway
+            continue
+        if any(a == wanted or a.startswith(wanted + "[") or (wanted == "doc.spans" and a.startswith("doc.spans")) for a in assigns):
+            found.append(name)
+    return mentions.get("@misc") == SPAN_FINDER, found
+
+
+def mention_rows(doc: Doc, doc_id: str, linker: PELLinker) -> List[dict]:
+    """The output rows of a linked doc, one per mention the linker wrote, in document order."""
+    rows = []
+    for span in linker.mentions.spans(doc):
+        candidates = span._.get(CANDIDATES_ATTR) or []
+        rows.append({
+            "doc_id": doc_id, "start_char": span.start_char, "end_char": span.end_char, "text": span.text,
+            "label": span.label_, "kb_id": span.kb_id_, "score": float(candidates[0][2]) if candidates else None,
+            "candidates": [{"id": c[0], "name": c[1], "score": float(c[2])} for c in candidates],
+        })
+    return rows
+
+
+def build_doc(nlp: Language, item: dict) -> Doc:
+    """The doc of a dataset item: raw text, or its given spans set as ``doc.ents`` (and ``pel_gold``)."""
+    if not item["spans"]:
+        return nlp.make_doc(item["text"])
+    text = item["text"]
+    annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
+    return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations))
+
+
+def _failure(err: BaseException) -> str:
+    where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+    at = f" (at {Path(where.filename).name}:{where.lineno})" if where else ""
+    return f"{type(err).__name__}: {err}{at}"
+
+
+class LinkWorker:
+    """``map_batches`` callable class: one per actor, holding one loaded pipeline.
+
+    ``setup(nlp)``, when given, runs once after loading (register a component, wrap a method — the
+    tests use it to plant a poisoned document).
+    """
+
+    def __init__(self, pipeline: str, threads: int = 1, batch_size: int = 64, setup: Optional[Callable] = None):
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        started = time.perf_counter()
+        self.nlp, self.linker = load_pipeline(pipeline)
+        if setup is not None:
+            setup(self.nlp)
+        self.batch_size = batch_size
+        _, self.finders = mention_finders(self.nlp.config)
+        self.linker_name = find_linker(self.nlp)[0]
+        self.nil = self.linker.cfg.nil_label
+        self.load_seconds = time.perf_counter() - started
+
+    def link(self, items: Sequence[dict]) -> List[List[dict]]:
+        """Mention rows of each item (all with given spans or all raw: one call of ``nlp.pipe``)."""
+        given = bool(items[0]["spans"])
+        docs = [build_doc(self.nlp, item) for item in items]
+        disable = self.finders if given else []
+        linked = self.nlp.pipe(docs, batch_size=self.batch_size, disable=disable)
+        return [mention_rows(doc, item["doc_id"], self.linker) for doc, item in zip(linked, items)]
+
+    def _link_each(self, items: Sequence[dict]) -> Dict[int, object]:
+        """{position: rows or error}: the documents of a failed batch, alone, ``ATTEMPTS_ALONE`` times."""
+        out: Dict[int, object] = {}
+        for i, item in enumerate(items):
+            for attempt in range(ATTEMPTS_ALONE):
+                try:
+                    out[i] = self.link([item])[0]
+                    break
+                except Exception as err:  # noqa: BLE001 — any failure of one document is reported, not raised
+                    out[i] = f"failed {attempt + 1} times alone after its batch failed; last: {_failure(err)}"
+        return out
+
+    def __call__(self, batch) -> dict:
+        items = batch.to_pylist()
+        started = time.perf_counter()
+        results: Dict[int, object] = {i: item["error"] for i, item in enumerate(items) if item["error"]}
+        todo = [i for i in range(len(items)) if i not in results]
+        for given in (True, False):  # a chunk is one shard's, so in practice one group is empty
+            group = [i for i in todo if bool(items[i]["spans"]) == given]
+            if not group:
+                continue
+            try:
+                results.update(zip(group, self.link([items[i] for i in group])))
+            except Exception:  # noqa: BLE001 — retried document by document below
+                results.update({group[i]: r for i, r in self._link_each([items[i] for i in group]).items()})
+        seconds = time.perf_counter() - started
+        out = {k: [] for k in ("shard", "seq", "doc_id", "rows", "mentions", "nil", "error", "seconds")}
+        for i, item in enumerate(items):
+            result = results[i]
+            rows = result if isinstance(result, list) else []
+            out["shard"].append(item["shard"])
+            out["seq"].append(item["seq"])
+            out["doc_id"].append(item["doc_id"])
+            out["rows"].append(json.dumps(rows, ensure_ascii=False))
+            out["mentions"].append(len(rows))
+            out["nil"].append(sum(r["kb_id"] == self.nil for r in rows))
+            out["error"].append("" if isinstance(result, list) else str(result))
+            out["seconds"].append(seconds / len(items))
+        return out

@@ -1,0 +1,45 @@
+"""``python -m spacy_pel bulk``: the command line over :mod:`spacy_pel.bulk.run`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..bulk.run import __doc__ as LIBRARY_DOC
+from ..bulk.run import link_corpus
+from ._errors import cli_errors, fail, require_dir, require_writable_parent
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+@cli_errors
+def main(
+    input: Path = typer.Argument(..., help="A shard or a folder of shards: JSONL / Parquet {id, text}, or PubTator"),
+    output: Path = typer.Argument(..., help="Output folder (mentions/*.parquet, errors/, done/, summary.json)"),
+    pipeline: Path = typer.Option(..., "--pipeline", help="A saved spaCy pipeline with pel_linker (on shared storage for a cluster)"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: auto, or ray://HOST:10001 (default: Ray on this machine)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Actors, each with its own pipeline copy (default: CPUs / --cpus-per-worker)"),
+    batch_size: int = typer.Option(64, "--batch-size", help="Documents per Ray batch (one actor call)"),
+    cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="CPUs (and torch threads) of each actor"),
+    num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of a local Ray (default: all)"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Ray Data's progress bars"),
+):
+    """Link every document of INPUT with the pipeline on a Ray actor pool and write Parquet mention rows
+    per input shard into OUTPUT. A re-run skips finished shards; documents that fail are listed in
+    OUTPUT/errors/. Prints the summary JSON: documents, mentions, NIL, errors, mentions/s."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        fail('bulk needs Ray: pip install "spacy_pel[ray]" (or "ray[data]" pyarrow)')
+    if not input.exists():
+        fail(f"input not found: {input}")
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_writable_parent(output, "output")
+    if output.exists() and not output.is_dir():
+        fail(f"output {output} is a file, not a folder")
+    summary = link_corpus(input, output, pipeline, address=address, workers=workers, batch_size=batch_size,
+                          cpus_per_worker=cpus_per_worker, num_cpus=num_cpus, progress=progress)
+    typer.echo(json.dumps(summary, indent=2))
