@@ -60,6 +60,9 @@ class LinkerSettings:
     context_window: word pieces of a mention input. device: ``auto``, ``cpu``, ``cuda[:N]`` or ``mps``.
     precision: the encoder's inference precision, ``fp32``, ``bf16`` or ``auto`` (bf16 where the device
     has bf16 units — BC5CDR dev R@1 unchanged, ~3× faster on such CPUs — else fp32).
+    use_gold_ents: as spaCy's ``entity_linker``: scoring (``nlp.evaluate``, ``spacy evaluate``) links
+    the reference's own mentions, and ``update`` learns from them; false: the predicted ones (from an
+    NER before it), scored where their offsets match a gold mention.
     """
 
     kb: Optional[str] = None
@@ -71,6 +74,7 @@ class LinkerSettings:
     context_window: int = 128
     device: str = "auto"
     precision: str = "auto"
+    use_gold_ents: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "kb", _path(self.kb, "kb"))
@@ -92,6 +96,8 @@ class LinkerSettings:
             raise ValueError(f"pel_linker: unknown `device` {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
         if self.precision not in PRECISIONS:
             raise ValueError(f"pel_linker: `precision` must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if not isinstance(self.use_gold_ents, bool):
+            raise ValueError(f"pel_linker: `use_gold_ents` must be true or false, not {self.use_gold_ents!r}")
 
     def replace(self, **changes) -> "LinkerSettings":
         """A copy with ``changes`` applied (and checked)."""

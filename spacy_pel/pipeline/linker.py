@@ -15,7 +15,6 @@ a saved pipeline never reaches for the network.
 """
 from __future__ import annotations
 
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -25,7 +24,6 @@ import spacy
 import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
-from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 from spacy.util import minibatch
@@ -34,8 +32,11 @@ from spacy.vocab import Vocab
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
+from .folder_bytes import folder_from_bytes, folder_to_bytes
 from .mentions import DocSpans
 from .rules import DECIDED_SCORE, CandidateBatch, CandidateRule
+from .scoring import score_linker
+from .updating import Objective, Updater
 from .vectors import VectorStrategy, per_mention_vectors
 
 CANDIDATES_ATTR = "pel_candidates"
@@ -54,32 +55,24 @@ if not Span.has_extension(CANDIDATES_ATTR):
         "mentions": {"@misc": "spacy_pel.mentions.ents.v1"},
         "vectors": {"@misc": "spacy_pel.vectors.per_mention.v1"},
         "rules": {},
+        "objective": {"@misc": "spacy_pel.objective.v1"},
+        "scorer": {"@scorers": "spacy_pel.linker_scorer.v1"},
     },
     assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
     requires=["doc.ents"],
-    default_score_weights={"nel_micro_f": 1.0, "nel_micro_p": None, "nel_micro_r": None},
+    default_score_weights={"nel_micro_f": 1.0, "nel_micro_p": None, "nel_micro_r": None, "pel_r1": 0.0},
 )
 def make_pel_linker(
-    nlp: Language,
-    name: str,
-    kb: Optional[str],
-    encoder: Optional[str],
-    top_k: int,
-    threshold: Optional[float],
-    nil_label: str,
-    batch_size: int,
-    context_window: int,
-    device: str,
-    precision: str,
-    mentions: DocSpans,
-    vectors: VectorStrategy,
-    rules: Dict[str, Any],
+    nlp: Language, name: str, kb: Optional[str], encoder: Optional[str], top_k: int, threshold: Optional[float],
+    nil_label: str, batch_size: int, context_window: int, device: str, precision: str, use_gold_ents: bool,
+    mentions: DocSpans, vectors: VectorStrategy, rules: Dict[str, Any], objective: Objective, scorer: Optional[Callable],
 ) -> "PELLinker":
     """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
-    :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`)."""
+    :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`;
+    ``objective``: what ``update`` trains with, :mod:`.updating`; ``scorer``: :mod:`.scoring`)."""
     settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label, batch_size=batch_size,
-                              context_window=context_window, device=device, precision=precision)
-    return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules)
+                              context_window=context_window, device=device, precision=precision, use_gold_ents=use_gold_ents)
+    return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, objective=objective, scorer=scorer)
 
 
 def find_linker(nlp: Language) -> Tuple[str, "PELLinker"]:
@@ -119,15 +112,10 @@ def _check_part(value, what: str, example: str):
 
 class PELLinker(Pipe):
     def __init__(
-        self,
-        vocab: Vocab,
-        name: str = "pel_linker",
-        settings: Optional[LinkerSettings] = None,
-        *,
-        mentions: Optional[DocSpans] = None,
-        vectors: Optional[VectorStrategy] = None,
-        rules: Optional[Dict[str, CandidateRule]] = None,
-        **overrides,
+        self, vocab: Vocab, name: str = "pel_linker", settings: Optional[LinkerSettings] = None, *,
+        mentions: Optional[DocSpans] = None, vectors: Optional[VectorStrategy] = None,
+        rules: Optional[Dict[str, CandidateRule]] = None, objective: Optional[Objective] = None,
+        scorer: Optional[Callable] = None, **overrides,
     ):
         self.vocab, self.name = vocab, name
         self.cfg = (settings or LinkerSettings()).replace(**overrides)
@@ -144,6 +132,7 @@ class PELLinker(Pipe):
         self.encoder: Optional[BiEncoder] = None
         self.index: Optional[EntityIndex] = None
         self.sources: Dict[str, Optional[str]] = {}  # configured path each held resource came from
+        self.updater, self.scorer = Updater.for_objective(objective), scorer
 
     # ------------------------------------------------------------------ settings
     @property
@@ -300,25 +289,26 @@ class PELLinker(Pipe):
             return self.cfg.nil_label
         if self.cfg.threshold is not None and scores[0] < self.cfg.threshold:
             return self.cfg.nil_label
-        return self.index.entities[rows[0]].id
+        return self.index.entities.ids[rows[0]]
 
-    def set_annotations(self, docs: Sequence[Doc], predictions) -> None:
-        entities = self.index.entities
+    def set_annotations(self, docs: Sequence[Doc], predictions, target: Optional[DocSpans] = None) -> None:
+        """Write the linked spans where the mention source says (or where ``target`` says)."""
+        entities, target = self.index.entities, target or self.mentions
         for doc, (spans, scores, rows) in zip(docs, predictions):
             new = []
             for (a, b, label), s, r in zip(spans, scores, rows):
                 kb_id = self.decide(s, r)
-                if self.mentions.label_from_kb and not label:  # found spans: their entity's first KB type
-                    types = entities[r[0]].types if kb_id != self.cfg.nil_label and r[0] >= 0 else []
+                if target.label_from_kb and not label:  # found spans: their entity's first KB type
+                    types = entities.types[r[0]] if kb_id != self.cfg.nil_label and r[0] >= 0 else []
                     label = types[0] if types else "ENTITY"
                 new.append(Span(doc, a, b, label=label, kb_id=kb_id))
-            if not self.mentions.write(doc, new):
+            if not target.write(doc, new):
                 continue
             # span extensions are keyed by (offsets, label, kb_id): set them on the final spans
-            for span, s, r in zip(self.mentions.spans(doc), scores, rows):
+            for span, s, r in zip(target.spans(doc), scores, rows):
                 span._.set(
                     CANDIDATES_ATTR,
-                    [[entities[j].id, entities[j].name, round(float(x), 5)] for x, j in zip(s, r) if j >= 0],
+                    [[entities.ids[j], entities.names[j], round(float(x), 5)] for x, j in zip(s, r) if j >= 0],
                 )
 
     def __call__(self, doc: Doc) -> Doc:
@@ -331,7 +321,27 @@ class PELLinker(Pipe):
             yield from docs
 
     def score(self, examples: Iterable[Example], **kwargs) -> Dict[str, object]:
-        return Scorer.score_links(examples, negative_labels=[self.cfg.nil_label], **kwargs)
+        """Scores for ``nlp.evaluate`` / ``spacy evaluate``, on gold mentions with ``use_gold_ents`` (:mod:`.scoring`)."""
+        return score_linker(self, examples, **kwargs)
+
+    # ------------------------------------------------------------------ training (:mod:`.updating`)
+    @property
+    def is_trainable(self) -> bool:
+        return True
+
+    @property
+    def model(self) -> Optional[BiEncoder]:  # spaCy's loop calls finish_update when it is not None
+        return self.encoder
+
+    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+        """Learn from the batch's gold mentions (or matching predicted ones); ``drop`` is not used."""
+        return self.updater.update(self, examples, sgd=sgd, losses=losses)
+
+    def get_loss(self, examples: Iterable[Example], vectors) -> Tuple[float, Any]:  # (loss, d_loss/d_vectors)
+        return self.updater.get_loss(self, examples, vectors)
+
+    def finish_update(self, sgd) -> None:
+        self.updater.finish_update(sgd)
 
     # ------------------------------------------------------------------ serialisation
     def to_disk(self, path, *, exclude=tuple()) -> None:
@@ -378,18 +388,8 @@ class PELLinker(Pipe):
         return self
 
     def to_bytes(self, *, exclude=tuple()) -> bytes:
-        with tempfile.TemporaryDirectory() as tmp:
-            self.to_disk(tmp, exclude=exclude)
-            root = Path(tmp)
-            files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-        return srsly.msgpack_dumps(files)
+        return folder_to_bytes(lambda folder: self.to_disk(folder, exclude=exclude))
 
     def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "PELLinker":
-        files = srsly.msgpack_loads(bytes_data)
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, data in files.items():
-                target = Path(tmp) / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            self.from_disk(tmp, exclude=exclude)
+        folder_from_bytes(bytes_data, lambda folder: self.from_disk(folder, exclude=exclude))
         return self

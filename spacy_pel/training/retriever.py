@@ -32,11 +32,12 @@ import numpy as np
 import spacy
 import torch
 
-from ..corpora import NIL, gold_ids, gold_spans, read_docbin
+from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..models.encoder import BiEncoder, Mention
 from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
+from ..pipeline.updating import linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
@@ -59,19 +60,10 @@ class Examples:
 
 
 def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder) -> Tuple[Examples, Dict[str, int]]:
-    """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used."""
-    mentions, gold, skipped = [], [], {"nil": 0, "absent": 0}
-    for doc in docs:
-        for span in gold_spans(doc):
-            ids = gold_ids(span.kb_id_)
-            rows = {index.row[i] for i in ids if i in index.row}
-            if ids == [NIL]:
-                skipped["nil"] += 1
-            elif not rows:
-                skipped["absent"] += 1
-            else:
-                mentions.append(Mention(doc.text, span.start_char, span.end_char))
-                gold.append(rows)
+    """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used
+    (:func:`~spacy_pel.pipeline.updating.linkable_mentions`, which ``pel_linker.update`` uses too)."""
+    items = ((doc.text, s.start_char, s.end_char, s.kb_id_) for doc in docs for s in gold_spans(doc))
+    mentions, gold, skipped = linkable_mentions(items, index.row)
     return Examples(encoder.mention_inputs(mentions), gold), skipped
 
 

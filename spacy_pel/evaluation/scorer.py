@@ -1,0 +1,89 @@
+"""``spacy_pel.linker_scorer.v1``: the scorer of ``pel_linker`` in ``nlp.evaluate``, ``spacy evaluate``
+and ``spacy train`` (``[components.pel_linker.scorer]``, like spaCy's ``spacy.entity_linker_scorer.v1``).
+
+It returns spaCy's ``Scorer.score_links`` figures (``nel_micro_p/r/f``, ``nel_macro_*``,
+``nel_f_per_type``: exact spans of ``doc.ents``, ids compared as strings) and the project's own, the
+figures of ``python -m spacy_pel evaluate`` (:func:`spacy_pel.evaluation.linking.metrics`) over the
+predicted mentions whose offsets match a gold mention (``corpora.gold_spans``: with gold mentions, all
+of them), from the candidates in ``span._.pel_candidates``:
+
+* ``pel_r1``, ``pel_r2`` … up to the linker's ``top_k``: recall@k of the mentions whose gold id is
+  in the KB (a composite mention counts when any of its ids is found); ``pel_r1_linkable``: recall@1
+  counting gold ids absent from the KB as misses;
+* ``pel_nil_p/r/f`` and ``pel_nil_ap`` (NIL detection with the linker's threshold, and its
+  threshold-free average precision), ``pel_accuracy_with_nil``;
+* ``pel_mentions``, ``pel_in_kb``, ``pel_absent``, ``pel_nil``: the counts.
+
+spaCy's ``spacy evaluate`` prints a fixed table (TOK, NER, SPAN … rows) with no NEL row; its
+``--output`` JSON holds every score. With ``cli_spans_key`` (default ``"nel"``) the NEL figures are
+also returned as ``spans_nel_p/r/f`` and ``spans_nel_per_type``, so that
+``spacy evaluate PIPELINE CORPUS --spans-key nel`` prints them, as its SPAN P/R/F rows and a
+per-type table (null: not returned).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import numpy as np
+from spacy.scorer import Scorer
+from spacy.training import Example
+from spacy.util import registry
+
+from ..corpora import NIL, gold_ids, gold_spans
+from ..pipeline.linker import CANDIDATES_ATTR
+from .linking import KS, metrics
+
+
+class _AnyId:
+    """Stands for the KB ids when the caller gives none: every non-NIL gold id counts as in the KB."""
+
+    def __contains__(self, item) -> bool:
+        return True
+
+
+def candidate_rows(examples: Iterable[Example]) -> List[tuple]:
+    """Rows of :func:`~spacy_pel.evaluation.linking.metrics` (gold ids, candidate ids, scores) for
+    each predicted mention whose offsets match a gold one."""
+    rows = []
+    for eg in examples:
+        gold = {(s.start_char, s.end_char): gold_ids(s.kb_id_) for s in gold_spans(eg.reference)}
+        for span in gold_spans(eg.predicted):
+            ids = gold.get((span.start_char, span.end_char))
+            if ids is None:
+                continue
+            found = span._.get(CANDIDATES_ATTR) or []
+            scores = np.array([c[2] for c in found] or [0.0], dtype=np.float32)  # none: as a wordless mention
+            rows.append((ids, [c[0] for c in found], scores))
+    return rows
+
+
+def pel_scores(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None, top_k: Optional[int] = None) -> Dict[str, Any]:
+    """The ``pel_*`` figures of ``rows`` (see the module doc)."""
+    report = metrics(rows, 0.0, _AnyId() if kb_ids is None else kb_ids, None, threshold)
+    recall, linkable, nil, counts = report["recall_in_kb"], report["recall_all_linkable"], report["nil"], report["counts"]
+    out: Dict[str, Any] = {f"pel_r{k}": recall.get(f"R@{k}", 0.0) for k in KS if top_k is None or k <= top_k}
+    out["pel_r1_linkable"] = linkable.get("R@1", 0.0)
+    out.update({f"pel_nil_{x}": nil[x] for x in ("p", "r", "f")})
+    out["pel_nil_ap"] = nil["average_precision"]
+    out["pel_accuracy_with_nil"] = report["accuracy_with_nil"]
+    out["pel_mentions"] = report["mentions"]
+    out.update({f"pel_{group}": counts[group] for group in ("in_kb", "absent", "nil")})
+    return out
+
+
+@registry.scorers("spacy_pel.linker_scorer.v1")
+def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Dict[str, Any]]:
+    """The scorer of ``pel_linker`` (see the module doc)."""
+
+    def score(examples: Iterable[Example], *, nil_label: str = NIL, kb_ids=None, threshold: Optional[float] = None,
+              top_k: Optional[int] = None, **kwargs) -> Dict[str, Any]:
+        examples = list(examples)
+        scores: Dict[str, Any] = Scorer.score_links(examples, negative_labels=[nil_label])
+        scores.update(pel_scores(candidate_rows(examples), kb_ids, threshold, top_k))
+        if cli_spans_key:
+            key = f"spans_{cli_spans_key}"
+            scores.update({f"{key}_{x}": scores[f"nel_micro_{x}"] for x in ("p", "r", "f")})
+            scores[f"{key}_per_type"] = scores["nel_f_per_type"]
+        return scores
+
+    return score

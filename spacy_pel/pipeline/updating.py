@@ -1,0 +1,235 @@
+"""Training ``pel_linker`` inside spaCy's own loop (``spacy train``, ``nlp.update``).
+
+The component trains its mention tower with the objective of the project's trainer
+(:class:`~spacy_pel.models.linking.LinkingLoss`: the same losses and negatives as ``python -m
+spacy_pel train``) against the KB's stored entity vectors: the entity tower is frozen, so the KB
+stays valid (same fingerprint) and no entity is ever encoded during training.
+
+* ``spacy_pel.objective.v1`` -- the loss (``loss``: ``proxy``, ``ce`` or ``ce_cosine``, its settings
+  in ``loss_settings``) and the negatives (``negatives``: ``sampled``, ``in_batch`` or ``kb``;
+  ``count``, ``hard_fraction``, ``seed``), as the ``[loss]`` and ``[negatives]`` blocks of a
+  training config;
+* :func:`linkable_mentions` -- the mentions to learn from and their gold KB rows (shared with the
+  project's trainer); :func:`example_mentions` -- which spans of spaCy examples those are;
+* :class:`Updater` -- the training state a linker holds: its objective bound to the KB, and a torch
+  optimizer;
+* ``spacy_pel.batch_by_mentions.v1`` -- a batcher filling each batch with about ``size`` gold
+  mentions (the project's trainer counts its batches in mentions, spaCy's batchers in docs or words).
+
+**spaCy's optimizer.** ``sgd`` is a thinc optimizer and cannot step torch weights, so the component
+keeps its own ``torch.optim.AdamW`` over the mention tower and, at every ``finish_update(sgd)``, takes
+its settings from ``sgd``: ``learn_rate`` (with any ``[training.optimizer.learn_rate]`` schedule,
+which spaCy steps), ``L2`` as decoupled weight decay, ``beta1``/``beta2``/``eps``, and ``grad_clip``
+as a clip of the global gradient norm, as the project's trainer clips. Without ``sgd`` (``update``
+called alone) gradients accumulate until a ``finish_update``. ``drop`` is not used: the transformer
+keeps its own dropout, as in the project's trainer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import torch
+from spacy.tokens import Span
+from spacy.training import Example, validate_examples
+from spacy.util import registry
+
+from ..corpora import NIL, gold_ids, gold_spans
+from ..models.encoder import BiEncoder, Mention
+from ..models.linking import NEGATIVE_KINDS, LinkingLoss
+from ..models.losses import Loss, make_loss
+from ..models.negatives import HardNegativeMiner
+from ..retrieval.index import EntityIndex
+
+Gold = Tuple[str, int, int, str]  # (text, start char, end char, gold kb_id) of one mention
+DEFAULT_LR = 2e-5  # when finish_update gets no thinc optimizer (the project trainer's default)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The loss and the negatives ``update`` trains with (see the module doc)."""
+
+    loss: Loss
+    negatives: str = "sampled"
+    count: int = 32
+    hard_fraction: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.negatives not in NEGATIVE_KINDS:
+            raise ValueError(f"spacy_pel.objective.v1: `negatives` must be one of {NEGATIVE_KINDS}, not {self.negatives!r}")
+        if not isinstance(self.count, int) or self.count < 1 or not 0.0 <= self.hard_fraction <= 1.0:
+            raise ValueError(f"spacy_pel.objective.v1: need `count` ≥ 1 and 0 ≤ `hard_fraction` ≤ 1, got {self.count!r}, {self.hard_fraction!r}")
+
+
+@registry.misc("spacy_pel.objective.v1")
+def make_objective(loss: str = "proxy", loss_settings: Dict[str, float] = {}, negatives: str = "sampled",
+              count: int = 32, hard_fraction: float = 0.0, seed: int = 0) -> Objective:
+    """The training objective of ``pel_linker.update``: ``loss`` with ``loss_settings`` (proxy:
+    ``alpha``, ``delta``; ce_cosine: ``scale``) and ``count`` negatives per mention of the kind
+    ``negatives``, ``hard_fraction`` of them hard (FAISS over the KB's vectors)."""
+    return Objective(make_loss(loss, **dict(loss_settings)), negatives, count, float(hard_fraction), seed)
+
+
+# ------------------------------------------------------------------ the mentions to learn from
+def linkable_mentions(items: Iterable[Gold], row: Mapping[str, int]) -> Tuple[List[Mention], List[Set[int]], Dict[str, int]]:
+    """Mentions whose gold ids are in the KB (``row``: id → KB row) and their gold rows; NIL and
+    absent ids are counted in the third value (``nil``, ``absent``), not used."""
+    mentions, gold, skipped = [], [], {"nil": 0, "absent": 0}
+    for text, start, end, kb_id in items:
+        ids = gold_ids(kb_id)
+        rows = {row[i] for i in ids if i in row}
+        if ids == [NIL]:
+            skipped["nil"] += 1
+        elif not rows:
+            skipped["absent"] += 1
+        else:
+            mentions.append(Mention(text, start, end))
+            gold.append(rows)
+    return mentions, gold, skipped
+
+
+def example_mentions(examples: Iterable[Example], use_gold_ents: bool,
+                     predicted_spans: Callable[..., Sequence[Span]]) -> Iterator[Gold]:
+    """The reference's gold mentions (``use_gold_ents``), or the predicted spans (``predicted_spans(doc)``,
+    e.g. ``doc.ents`` set by an NER) whose offsets match a gold mention, with its gold id."""
+    for eg in examples:
+        ref = eg.reference
+        if use_gold_ents:
+            yield from ((ref.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(ref))
+            continue
+        gold = {(s.start_char, s.end_char): s.kb_id_ for s in gold_spans(ref)}
+        for s in predicted_spans(eg.predicted):
+            if (s.start_char, s.end_char) in gold:
+                yield eg.predicted.text, s.start_char, s.end_char, gold[(s.start_char, s.end_char)]
+
+
+# ------------------------------------------------------------------ the training state
+@dataclass
+class Updater:
+    """What a linker needs to train: its objective bound to the KB (built on the first update, and
+    again when the linker gets another encoder or KB), the torch optimizer, and counts."""
+
+    objective: Objective
+    counts: Dict[str, int] = field(default_factory=lambda: {"updates": 0, "steps": 0, "mentions": 0})
+    _bound: Optional[Tuple[int, int]] = None
+    _linking: Optional[LinkingLoss] = None
+    _optimizer: Optional[torch.optim.Optimizer] = None
+
+    @classmethod
+    def for_objective(cls, objective: Optional[Objective]) -> "Updater":
+        """An updater for ``objective`` (None: the default of ``spacy_pel.objective.v1``)."""
+        if objective is not None and not isinstance(objective, Objective):
+            raise ValueError(f'pel_linker: `objective` must be a block such as {{"@misc": "spacy_pel.objective.v1"}}, not {objective!r}')
+        return cls(objective if objective is not None else make_objective())
+
+    def bind(self, encoder: BiEncoder, index: EntityIndex) -> LinkingLoss:
+        """The linking loss over ``index``'s stored vectors, the entity tower of ``encoder`` frozen."""
+        if self._bound != (id(encoder), id(index)) or self._linking is None:
+            obj = self.objective
+            encoder.entity_model.requires_grad_(False)
+            table = torch.from_numpy(np.asarray(index.embeddings, dtype=np.float32)).to(encoder.device_)
+            miner = HardNegativeMiner(obj.count, hard_fraction=obj.hard_fraction, seed=obj.seed, n_entities=len(index))
+            if obj.hard_fraction > 0:
+                miner.refresh(np.asarray(index.embeddings, dtype=np.float32))
+            self._linking = LinkingLoss(obj.loss, obj.negatives, miner, table)
+            params = [p for p in encoder.mention_model.parameters() if p.requires_grad]
+            self._optimizer = torch.optim.AdamW(params, lr=DEFAULT_LR)
+            self._bound = (id(encoder), id(index))
+        return self._linking
+
+    def mentions(self, linker, examples: Sequence[Example]) -> Tuple[List[Mention], List[Set[int]]]:
+        items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions.spans)
+        mentions, gold, _ = linkable_mentions(items, linker.index.row)
+        return mentions, gold
+
+    def loss_and_gradient(self, linker, vectors: torch.Tensor, gold: Sequence[Set[int]]) -> Tuple[float, torch.Tensor]:
+        """The objective's loss on mention ``vectors`` and its gradient with respect to them."""
+        linking = self.bind(linker.encoder, linker.index)
+        leaf = vectors.detach().requires_grad_(True)
+        with torch.enable_grad():
+            loss = linking(leaf, gold)
+            (grad,) = torch.autograd.grad(loss, leaf)
+        return float(loss.detach()), grad
+
+    def get_loss(self, linker, examples: Iterable[Example], vectors: torch.Tensor) -> Tuple[float, torch.Tensor]:
+        """spaCy's ``get_loss``: the loss of the batch's linkable mentions, whose ``vectors`` (in
+        :meth:`mentions` order) are given, and the gradient for them."""
+        linker.ensure_loaded()
+        _, gold = self.mentions(linker, list(examples))
+        if len(gold) != len(vectors):
+            raise ValueError(f"{len(vectors)} mention vectors for {len(gold)} linkable mentions")
+        return self.loss_and_gradient(linker, vectors, gold)
+
+    def update(self, linker, examples: Iterable[Example], *, sgd=None, losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+        """Back-propagate the loss of the batch's linkable mentions into the mention tower."""
+        losses = {} if losses is None else losses
+        losses.setdefault(linker.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, "PELLinker.update")
+        linker.ensure_loaded()
+        mentions, gold = self.mentions(linker, examples)
+        if mentions:
+            encoder = linker.encoder
+            self.bind(encoder, linker.index)
+            normalize = self.objective.loss.kind == "cosine"  # as the project's trainer (frozen tower)
+            was_training = encoder.training
+            encoder.mention_model.train()
+            try:
+                vectors = encoder.embed_mentions(encoder.mention_inputs(mentions), normalize=normalize)
+                loss, grad = self.loss_and_gradient(linker, vectors, gold)
+                vectors.backward(grad)
+            finally:
+                encoder.train(was_training)
+            losses[linker.name] += loss
+            linker.sources["encoder"] = None  # trained here: no longer the weights of a path
+            self.counts["updates"] += 1
+            self.counts["mentions"] += len(mentions)
+        if sgd not in (None, False):
+            self.finish_update(sgd)
+        return losses
+
+    def finish_update(self, sgd) -> None:
+        """One AdamW step with the settings of spaCy's optimizer ``sgd`` (module doc), then zero grads."""
+        if self._optimizer is None:
+            return
+        params = [p for g in self._optimizer.param_groups for p in g["params"]]
+        decay = float(getattr(sgd, "L2", 0.01)) if getattr(sgd, "L2_is_weight_decay", True) else 0.0
+        for group in self._optimizer.param_groups:
+            group.update(lr=float(getattr(sgd, "learn_rate", DEFAULT_LR)), weight_decay=decay,
+                         betas=(float(getattr(sgd, "b1", 0.9)), float(getattr(sgd, "b2", 0.999))),
+                         eps=float(getattr(sgd, "eps", 1e-8)))
+        clip = float(getattr(sgd, "grad_clip", 1.0) or 0.0)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self.counts["steps"] += 1
+
+
+# ------------------------------------------------------------------ batches of about N mentions
+@registry.batchers("spacy_pel.batch_by_mentions.v1")
+def batch_by_mentions(size: int = 32) -> Callable[[Iterable[Example]], Iterator[List[Example]]]:
+    """Batches of whole examples holding about ``size`` gold mentions each: an example joins the
+    batch unless that overshoots ``size`` by more than the batch now falls short of it."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"spacy_pel.batch_by_mentions.v1: `size` must be an integer ≥ 1, not {size!r}")
+
+    def batcher(examples: Iterable[Example]) -> Iterator[List[Example]]:
+        batch: List[Example] = []
+        n = 0
+        for eg in examples:
+            k = len(gold_spans(eg.reference))
+            if batch and n + k - size > size - n:
+                yield batch
+                batch, n = [], 0
+            batch.append(eg)
+            n += k
+            if n >= size:
+                yield batch
+                batch, n = [], 0
+        if batch:
+            yield batch
+
+    return batcher
