@@ -129,7 +129,7 @@ def test_roundtrip_to_disk_and_bytes(nlp, tmp_path, kb_dir):
     before = nlp(make_doc(nlp))
     nlp.to_disk(tmp_path / "pipeline")
     assert (tmp_path / "pipeline" / "pel_linker" / "encoder" / "entity" / "model.safetensors").exists()
-    assert (tmp_path / "pipeline" / "pel_linker" / "kb" / "index.faiss").exists()
+    assert (tmp_path / "pipeline" / "pel_linker" / "kb" / "embeddings.npy").exists()
     assert not (tmp_path / "pipeline" / "pel_linker" / "cfg.json").exists()  # settings live in config.cfg
     kb_dir.rename(tmp_path / "moved")  # the saved pipeline must not need the original KB
     loaded = spacy.load(tmp_path / "pipeline")
