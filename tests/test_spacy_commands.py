@@ -119,11 +119,24 @@ def test_get_loss_is_the_shared_linking_loss(nlp):
     assert grad.shape == vectors.shape
 
 
+def test_the_torch_optimizer_follows_spacys(nlp):
+    linker = nlp.get_pipe("pel_linker")
+    linker.updater = type(linker.updater).for_objective(make_objective(lr_scale=0.5))
+    sgd = Adam(0.001, L2=0.02, grad_clip=0.0, beta1=0.8)
+    nlp.update(examples(nlp), sgd=sgd)
+    group = linker.updater._optimizer.param_groups[0]
+    assert (group["lr"], group["weight_decay"], group["betas"][0]) == (0.0005, 0.02, 0.8)
+    assert all(p.grad is None for p in group["params"])  # stepped and cleared
+    assert not any(p.requires_grad for p in linker.encoder.entity_model.parameters())
+
+
 def test_objective_settings_are_checked():
     with pytest.raises(ValueError, match="negatives"):
         make_objective(negatives="hard")
     with pytest.raises(ValueError, match="no setting"):
         make_objective("proxy", {"scale": 3.0})
+    with pytest.raises(ValueError, match="lr_scale"):
+        make_objective(lr_scale=0.0)
     with pytest.raises(ValueError, match="objective"):
         spacy.blank("en").add_pipe("pel_linker", config={"objective": {"@misc": "spacy_pel.vectors.per_mention.v1"}})
 

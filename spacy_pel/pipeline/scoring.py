@@ -2,11 +2,12 @@
 
 spaCy's ``Language.evaluate`` runs the pipeline on the predicted docs, then asks each component for
 its scores. A linker-only pipeline has no entities there, so nothing would be linked or scored. With
-``use_gold_ents`` (the default, as spaCy's own ``entity_linker``) the linker scores copies of the
-examples whose predicted docs hold the reference's mentions (aligned to the predicted tokens), linked
-by the linker itself, as ``python -m spacy_pel evaluate`` links them (64 candidates each, 8 documents at
-a time): its gold spans (``corpora.gold_spans``: overlapping ones included) as the span group
-``GOLD_KEY`` and its ``doc.ents`` as ``doc.ents``. Without it the predicted docs are scored as
+``use_gold_ents`` (the default, as spaCy's own ``entity_linker``) the linker scores new examples whose
+predicted docs hold the reference's tokens and mentions, linked by the linker itself as ``python -m
+spacy_pel evaluate`` links them (64 candidates each, 8 documents at a time): its gold spans
+(``corpora.gold_spans``: overlapping ones included) as the span group ``GOLD_KEY`` and its
+``doc.ents`` as ``doc.ents``. (The reference's tokens, not the pipeline's: a gold mention that does
+not fall on the pipeline's token boundaries is still scored.) Without it the predicted docs are scored as
 they are (an NER's entities, linked end to end).
 
 The scores come from the component's ``scorer`` (``spacy_pel.linker_scorer.v1`` by default:
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 from spacy.scorer import Scorer
+from spacy.tokens import Doc
 from spacy.training import Example
 
 from ..corpora import GOLD_KEY, gold_spans
@@ -28,15 +30,17 @@ GOLD_K = 64  # candidates per gold mention, as `python -m spacy_pel evaluate` (i
 
 
 def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
-    """Copies of ``examples`` whose predicted docs hold the reference's mentions, linked by ``linker``."""
-    copies = [eg.copy() for eg in examples]
-    todo = []
-    for eg in copies:
-        spans = list(eg.get_aligned_spans_y2x(gold_spans(eg.reference), allow_overlap=True))
-        ents = list(eg.get_aligned_spans_y2x(eg.reference.ents))
-        known = {(s.start, s.end, s.label) for s in spans}
-        spans += [e for e in ents if (e.start, e.end, e.label) not in known]
-        todo.append((eg.predicted, [(s.start, s.end, s.label) for s in spans], ents))
+    """New examples whose predicted docs are the references' tokens with their mentions, linked by
+    ``linker`` (the caller's examples are left as they are)."""
+    out, todo = [], []
+    for eg in examples:
+        ref = eg.reference
+        doc = Doc(ref.vocab, words=[t.text for t in ref], spaces=[bool(t.whitespace_) for t in ref])
+        spans = [(s.start, s.end, s.label) for s in gold_spans(ref)]
+        ents = [(e.start, e.end, e.label) for e in ref.ents]
+        spans += [e for e in ents if e not in set(spans)]
+        out.append(Example(doc, ref))
+        todo.append((doc, spans, ents))
     group = DocSpans(GOLD_KEY)
     for i in range(0, len(todo), DOCS_PER_STEP):
         chunk = todo[i : i + DOCS_PER_STEP]
@@ -45,8 +49,8 @@ def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
         linker.set_annotations(docs, [(sp, s, r) for sp, (s, r) in zip(spans, found)], target=group)
     for doc, _, ents in todo:
         linked = {(s.start, s.end, s.label): s for s in group.spans(doc)}
-        doc.ents = [linked[(e.start, e.end, e.label)] for e in ents]
-    return copies
+        doc.ents = [linked[e] for e in ents]
+    return out
 
 
 def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, object]:

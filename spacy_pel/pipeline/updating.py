@@ -8,7 +8,7 @@ stays valid (same fingerprint) and no entity is ever encoded during training.
 * ``spacy_pel.objective.v1`` -- the loss (``loss``: ``proxy``, ``ce`` or ``ce_cosine``, its settings
   in ``loss_settings``) and the negatives (``negatives``: ``sampled``, ``in_batch`` or ``kb``;
   ``count``, ``hard_fraction``, ``seed``), as the ``[loss]`` and ``[negatives]`` blocks of a
-  training config;
+  training config; ``lr_scale`` scales spaCy's learning rate for the mention tower;
 * :func:`linkable_mentions` -- the mentions to learn from and their gold KB rows (shared with the
   project's trainer); :func:`example_mentions` -- which spans of spaCy examples those are;
 * :class:`Updater` -- the training state a linker holds: its objective bound to the KB, and a torch
@@ -18,8 +18,8 @@ stays valid (same fingerprint) and no entity is ever encoded during training.
 
 **spaCy's optimizer.** ``sgd`` is a thinc optimizer and cannot step torch weights, so the component
 keeps its own ``torch.optim.AdamW`` over the mention tower and, at every ``finish_update(sgd)``, takes
-its settings from ``sgd``: ``learn_rate`` (with any ``[training.optimizer.learn_rate]`` schedule,
-which spaCy steps), ``L2`` as decoupled weight decay, ``beta1``/``beta2``/``eps``, and ``grad_clip``
+its settings from ``sgd``: ``learn_rate`` × the objective's ``lr_scale`` (with any
+``[training.optimizer.learn_rate]`` schedule, which spaCy steps), ``L2`` as decoupled weight decay, ``beta1``/``beta2``/``eps``, and ``grad_clip``
 as a clip of the global gradient norm, as the project's trainer clips. Without ``sgd`` (``update``
 called alone) gradients accumulate until a ``finish_update``. ``drop`` is not used: the transformer
 keeps its own dropout, as in the project's trainer.
@@ -55,21 +55,25 @@ class Objective:
     count: int = 32
     hard_fraction: float = 0.0
     seed: int = 0
+    lr_scale: float = 1.0
 
     def __post_init__(self):
         if self.negatives not in NEGATIVE_KINDS:
             raise ValueError(f"spacy_pel.objective.v1: `negatives` must be one of {NEGATIVE_KINDS}, not {self.negatives!r}")
         if not isinstance(self.count, int) or self.count < 1 or not 0.0 <= self.hard_fraction <= 1.0:
             raise ValueError(f"spacy_pel.objective.v1: need `count` ≥ 1 and 0 ≤ `hard_fraction` ≤ 1, got {self.count!r}, {self.hard_fraction!r}")
+        if not self.lr_scale > 0:
+            raise ValueError(f"spacy_pel.objective.v1: `lr_scale` must be > 0, not {self.lr_scale!r}")
 
 
 @registry.misc("spacy_pel.objective.v1")
 def make_objective(loss: str = "proxy", loss_settings: Dict[str, float] = {}, negatives: str = "sampled",
-              count: int = 32, hard_fraction: float = 0.0, seed: int = 0) -> Objective:
+              count: int = 32, hard_fraction: float = 0.0, seed: int = 0, lr_scale: float = 1.0) -> Objective:
     """The training objective of ``pel_linker.update``: ``loss`` with ``loss_settings`` (proxy:
     ``alpha``, ``delta``; ce_cosine: ``scale``) and ``count`` negatives per mention of the kind
-    ``negatives``, ``hard_fraction`` of them hard (FAISS over the KB's vectors)."""
-    return Objective(make_loss(loss, **dict(loss_settings)), negatives, count, float(hard_fraction), seed)
+    ``negatives``, ``hard_fraction`` of them hard (FAISS over the KB's vectors); the mention tower's
+    learning rate is spaCy's ``learn_rate`` × ``lr_scale`` (e.g. 0.05 beside an NER at 0.001)."""
+    return Objective(make_loss(loss, **dict(loss_settings)), negatives, count, float(hard_fraction), seed, float(lr_scale))
 
 
 # ------------------------------------------------------------------ the mentions to learn from
@@ -197,7 +201,7 @@ class Updater:
         params = [p for g in self._optimizer.param_groups for p in g["params"]]
         decay = float(getattr(sgd, "L2", 0.01)) if getattr(sgd, "L2_is_weight_decay", True) else 0.0
         for group in self._optimizer.param_groups:
-            group.update(lr=float(getattr(sgd, "learn_rate", DEFAULT_LR)), weight_decay=decay,
+            group.update(lr=float(getattr(sgd, "learn_rate", DEFAULT_LR)) * self.objective.lr_scale, weight_decay=decay,
                          betas=(float(getattr(sgd, "b1", 0.9)), float(getattr(sgd, "b2", 0.999))),
                          eps=float(getattr(sgd, "eps", 1e-8)))
         clip = float(getattr(sgd, "grad_clip", 1.0) or 0.0)
