@@ -151,7 +151,14 @@ def test_stopped_after_one_shard_resumes_without_duplicate_or_missing_document(l
     unfinished = sorted({"a.txt", "b.txt", "c.txt"} - {p.stem for p in (out / "done").glob("*.json")})
     (out / "mentions" / f"{unfinished[0]}.parquet").write_bytes(b"half a file")  # killed mid-write, no marker
 
-    summary = link_corpus(corpus, out, pipeline, workers=1, batch_size=2, progress=False)
+    from typer.testing import CliRunner
+
+    from spacy_pel.cli import app
+
+    result = CliRunner().invoke(app, ["bulk", str(corpus), str(out), "--pipeline", str(pipeline), "--workers", "1",
+                                      "--batch-size", "2", "--no-progress"])  # the re-run, from the command line
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout[result.stdout.index("{"):])
     assert (summary["shards_skipped"], summary["shards_linked_now"], summary["docs"]) == (1, 2, 12)
     for name in ("a", "b", "c"):
         got = read_rows(out, f"{name}.txt")
@@ -226,17 +233,48 @@ def test_chunks_cover_every_document_once(tmp_path):
     assert [i["doc_id"] for i in bad] == ["1004"] and bad[0]["error"].startswith(f"{path}:{lines.index('1004|a|' + sentence(4)[1]) + 2}:")
 
 
-def test_cli_and_the_package_without_ray(local_ray, pipeline, tmp_path):
+def test_cli_errors_and_the_package_without_ray(pipeline, tmp_path):
     from typer.testing import CliRunner
 
     from spacy_pel.cli import app
 
-    write_pubtator(tmp_path / "in.txt", range(2))
-    result = CliRunner().invoke(app, ["bulk", str(tmp_path / "in.txt"), str(tmp_path / "out"), "--pipeline",
-                                      str(pipeline), "--workers", "1", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout[result.stdout.index("{"):])["mentions"] == 8
     missing = CliRunner().invoke(app, ["bulk", str(tmp_path / "nothing"), str(tmp_path / "out"), "--pipeline", str(pipeline)])
     assert missing.exit_code == 2 and "input not found" in missing.output
+    (tmp_path / "notes.md").write_text("x")
+    wrong = CliRunner().invoke(app, ["bulk", str(tmp_path / "notes.md"), str(tmp_path / "out"), "--pipeline", str(pipeline)])
+    assert wrong.exit_code == 2 and "not a shard" in wrong.output
     code = "import sys; sys.modules['ray'] = None; import spacy_pel, spacy_pel.bulk.run, spacy_pel.cli; print('ok')"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
+
+
+def crash(nlp):
+    """Actor setup: the worker process dies (as on a segfault or the OOM killer) on a document with 'CRASH'."""
+    import os
+
+    from spacy_pel.pipeline.linker import find_linker
+
+    linker = find_linker(nlp)[1]
+    predict = linker.predict
+
+    def crashing(docs, *args, **kwargs):
+        if any("CRASH" in doc.text for doc in docs):
+            os._exit(1)
+        return predict(docs, *args, **kwargs)
+
+    linker.predict = crashing
+
+
+@pytest.mark.slow  # the worker is restarted twice (each restart reloads the pipeline)
+def test_a_worker_that_dies_on_a_document_loses_only_that_document(local_ray, pipeline, tmp_path):
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    records = [{"id": f"r{i}", "text": sentence(i)[2]} for i in range(6)]
+    records[4]["text"] = "CRASH " + records[4]["text"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf8")
+    summary = link_corpus(tmp_path / "in.jsonl", tmp_path / "out", pipeline, workers=1, batch_size=2,
+                          progress=False, setup=crash)
+    errors = [json.loads(x) for x in (tmp_path / "out" / "errors" / "in.jsonl.jsonl").read_text().splitlines()]
+    assert [e["doc_id"] for e in errors] == ["r4"] and errors[0]["reason"].startswith("lost:")
+    assert sorted({r["doc_id"] for r in read_rows(tmp_path / "out", "in.jsonl")}) == ["r0", "r1", "r2", "r3", "r5"]
+    assert (summary["docs"], summary["errors"]) == (6, 1)

@@ -7,10 +7,10 @@ per chunk, no CPU reserved: reading is I/O) → ``map_batches(LinkWorker)`` on a
 each) → the driver streams the linked documents back, and as soon as every document of a shard has
 come back it writes the shard's files and its completion marker (:mod:`.output`).
 
-Failures: an actor that dies is restarted by Ray and its batch retried once; a document whose
-linking raises is retried alone, and reported in the errors file after its second failure; a batch
-Ray cannot run even on retry is not fatal either (``max_errored_blocks = -1``): at the end its
-documents are written to the errors file as lost. So the job finishes, and every input document is
+Failures: a document whose linking raises is retried alone, and reported in the errors file after
+its second failure. An actor that dies is restarted by Ray and its batch retried once; a batch Ray
+cannot run even then is not fatal (``max_errored_blocks = -1``): its documents get a second pass,
+each alone in its batch, and those that still do not come back are written to the errors file as lost. So the job finishes, and every input document is
 in exactly one of ``mentions/`` (its mentions, possibly none) or ``errors/``.
 
 Ray is imported inside the functions: the package works without it (``pip install spacy_pel[ray]``).
@@ -26,7 +26,7 @@ import spacy
 
 from .. import files
 from . import output as out
-from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk
+from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk, split_chunk
 from .worker import LinkWorker, mention_finders
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _lost(chunks: List[Chunk], result: out.ShardResult) -> None:
             ids = {}
         for seq in missing:
             result.add(seq, {"doc_id": ids.get(seq, f"{chunk.path}#{seq}"), "rows": "[]", "mentions": 0, "nil": 0,
-                             "error": "lost: Ray could not run the batch holding it (worker failed twice)",
+                             "error": "lost: the worker linking it died, in its batch and again alone (a crash, or out of memory)",
                              "seconds": 0.0})
 
 
@@ -185,18 +185,23 @@ def _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size
         for name, result in results.items():  # shards without any document are finished already
             if result.complete:
                 finish(result)
-        all_chunks = [c for name in results for c in chunks[name] if not results[name].complete]
-        if not all_chunks:
-            return done
-        ds = _dataset(all_chunks, pipeline, workers, cpus_per_worker, batch_size, setup)
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
-            for doc in batch.to_pylist():
-                result = results[doc["shard"]]
-                if result.complete:
-                    continue
-                result.add(doc["seq"], doc)
-                if result.complete:
-                    finish(result)
+        todo = [c for name in results for c in chunks[name] if not results[name].complete]
+        for alone in (False, True):  # the documents of batches Ray could not run get a second pass, each alone
+            if not todo:
+                break
+            ds = _dataset(todo, pipeline, workers, cpus_per_worker, batch_size, setup)
+            for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+                for doc in batch.to_pylist():
+                    result = results[doc["shard"]]
+                    if result.complete:
+                        continue
+                    result.add(doc["seq"], doc)
+                    if result.complete:
+                        finish(result)
+            todo = [one for c in todo if not results[c.shard].complete for one in split_chunk(c)
+                    if one.first_seq not in results[c.shard].docs]
+            if todo and not alone:
+                log.warning(f"{len(todo)} document(s) of batches that failed in Ray: linking them again, one by one")
         for name, result in results.items():
             if not result.complete:
                 _lost(chunks[name], result)

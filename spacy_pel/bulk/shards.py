@@ -84,19 +84,44 @@ def plan_chunks(shard: Shard, chunk_docs: int) -> List[Chunk]:
         import pyarrow.parquet as pq
 
         rows = pq.ParquetFile(shard.path).metadata.num_rows
-        return [Chunk(shard.name, shard.path, shard.format, a, min(a + chunk_docs, rows), a, min(chunk_docs, rows - a))
-                for a in range(0, rows, chunk_docs)]
-    starts: List[Tuple[int, int]] = []  # (byte offset, line number) of every document's first line
-    offset = 0
-    with open(shard.path, "rb") as f:
-        for lineno, line in enumerate(f, start=1):
-            if shard.format == "jsonl" and line.strip() or shard.format == "pubtator" and _TITLE.match(line):
+        return _cut(Chunk(shard.name, shard.path, shard.format, 0, rows, 0, rows), list(range(rows)), chunk_docs)
+    whole = Chunk(shard.name, shard.path, shard.format, 0, os.path.getsize(shard.path), 0, 0)
+    return _cut(whole, _doc_starts(whole), chunk_docs)
+
+
+def split_chunk(chunk: Chunk) -> List[Chunk]:
+    """One chunk per document of ``chunk`` (to link again alone the documents of a batch that failed)."""
+    if chunk.format == "parquet":
+        return _cut(chunk, list(range(chunk.start, chunk.end)), 1)
+    return _cut(chunk, _doc_starts(chunk), 1)
+
+
+def _doc_starts(chunk: Chunk) -> List[Tuple[int, int]]:
+    """(byte offset, line number) of the first line of every document in the chunk's byte range."""
+    starts = []
+    offset, lineno = chunk.start, chunk.first_line
+    with open(chunk.path, "rb") as f:
+        f.seek(chunk.start)
+        for line in f:
+            if offset >= chunk.end:
+                break
+            if chunk.format == "jsonl" and line.strip() or chunk.format == "pubtator" and _TITLE.match(line):
                 starts.append((offset, lineno))
             offset += len(line)
-    cuts = starts[::chunk_docs]
-    ends = [c[0] for c in cuts[1:]] + [offset]
-    return [Chunk(shard.name, shard.path, shard.format, start, end, i * chunk_docs, min(chunk_docs, len(starts) - i * chunk_docs), line)
-            for i, ((start, line), end) in enumerate(zip(cuts, ends))]
+            lineno += 1
+    return starts
+
+
+def _cut(whole: Chunk, starts: list, size: int) -> List[Chunk]:
+    """Chunks of ``size`` documents of ``whole``, given each document's start (a row, or (offset, line))."""
+    out = []
+    for i in range(0, len(starts), size):
+        first, nxt = starts[i], starts[i + size] if i + size < len(starts) else None
+        begin, line = first if isinstance(first, tuple) else (first, 1)
+        end = whole.end if nxt is None else (nxt[0] if isinstance(nxt, tuple) else nxt)
+        out.append(Chunk(whole.shard, whole.path, whole.format, begin, end, whole.first_seq + i,
+                         min(size, len(starts) - i), line))
+    return out
 
 
 def _item(chunk: Chunk, seq: int, doc_id: str, text: str = "", spans: Optional[list] = None, error: str = "") -> dict:
