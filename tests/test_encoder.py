@@ -101,3 +101,25 @@ def test_bf16_vectors_stay_close_to_fp32(tiny_encoder_dir):
     a, b = fp32.encode_mentions(mentions), bf16.encode_mentions(mentions)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.99
+
+
+def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir, tmp_path):
+    """precision int8: inference through int8 copies of the towers; what is trained and saved is fp32."""
+    fp32 = BiEncoder.from_pretrained(tiny_encoder_dir)
+    int8 = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8")
+    mentions = [Mention("aspirin and warfarin were given", 0, 7), Mention("atrial flutter recurred", 0, 14)]
+    entities = [Entity("D1", "aspirin", ["acetylsalicylic acid"], ["Chemical"]), Entity("D2", "atrial flutter")]
+    for a, b in [(fp32.encode_mentions(mentions), int8.encode_mentions(mentions)),
+                 (fp32.encode_entities(entities), int8.encode_entities(entities))]:
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert cos.min() > 0.98 and not np.allclose(a, b, atol=1e-6)  # close, and really int8
+    assert int8.fingerprint() == fp32.fingerprint()  # a KB built either way serves both
+    assert not any("quantized" in type(m).__module__ for m in int8.modules())  # int8 copies are not submodules
+    ids, mask, pool = int8._collate([int8.mention_inputs(mentions)[0][0]])
+    out = int8.mention_model(input_ids=ids, attention_mask=mask).last_hidden_state.sum()
+    out.backward()  # the trained tower is the fp32 one, with gradients
+    assert int8.mention_model.embeddings.word_embeddings.weight.grad is not None
+    int8.save(tmp_path / "enc")
+    again = BiEncoder.from_pretrained(tmp_path / "enc")
+    assert again.config.precision == "int8"
+    np.testing.assert_allclose(again.encode_mentions(mentions), int8.encode_mentions(mentions), atol=1e-6)

@@ -27,7 +27,7 @@ def main(
     index: str = typer.Option("flat", "--index", help=f"FAISS index: {' or '.join(INDEX_KINDS)} (exact / approximate)"),
     add: Optional[Path] = typer.Option(None, "--add", help="Append this KB file's entities to the KB at --output"),
     batch_size: int = typer.Option(128, "--batch-size"),
-    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, or auto: bf16 where the CPU/GPU has bf16 units (about 3x faster there), else fp32"),
+    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, int8 (CPU: dynamic int8 linear layers), or auto: bf16 where the CPU/GPU has bf16 units (about 3x faster there), else fp32"),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="Leave out malformed KB lines (counted and listed) instead of stopping at the first"

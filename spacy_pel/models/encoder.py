@@ -15,12 +15,14 @@ import contextlib
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
@@ -31,7 +33,7 @@ PathLike = Union[str, Path]
 CONFIG_FILE = "pel_encoder.json"
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
-PRECISIONS = ("fp32", "bf16", "auto")
+PRECISIONS = ("fp32", "bf16", "int8", "auto")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -50,7 +52,8 @@ class EncoderConfig:
     mention_pooling: str = "span"
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
-    # inference precision: "fp32", "bf16", or "auto" (bf16 where the device has bf16 units, else fp32)
+    # inference precision: "fp32", "bf16", "int8" (CPU: dynamic int8 linear layers; fp32 elsewhere),
+    # or "auto" (bf16 where the device has bf16 units, else fp32)
     precision: str = "fp32"
     extra: Dict[str, object] = field(default_factory=dict)
 
@@ -103,7 +106,8 @@ def cpu_has_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """``"auto"`` → ``"bf16"`` on a CUDA device with bf16 or a CPU with bf16 units, else ``"fp32"``."""
+    """``"auto"`` → ``"bf16"`` on a CUDA device with bf16 or a CPU with bf16 units, else ``"fp32"``
+    (``"int8"`` stays itself: :meth:`BiEncoder.runtime_model` applies it)."""
     if precision != "auto":
         return precision
     if device.type == "cuda":
@@ -125,6 +129,7 @@ class BiEncoder(torch.nn.Module):
         self.config = config
         self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
         self.device_ = torch.device("cpu")
+        self._int8: Dict[int, torch.nn.Module] = {}  # int8 copies of the towers, made on first use
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -178,6 +183,26 @@ class BiEncoder(torch.nn.Module):
             h.update(name.encode())
             h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
         return h.hexdigest()[:32]
+
+    def train(self, mode: bool = True) -> "BiEncoder":
+        if mode:
+            self._int8.clear()  # the weights are about to change: requantise on the next inference
+        return super().train(mode)
+
+    def runtime_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and
+        no gradient wanted, a copy with dynamically quantised linear layers (int8 weights, one scale
+        per output channel; activations quantised per batch). The fp32 tower stays what is trained,
+        saved and fingerprinted."""
+        if torch.is_grad_enabled() or self.device_.type != "cpu" or self.config.precision != "int8":
+            return model
+        if id(model) not in self._int8:
+            with warnings.catch_warnings():  # torch's notice that its quantised tensor types will move
+                warnings.simplefilter("ignore", UserWarning)
+                self._int8[id(model)] = quantize_dynamic(
+                    model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+                )
+        return self._int8[id(model)]
 
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)
@@ -277,7 +302,7 @@ class BiEncoder(torch.nn.Module):
         Vectors are L2-normalised when the similarity is cosine, unless ``normalize`` says otherwise.
         """
         ids, mask, pool = self._collate(seqs, spans)
-        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = self.runtime_model(model)(input_ids=ids, attention_mask=mask).last_hidden_state
         return self._finish(mean_pool(hidden, pool), normalize)
 
     def embed_mentions(self, inputs, normalize: Optional[bool] = None) -> torch.Tensor:
