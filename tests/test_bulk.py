@@ -234,6 +234,7 @@ def test_chunks_cover_every_document_once(tmp_path):
 
 
 def test_cli_errors_and_the_package_without_ray(pipeline, tmp_path):
+    """… and a fresh process (spaCy's factories not yet registered) sees the entity ruler as the NER."""
     from typer.testing import CliRunner
 
     from spacy_pel.cli import app
@@ -243,7 +244,9 @@ def test_cli_errors_and_the_package_without_ray(pipeline, tmp_path):
     (tmp_path / "notes.md").write_text("x")
     wrong = CliRunner().invoke(app, ["bulk", str(tmp_path / "notes.md"), str(tmp_path / "out"), "--pipeline", str(pipeline)])
     assert wrong.exit_code == 2 and "not a shard" in wrong.output
-    code = "import sys; sys.modules['ray'] = None; import spacy_pel, spacy_pel.bulk.run, spacy_pel.cli; print('ok')"
+    (tmp_path / "in.jsonl").write_text('{"id": "1", "text": "aspirin"}\n', encoding="utf8")
+    code = ("import sys; sys.modules['ray'] = None; import spacy_pel, spacy_pel.cli; from spacy_pel.bulk import run, shards; "
+            f"run.check_pipeline(run.Path({str(pipeline)!r}), shards.find_shards({str(tmp_path / 'in.jsonl')!r})); print('ok')")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
 
 

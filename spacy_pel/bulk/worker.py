@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
@@ -39,6 +40,7 @@ def mention_finders(config) -> Tuple[bool, List[str]]:
     """Read from a pipeline's config (nothing loaded): does ``pel_linker`` find its own spans (a span
     finder), and which components before it set the spans it links (``doc.ents`` or a span group)?"""
     linker, before = _before_linker(config)
+    lang = spacy.blank(config["nlp"]["lang"])  # spaCy registers its factories (and their metadata) lazily
     mentions = config["components"][linker].get("mentions") or {}
     wanted = "doc.spans" if mentions.get("spans_key") else "doc.ents"
     found = []
@@ -48,7 +50,7 @@ def mention_finders(config) -> Tuple[bool, List[str]]:
             found.append(name)
             continue
         try:
-            assigns = Language.get_factory_meta(factory).assigns
+            assigns = lang.get_factory_meta(factory).assigns
         except ValueError:  # a factory of a package not installed here: spaCy fails at load anyway
             continue
         if any(a == wanted or a.startswith(wanted + "[") or (wanted == "doc.spans" and a.startswith("doc.spans")) for a in assigns):
