@@ -60,7 +60,7 @@ class Chunk:
 def find_shards(input: files.PathLike) -> List[Shard]:
     """The shards of INPUT: the file itself, or every JSONL / Parquet / PubTator file below a folder
     (sorted, hidden files left out). A ``.txt`` file is PubTator."""
-    root = Path(input)
+    root = Path(input).resolve()  # absolute: the actors may run elsewhere, in another working folder
     if not root.exists():
         raise FileNotFoundError(f"input not found: {root}")
     if root.is_file():
