@@ -125,3 +125,28 @@ def test_kb_files_get_the_usual_permissions(tmp_path):
         os.umask(umask)
     for path in (tmp_path / "kb" / "entities.jsonl", tmp_path / "kb" / "meta.json"):
         assert path.stat().st_mode & 0o777 == 0o644, path  # not mkstemp's 0600: others can read a shared KB
+
+
+def test_ivfpq_index_rescores_exactly_and_round_trips(tmp_path):
+    """The compressed kind for millions of entities: PQ candidates, then exact scores from the saved vectors."""
+    n = 12_000
+    vectors = unit_rows(n, 16, 4)
+    entities = [Entity(f"E{i}", f"entity {i}") for i in range(n)]
+    index = EntityIndex(entities, vectors, metric="cosine", fingerprint="f", kind="ivfpq")
+    queries = vectors[:200] + 0.05 * unit_rows(200, 16, 5)
+    scores, rows = index.search(queries, 5)
+    saved = vectors.astype(np.float16).astype(np.float32)  # what it rescores with: the saved float16 vectors
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, saved[rows]), atol=1e-5)  # exact scores
+    assert (np.diff(scores, axis=1) <= 1e-6).all()
+    exact_top1 = np.argmax(queries @ saved.T, axis=1)
+    assert np.mean(rows[:, 0] == exact_top1) > 0.95
+    index.to_disk(tmp_path / "kb")
+    loaded = EntityIndex.from_disk(tmp_path / "kb")
+    assert loaded.kind == "ivfpq" and json.loads((tmp_path / "kb" / "meta.json").read_text())["refine"] == 100
+    again_scores, again_rows = loaded.search(queries, 5)
+    np.testing.assert_array_equal(again_rows, rows)
+    np.testing.assert_allclose(again_scores, scores, atol=1e-6)
+    with pytest.raises(ValueError, match="rebuild"):
+        loaded.searcher.add(vectors[:1])
+    with pytest.raises(ValueError, match="at least 10,000 entities"):
+        EntityIndex(entities[:100], vectors[:100], metric="cosine", fingerprint="f", kind="ivfpq")

@@ -23,13 +23,15 @@ import numpy as np
 from ..files import atomic_dir
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError
-from .search import FlatSearch
+from .search import FlatSearch, InMemoryVectors, RefinedSearch, VectorFile
 from .table import EntityTable
 
 PathLike = Union[str, Path]
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: flat KBs with an index.faiss of float32 vectors, no column files
-INDEX_KINDS = ("flat", "hnsw")
+INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+MIN_IVFPQ = 10_000  # entities: PQ's codebooks need that many to train; below it flat is small and exact
+IVFPQ_NPROBE, IVFPQ_REFINE = 128, 100
 
 
 def make_faiss_index(dim: int, kind: str = "hnsw", hnsw_m: int = 32) -> faiss.Index:
@@ -39,6 +41,21 @@ def make_faiss_index(dim: int, kind: str = "hnsw", hnsw_m: int = 32) -> faiss.In
         index.hnsw.efSearch = 128
         return index
     raise ValueError(f"index kind must be one of {INDEX_KINDS}, not {kind!r}")
+
+
+def make_ivfpq(vectors: np.ndarray, seed: int = 0) -> faiss.Index:
+    """IVF with ~4·√n lists over product-quantised vectors (d/4 bytes an entity), trained on a sample."""
+    n, d = vectors.shape
+    if n < MIN_IVFPQ:
+        raise ValueError(f"an ivfpq index needs at least {MIN_IVFPQ:,} entities (this KB has {n:,}); use flat")
+    nlist = int(min(65536, 2 ** round(np.log2(4 * np.sqrt(n)))))
+    m = next(m for m in (d // 4, d // 8, d // 2, d) if m >= 1 and d % m == 0)
+    index = faiss.index_factory(d, f"IVF{nlist},PQ{m}", faiss.METRIC_INNER_PRODUCT)
+    sample = np.random.default_rng(seed).choice(n, min(n, max(64 * nlist, 100_000)), replace=False)
+    index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
+    for start in range(0, n, 100_000):
+        index.add(np.ascontiguousarray(vectors[start : start + 100_000], dtype=np.float32))
+    return index
 
 
 class EntityIndex:
@@ -68,6 +85,8 @@ class EntityIndex:
         self.row: Dict[str, int] = {e: i for i, e in enumerate(self.entities.ids)}
         if searcher is None and kind == "flat":
             searcher = FlatSearch.from_array(embeddings, precision)
+        elif searcher is None and kind == "ivfpq":
+            searcher = RefinedSearch(make_ivfpq(embeddings), InMemoryVectors(self.embeddings), IVFPQ_NPROBE, IVFPQ_REFINE)
         elif searcher is None:
             searcher = make_faiss_index(self.embeddings.shape[1], kind)
             if len(self.embeddings):
@@ -155,6 +174,7 @@ class EntityIndex:
             "index": self.kind,
             "encoder_fingerprint": self.fingerprint,
             "encoder_source": self.encoder_source,
+            **({"nprobe": self.searcher.nprobe, "refine": self.searcher.refine} if self.kind == "ivfpq" else {}),
         }
 
     def to_disk(self, path: PathLike) -> None:
@@ -162,7 +182,7 @@ class EntityIndex:
             self.entities.write(tmp)
             np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
             if self.kind != "flat":
-                faiss.write_index(self.searcher, str(tmp / "index.faiss"))
+                faiss.write_index(getattr(self.searcher, "index", self.searcher), str(tmp / "index.faiss"))
             (tmp / "meta.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
 
     @classmethod
@@ -179,6 +199,9 @@ class EntityIndex:
         kind = meta.get("index", "flat")
         if kind == "flat":  # exact search from the saved vectors (a version-1 index.faiss is not read)
             index = FlatSearch.from_npy(path / "embeddings.npy", precision)
+        elif kind == "ivfpq":  # candidates from the codes in memory, rescored from the vectors on disk
+            index = RefinedSearch(faiss.read_index(str(path / "index.faiss")), VectorFile(path / "embeddings.npy"),
+                                  meta.get("nprobe", IVFPQ_NPROBE), meta.get("refine", IVFPQ_REFINE))
         else:
             index = faiss.read_index(str(path / "index.faiss"))
         if index.ntotal != len(entities) or meta["entities"] != len(entities) or len(embeddings) != len(entities):
