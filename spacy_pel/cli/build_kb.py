@@ -24,7 +24,9 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="KB folder to write (or extend, with --add)"),
     format: str = typer.Option("jsonl", "--format", "-f", help=f"KB format: {', '.join(READERS)}"),
     encoder: str = typer.Option(DEFAULT_ENCODER, "--encoder", help="Encoder folder or Hugging Face name/path"),
-    index: str = typer.Option("flat", "--index", help=f"FAISS index: {' or '.join(INDEX_KINDS)} (exact / approximate)"),
+    index: str = typer.Option("flat", "--index", help=f"{', '.join(INDEX_KINDS)}: flat = exact (torch, bf16 where the CPU has it; up to ~1M entities), "
+                                                            "hnsw = FAISS graph over float32 vectors, ivfpq = compressed codes in memory "
+                                                            "+ exact rescoring from disk (millions of entities in ~d/4 bytes each)"),
     add: Optional[Path] = typer.Option(None, "--add", help="Append this KB file's entities to the KB at --output"),
     batch_size: int = typer.Option(128, "--batch-size"),
     precision: str = typer.Option("auto", "--precision", help="fp32, bf16, int8 (CPU: dynamic int8 linear layers), or auto: bf16 where the CPU/GPU has bf16 units (about 3x faster there), else fp32"),
