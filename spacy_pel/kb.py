@@ -272,7 +272,8 @@ _OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one
 
 
 def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
-    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace; obsolete terms skipped.
+    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace, alt_id (→ ``extra["alt_ids"]``);
+    obsolete terms skipped.
 
     A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
     ``tag: value``, and a second ``id``, ``name`` or ``def`` in one stanza are refused.
@@ -291,6 +292,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
                 _unique(stanza["synonyms"], stanza["name"]),
                 stanza["types"],
                 stanza.get("def", ""),
+                {"alt_ids": stanza["alt_ids"]} if stanza["alt_ids"] else {},
             )
             out.add(entity, path, stanza["line"])
 
@@ -304,7 +306,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             kind = header[1:-1].strip() if header.endswith("]") else None
             # a stanza whose header is refused is read (so its lines are not mistaken for another
             # stanza's) but yields nothing; the refusal is its one report
-            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "obsolete": False}
+            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "obsolete": False}
             if kind is None:
                 out.fail(path, lineno, f"malformed stanza header {line[:40]!r} (expected e.g. [Term])")
             elif kind not in OBO_STANZAS:
@@ -336,6 +338,8 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
                 stanza["synonyms"].append(text)
         elif tag == "namespace":
             stanza["types"].append(value)
+        elif tag == "alt_id":
+            stanza["alt_ids"].append(value)
         elif tag == "is_obsolete":
             stanza["obsolete"] = value.lower() == "true"
     flush()

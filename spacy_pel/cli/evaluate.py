@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from ..corpora import corpus_ids, read_docbin
 from ..evaluation.linking import __doc__ as LIBRARY_DOC
-from ..evaluation.linking import e2e_metrics, markdown, mention_table, metrics
+from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
 from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
@@ -60,7 +60,7 @@ def main(
                 + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "partial"))
                 + f"\n{report['docs']} documents, {report['seconds']} s, {report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
-        train_ids = corpus_ids(read_docbin(nlp, train)) if train else None
+        train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train))) if train else None
         rows, seconds = mention_table(linker, docs, progress=True)
         report = metrics(rows, seconds, linker.index.row, train_ids, linker.threshold if threshold is None else threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})

@@ -105,7 +105,8 @@ class DocExample:
                 self.labels[i] = 1.0
             ids = gold_ids(span.kb_id_)
             self.gold.append((span.start, span.end, set(ids)))
-            rows = {index.row[x] for x in ids if x in index.row}
+            lookup = index.lookup
+            rows = {lookup[x] for x in ids if x in lookup}
             if ids != [NIL] and rows:
                 self.linked.append((span.start, span.end, rows))
 

@@ -29,7 +29,7 @@ def mention_table(
     linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), docs_per_step: int = 8, progress: bool = False
 ):
     """Link the gold mentions of ``docs`` (whatever mention source the linker has); returns rows
-    (gold ids, candidate ids, scores) and seconds. ``docs_per_step`` documents go to the linker at a
+    (gold ids — an entity's alternative id given as its primary id —, candidate ids, scores) and seconds. ``docs_per_step`` documents go to the linker at a
     time (it pools their mentions into its batches); the progress bar counts mentions."""
     spans = [[(s.start, s.end, s.label) for s in gold_spans(doc)] for doc in docs]
     linker.ensure_loaded()
@@ -44,7 +44,8 @@ def mention_table(
     rows = []
     for doc, (scores, idx) in zip(docs, predictions):
         for span, s, r in zip(gold_spans(doc), scores, idx):
-            rows.append((gold_ids(span.kb_id_), [ids[j] if j >= 0 else None for j in r], s))
+            gold = [linker.index.canonical(i) for i in gold_ids(span.kb_id_)]  # alternative ids → primary
+            rows.append((gold, [ids[j] if j >= 0 else None for j in r], s))
     return rows, seconds
 
 
@@ -58,7 +59,12 @@ def evaluate(
     """Metrics of ``linker`` on the gold mentions of ``docs`` (see the module doc)."""
     rows, seconds = mention_table(linker, docs, progress=progress)
     threshold = linker.threshold if threshold is None else threshold
-    return metrics(rows, seconds, linker.index.row, train_ids, threshold)
+    return metrics(rows, seconds, linker.index.row, canonical_ids(linker, train_ids), threshold)
+
+
+def canonical_ids(linker: PELLinker, ids: Optional[set]) -> Optional[set]:
+    """Corpus ids with alternative ids given as their entity's primary id (as :func:`mention_table` does)."""
+    return None if ids is None else {linker.index.canonical(i) for i in ids}
 
 
 def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, threshold: Optional[float] = None) -> dict:

@@ -45,12 +45,16 @@ class AliasTable:
     def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None):
         self.index = index
         self.names = index.entities.name_index()  # normalised KB names and synonyms → rows
-        # surface → [(row, count)] restricted to ids the KB has
+        # surface → [(row, count)] restricted to ids the KB has (an alternative id counts for its entity)
         self.seen: Dict[str, List[tuple]] = {}
+        lookup = index.lookup
         for key, ids in (mentions or {}).items():
-            rows = [(index.row[i], c) for i, c in ids.items() if i in index.row]
+            rows: Counter = Counter()
+            for i, c in ids.items():
+                if i in lookup:
+                    rows[lookup[i]] += c
             if rows:
-                self.seen[key] = rows
+                self.seen[key] = list(rows.items())
 
     def candidates(self, text: str) -> Optional[List[int]]:
         """KB rows the table allows for this surface form (most frequent in annotated text first), or None."""

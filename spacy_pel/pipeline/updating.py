@@ -145,7 +145,7 @@ class Updater:
 
     def mentions(self, linker, examples: Sequence[Example]) -> Tuple[List[Mention], List[Set[int]]]:
         items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions.spans)
-        mentions, gold, _ = linkable_mentions(items, linker.index.row)
+        mentions, gold, _ = linkable_mentions(items, linker.index.lookup)
         return mentions, gold
 
     def loss_and_gradient(self, linker, vectors: torch.Tensor, gold: Sequence[Set[int]]) -> Tuple[float, torch.Tensor]:

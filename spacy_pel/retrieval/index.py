@@ -14,8 +14,9 @@ a half-written KB.
 from __future__ import annotations
 
 import json
+from collections import ChainMap
 from pathlib import Path
-from typing import Dict, Sequence, Tuple, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -163,6 +164,21 @@ class EntityIndex:
 
     def __len__(self) -> int:
         return len(self.entities)
+
+    @property
+    def lookup(self) -> Mapping[str, int]:
+        """Entity id or alternative id → row (``row`` holds the primary ids only)."""
+        return ChainMap(self.row, self.entities.alt_ids)
+
+    def resolve(self, entity_id: str) -> Optional[int]:
+        """The row of the entity with this id or alternative id (MEDIC's AltDiseaseIDs, OBO alt_id), or None."""
+        row = self.row.get(entity_id)
+        return self.entities.alt_ids.get(entity_id) if row is None else row
+
+    def canonical(self, entity_id: str) -> str:
+        """The primary id of the entity ``entity_id`` names (itself when the KB does not know it)."""
+        row = self.resolve(entity_id)
+        return entity_id if row is None else self.entities.ids[row]
 
     # ------------------------------------------------------------------ disk
     def meta(self) -> dict:

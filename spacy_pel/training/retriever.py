@@ -63,7 +63,7 @@ def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder) -> Tuple[Examp
     """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used
     (:func:`~spacy_pel.pipeline.updating.linkable_mentions`, which ``pel_linker.update`` uses too)."""
     items = ((doc.text, s.start_char, s.end_char, s.kb_id_) for doc in docs for s in gold_spans(doc))
-    mentions, gold, skipped = linkable_mentions(items, index.row)
+    mentions, gold, skipped = linkable_mentions(items, index.lookup)
     return Examples(encoder.mention_inputs(mentions), gold), skipped
 
 
