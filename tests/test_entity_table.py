@@ -23,7 +23,7 @@ def test_table_round_trip_reads_records_on_demand(tmp_path):
     EntityTable(ENTITIES).write(tmp_path)
     table = EntityTable.read(tmp_path)
     assert table.ids == ["D1", "D2", "D3", "D4"] and table.names[3] == "Ünïcode näme"
-    assert table.types == [["Chemical"], ["Disease"], ["Disease", "Sign"], []]
+    assert list(table.types) == [["Chemical"], ["Disease"], ["Disease", "Sign"], []]
     assert list(table) == ENTITIES and table[-1] == ENTITIES[-1] and table[1:3] == ENTITIES[1:3]
     with pytest.raises(IndexError):
         table[4]

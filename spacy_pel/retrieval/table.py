@@ -4,7 +4,8 @@ Linking reads only an entity's id, name and types, and the alias table only its 
 every record of ``entities.jsonl`` when a pipeline loads took 5.6 s for MeSH (354,068 records) and
 ~370 MB. So a KB folder also holds, written with it::
 
-    columns.json     {"ids": [...], "names": [...], "types": [[...], ...], "alt_ids": {alt id: row}}
+    columns.json     {"ids": [...], "names": [...], "type_sets": [[...], ...], "alt_ids": {alt id: row}}
+    types.npy        each entity's row of type_sets (int32)
     offsets.npy      byte offset of each record's line in entities.jsonl (int64, n + 1)
     names.json       the sorted normalised names and synonyms (the alias table's keys)
     name_rows.npy    CSR of those keys' KB rows: name_ptr.npy (int64, keys + 1) → name_rows.npy (int32)
@@ -28,6 +29,7 @@ from ..kb import Entity, normalize, write_jsonl
 PathLike = Union[str, Path]
 RECORDS = "entities.jsonl"
 COLUMNS = "columns.json"
+TYPES = "types.npy"
 OFFSETS = "offsets.npy"
 NAME_KEYS = "names.json"
 NAME_PTR = "name_ptr.npy"
@@ -77,6 +79,26 @@ class NameIndex:
         return cls(keys, np.load(folder / NAME_PTR, allow_pickle=False), np.load(folder / NAME_ROWS, allow_pickle=False))
 
 
+class TypeColumn(Sequence[List[str]]):
+    """Each entity's types as a row of a small table of distinct type lists (2.4M entities share a few)."""
+
+    def __init__(self, sets: Optional[List[List[str]]] = None, of: Optional[np.ndarray] = None):
+        self.sets: List[List[str]] = sets or []
+        self.of = np.zeros(0, np.int32) if of is None else of
+        self._where = {tuple(t): i for i, t in enumerate(self.sets)}
+
+    def __getitem__(self, row):
+        return self.sets[self.of[row]]
+
+    def __len__(self) -> int:
+        return len(self.of)
+
+    def extend(self, types: Sequence[Sequence[str]]) -> None:
+        new = [self._where.setdefault(tuple(t), len(self._where)) for t in types]
+        self.sets.extend([list(t) for t in list(self._where)[len(self.sets) :]])
+        self.of = np.concatenate([self.of, np.asarray(new, dtype=np.int32)])
+
+
 class EntityTable(Sequence[Entity]):
     """Entities in index order. ``ids``, ``names`` and ``types`` are plain lists; ``table[i]`` is the
     whole :class:`~spacy_pel.kb.Entity`, parsed from its line of ``entities.jsonl`` when the table
@@ -85,7 +107,7 @@ class EntityTable(Sequence[Entity]):
     def __init__(self, entities: Sequence[Entity] = ()):
         self.ids: List[str] = []
         self.names: List[str] = []
-        self.types: List[List[str]] = []
+        self.types = TypeColumn()
         self.alt_ids: Dict[str, int] = {}  # an entity's alternative ids (extra["alt_ids"]) → its row
         self._offsets: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
@@ -135,7 +157,7 @@ class EntityTable(Sequence[Entity]):
         self._added.extend(entities)
         self.ids.extend(e.id for e in entities)
         self.names.extend(e.name for e in entities)
-        self.types.extend(list(e.types) for e in entities)
+        self.types.extend([e.types for e in entities])
         self._names = None
 
     # ------------------------------------------------------------------ disk
@@ -153,19 +175,21 @@ class EntityTable(Sequence[Entity]):
         if len(offsets) != len(self) + 1:
             raise ValueError(f"{target}: {len(offsets) - 1} lines written for {len(self)} entities")
         np.save(folder / OFFSETS, offsets, allow_pickle=False)
-        columns = {"ids": self.ids, "names": self.names, "types": self.types, "alt_ids": self.alt_ids}
+        columns = {"ids": self.ids, "names": self.names, "type_sets": self.types.sets, "alt_ids": self.alt_ids}
+        np.save(folder / TYPES, self.types.of, allow_pickle=False)
         (folder / COLUMNS).write_text(json.dumps(columns, ensure_ascii=False), encoding="utf8")
         self.name_index().write(folder)
 
     @classmethod
     def read(cls, folder: PathLike) -> "EntityTable":
         folder = Path(folder)
-        if not all((folder / name).exists() for name in (COLUMNS, OFFSETS, NAME_KEYS, NAME_PTR, NAME_ROWS)):
+        if not all((folder / name).exists() for name in (COLUMNS, TYPES, OFFSETS, NAME_KEYS, NAME_PTR, NAME_ROWS)):
             with (folder / RECORDS).open(encoding="utf8") as f:  # a folder written before the columns
                 return cls([Entity.from_dict(json.loads(line)) for line in f])
         table = cls()
         columns = json.loads((folder / COLUMNS).read_text(encoding="utf8"))
-        table.ids, table.names, table.types = columns["ids"], columns["names"], columns["types"]
+        table.ids, table.names = columns["ids"], columns["names"]
+        table.types = TypeColumn(columns["type_sets"], np.load(folder / TYPES, allow_pickle=False))
         table.alt_ids = columns.get("alt_ids", {})
         table._offsets = np.load(folder / OFFSETS, allow_pickle=False)
         table._names = NameIndex.read(folder)
