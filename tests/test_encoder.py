@@ -123,3 +123,16 @@ def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir
     again = BiEncoder.from_pretrained(tmp_path / "enc")
     assert again.config.precision == "int8"
     np.testing.assert_allclose(again.encode_mentions(mentions), int8.encode_mentions(mentions), atol=1e-6)
+
+
+def test_identical_mention_inputs_are_encoded_once(tiny_bert, monkeypatch):
+    enc = BiEncoder.from_pretrained(tiny_bert)
+    text = "aspirin and warfarin were given"
+    mentions = [Mention(text, 0, 7), Mention(text, 12, 20), Mention(text, 0, 7), Mention("aspirin alone", 0, 7)]
+    one_by_one = np.stack([enc.encode_mentions([m])[0] for m in mentions])
+    seen = []
+    original = BiEncoder.embed_mentions
+    monkeypatch.setattr(BiEncoder, "embed_mentions", lambda self, inputs, **kw: seen.append(len(inputs)) or original(self, inputs, **kw))
+    together = enc.encode_mentions(mentions)
+    assert sum(seen) == 3  # the repeated (text, context) input went through the model once
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)

@@ -357,7 +357,12 @@ class BiEncoder(torch.nn.Module):
         if not mentions:
             return np.zeros((0, self.dim), dtype=np.float32)
         inputs = self.mention_inputs(mentions)
-        return self._encode(inputs, [len(s) for s, _ in inputs], self.embed_mentions, batch_size, "mentions", progress)
+        # identical inputs (the same words in the same context window) are encoded once
+        where: Dict[Tuple, int] = {}
+        slot = [where.setdefault((tuple(s), tuple(span)), len(where)) for s, span in inputs]
+        unique = [inputs[i] for i in np.unique(slot, return_index=True)[1]]
+        vectors = self._encode(unique, [len(s) for s, _ in unique], self.embed_mentions, batch_size, "mentions", progress)
+        return vectors[slot]
 
 
 def quiet_transformers() -> None:
