@@ -1,4 +1,6 @@
 """End-to-end mode: the span scorer trainer, pel_linker's span finder, and e2e metrics."""
+import json
+
 import pytest
 import spacy
 from spacy.tokens import Span
@@ -6,6 +8,7 @@ from spacy.tokens import Span
 from spacy_pel.corpora import GOLD_KEY
 from spacy_pel.evaluation.linking import e2e_metrics
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.pipeline.mentions import learn_labels
 from spacy_pel.training.span_scorer import train_span_scorer
 
 
@@ -94,12 +97,30 @@ def test_train_span_scorer_and_span_finder(kb_dir, tiny_encoder_dir, tmp_path):
         ref = reference(doc.copy())
         assert [[c[:2] for c in e._.pel_candidates] for e in out.ents] == [[c[:2] for c in e._.pel_candidates] for e in ref.ents]
         assert [e._.pel_candidates[0][2] for e in out.ents] == pytest.approx([e._.pel_candidates[0][2] for e in ref.ents], abs=1e-4)
-    # with the KB names as aliases every found mention gets its right entity
+    # with the KB names as aliases every found mention gets its right entity (the bi-encoder alone does not)
     linker_nlp = spacy.blank("en")
     linker_nlp.add_pipe("pel_linker", config={**config, "rules": {"aliases": ALIASES}})
     expected = [[(a, b, k, TYPE[k]) for a, b, k in sentence] for sentence in EXPECTED]
     outs = [linker_nlp(linker_nlp.make_doc(doc.text)) for doc in docs[:3]]
     assert [found(d) for d in outs] == expected
+    assert [found(plain(plain.make_doc(doc.text))) for doc in docs[:3]] != expected
+    # labels: a KB type → label map from the config, else the one learned in training (the scorer's report)
+    mapped = spacy.blank("en")
+    mapped.add_pipe("pel_linker", config={**config, "mentions": {**finder, "labels": {"Chemical": "CHEM"}},
+                                          "rules": {"aliases": ALIASES}})
+    relabel = {"Chemical": "CHEM", "Disease": "Disease"}
+    assert [found(mapped(mapped.make_doc(doc.text))) for doc in docs[:3]] == [
+        [(a, b, k, relabel[label]) for a, b, k, label in sentence] for sentence in expected]
+    learned = learn_labels(docs, linker_nlp.get_pipe("pel_linker").index)
+    assert learned == {"Chemical": "X", "Disease": "X"}  # gold_docs label every span X
+    (tmp_path / "spans" / "span_report.json").write_text(json.dumps({**report, "labels": {"Disease": "DIS"}}))
+    from_report = spacy.blank("en")
+    from_report.add_pipe("pel_linker", config={**config, "rules": {"aliases": ALIASES}})
+    outs = [found(from_report(from_report.make_doc(doc.text))) for doc in docs[:3]]
+    assert [[x[3] for x in d] for d in outs] == [[{"Disease": "DIS"}.get(TYPE[k], TYPE[k]) for _, _, k in s] for s in EXPECTED]
+    from_report.to_disk(tmp_path / "relabelled")  # the learned map travels with the pipeline
+    again = spacy.load(tmp_path / "relabelled")
+    assert [found(again(again.make_doc(doc.text))) for doc in docs[:3]] == outs
     linker_nlp.to_disk(tmp_path / "pipe")
     again = spacy.load(tmp_path / "pipe")
     assert [found(again(again.make_doc(doc.text))) for doc in docs[:3]] == expected

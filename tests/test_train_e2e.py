@@ -92,6 +92,7 @@ def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(cor
     report = json.loads((best / "span_report.json").read_text())
     assert report["best_step"] == state["best_step"] == max(state["history"], key=lambda h: h["dev"]["strict"]["f"])["step"]
     assert report["dev"]["strict"]["f"] >= 0.5 > untrained["strict"]["f"]
+    assert set(report["labels"]) <= {"Chemical", "Disease"} and report["labels"]  # KB type → corpus label, learned
     nlp = linker_for(best, kb_dir, report["threshold"])
     assert [(e.start, e.end, e.kb_id_) for e in nlp(TEXTS[0][0]).ents] == [(0, 2, "D1")]
     # the pipeline on the (training =) dev docs: half the gold mentions or more found and linked right

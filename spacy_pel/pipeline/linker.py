@@ -298,9 +298,9 @@ class PELLinker(Pipe):
             new = []
             for (a, b, label), s, r in zip(spans, scores, rows):
                 kb_id = self.decide(s, r)
-                if target.label_from_kb and not label:  # found spans: their entity's first KB type
+                if target.label_from_kb and not label:  # found spans: a label from their entity's KB types
                     types = entities.types[r[0]] if kb_id != self.cfg.nil_label and r[0] >= 0 else []
-                    label = types[0] if types else "ENTITY"
+                    label = target.label_for(types)
                 new.append(Span(doc, a, b, label=label, kb_id=kb_id))
             if not target.write(doc, new):
                 continue

@@ -14,8 +14,9 @@ says where the linked spans are written back.
 """
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import srsly
@@ -23,6 +24,7 @@ import torch
 from spacy.tokens import Doc, Span
 from spacy.util import registry
 
+from ..corpora import gold_ids, gold_spans
 from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import (
@@ -86,7 +88,8 @@ class SpanFinder(DocSpans, LinkerPart):
     label_from_kb = True
     data_name = "span_scorer"
 
-    def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN):
+    def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
+                 labels: Optional[Dict[str, str]] = None):
         super().__init__(None)
         if not scorer:
             raise ValueError(
@@ -95,11 +98,15 @@ class SpanFinder(DocSpans, LinkerPart):
             )
         if not isinstance(max_span_len, int) or isinstance(max_span_len, bool) or max_span_len < 1:
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `max_span_len` must be an integer ≥ 1, not {max_span_len!r}")
+        if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
+            raise ValueError(f"spacy_pel.mentions.span_finder.v1: `labels` must map KB types to labels, not {labels!r}")
         self.source = str(scorer)
         self.configured_threshold = check_probability(threshold, "span_finder.threshold")
+        self.configured_labels = dict(labels) if labels is not None else None
         self.max_span_len = max_span_len
         self.scorer: Optional[SpanScorer] = None
         self.report_threshold: Optional[float] = None  # γ of the span_report.json beside the scorer
+        self.report_labels: Optional[Dict[str, str]] = None  # its KB type → corpus label map
 
     @property
     def threshold(self) -> float:
@@ -108,9 +115,17 @@ class SpanFinder(DocSpans, LinkerPart):
             return self.configured_threshold
         return DEFAULT_SPAN_THRESHOLD if self.report_threshold is None else self.report_threshold
 
+    def label_for(self, types: Sequence[str]) -> str:
+        """A found span's label: its entity's first KB type that the label map knows (the config's
+        ``labels``, else the map learned in training, in the scorer's report), else its first type."""
+        labels = self.configured_labels if self.configured_labels is not None else self.report_labels or {}
+        return next((labels[t] for t in types if t in labels), types[0] if types else "ENTITY")
+
     def _read_report(self, scorer_file: Path) -> None:
         report = scorer_file.parent / REPORT_FILE
-        self.report_threshold = float(srsly.read_json(report)["threshold"]) if report.exists() else None
+        data = srsly.read_json(report) if report.exists() else {}
+        self.report_threshold = float(data["threshold"]) if "threshold" in data else None
+        self.report_labels = data.get("labels")
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
         if self.scorer is None:
@@ -128,8 +143,9 @@ class SpanFinder(DocSpans, LinkerPart):
         if self.scorer is None:
             return False
         save_span_scorer(self.scorer, path / SCORER_FILE)
-        if self.report_threshold is not None:
-            srsly.write_json(path / REPORT_FILE, {"threshold": self.report_threshold})
+        report = {"threshold": self.report_threshold, "labels": self.report_labels}
+        if any(v is not None for v in report.values()):
+            srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
         return True
 
     def from_disk(self, path: Path) -> bool:
@@ -164,6 +180,18 @@ class SpanFinder(DocSpans, LinkerPart):
         return True
 
 
+def learn_labels(docs: Sequence[Doc], index: EntityIndex) -> Dict[str, str]:
+    """KB type → the label most gold mentions of entities of that type carry in ``docs`` (gold spans
+    whose id the KB knows): how found spans get the corpus's labels (Chemical, Disease), not KB types."""
+    counts: Dict[str, Counter] = defaultdict(Counter)
+    for doc in docs:
+        for span in gold_spans(doc):
+            for row in {index.resolve(i) for i in gold_ids(span.kb_id_)} - {None}:
+                for kb_type in index.entities.types[row]:
+                    counts[kb_type][span.label_] += 1
+    return {kb_type: c.most_common(1)[0][0] for kb_type, c in sorted(counts.items())}
+
+
 @registry.misc("spacy_pel.mentions.ents.v1")
 def ents_mentions() -> DocSpans:
     """Link ``doc.ents``."""
@@ -177,6 +205,8 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 
 
 @registry.misc("spacy_pel.mentions.span_finder.v1")
-def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN) -> SpanFinder:
-    """Find the mentions with a trained span scorer (end to end, no NER needed)."""
-    return SpanFinder(scorer, threshold, max_span_len)
+def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
+                         labels: Optional[Dict[str, str]] = None) -> SpanFinder:
+    """Find the mentions with a trained span scorer (end to end, no NER needed); ``labels``: KB type →
+    span label (null: the map learned with the scorer, from the training corpus's labels)."""
+    return SpanFinder(scorer, threshold, max_span_len, labels)

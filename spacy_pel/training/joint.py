@@ -36,6 +36,7 @@ from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
 from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
+from ..pipeline.mentions import learn_labels
 from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike, config_for_run
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
@@ -124,7 +125,8 @@ class JointTask(Task):
         self.scorer = load_span_scorer(best / SCORER_FILE, device=str(self.device))
         chosen = self.evaluator.choose_threshold(self.model)
         report = {"threshold": chosen["threshold"], "dev_docs": len(self.evaluator.docs), "dev": chosen,
-                  "max_len": self.max_len, "best_step": state["best_step"]}
+                  "max_len": self.max_len, "best_step": state["best_step"],
+                  "labels": learn_labels([b.doc for b in self.train_docs], self.index)}
         (best / "span_report.json").write_text(json.dumps(report, indent=2), encoding="utf8")
         state["span_report"] = report
 
