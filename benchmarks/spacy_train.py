@@ -1,12 +1,14 @@
 """`spacy train` against the project's own trainer, same budget (issue #16's acceptance run).
 
     python benchmarks/spacy_train.py --kb kbs/mesh --steps 300 [--lr 0.00005] [--work /tmp/spacy_train_bench]
+    python benchmarks/spacy_train.py --kb kbs/mesh --steps 300 --loss ce_cosine --hard-fraction 0.5 \
+        --out benchmarks/spacy_train_ce_hard
 
 Both runs train the mention tower of the base encoder (all-MiniLM-L6-v2) on BC5CDR train against the
 frozen entity vectors of a MeSH KB built with that encoder, with the same steps, batch size (32
-mentions; spaCy's batches are whole documents, ``spacy_pel.batch_by_mentions.v1`` fills them to about
-32), learning rate and linear warm-up/decay (25 %), loss (proxy, α = 32), negatives (32 random ones),
-context (64 word pieces), weight decay 0.01 and gradient clip 1.0, each evaluating on 100 dev docs
+mentions; spaCy's batches are whole documents, ~320 mentions, of which the linker trains on 32 drawn
+at random: ``objective.max_mentions``), learning rate and linear warm-up/decay (25 %), loss (proxy,
+α = 32, or ``--loss``), negatives (32, random or ``--hard-fraction`` hard), context (64 word pieces), weight decay 0.01 and gradient clip 1.0, each evaluating on 100 dev docs
 every 100 steps:
 
 * ``project``: ``python -m spacy_pel train configs/train_pb_random.cfg`` (its ``last/encoder``);
@@ -40,18 +42,22 @@ def project_overrides(a: dict) -> dict:
             "encoder.mention_max_length": a["context"], "training.max_steps": a["steps"],
             "training.batch_size": a["batch"], "training.lr": a["lr"], "training.warmup": 0.25,
             "training.weight_decay": 0.01, "training.grad_clip": 1.0, "training.eval_every": 100,
-            "training.eval_docs": 100, "training.resume": False, "training.seed": 0, "training.device": "cpu"}
+            "training.eval_docs": 100, "training.resume": False, "training.seed": 0, "training.device": "cpu",
+            "loss.name": a.get("loss", "proxy"), "negatives.hard_fraction": a.get("hard_fraction", 0.0)}
 
 
 def spacy_overrides(a: dict) -> dict:
     return {"paths.train": a["train"], "paths.dev": a["dev"], "paths.kb": a["kb"], "paths.encoder": a["encoder"],
             "components.pel_linker.context_window": a["context"], "components.pel_linker.device": "cpu",
             "training.max_steps": a["steps"] - 1,  # spaCy runs steps 0 … max_steps
-            "training.batcher.size": a["batch"], "training.optimizer.learn_rate.initial_rate": a["lr"],
+            "components.pel_linker.objective.max_mentions": a["batch"], "training.batcher.size": 10 * a["batch"],
+            "training.optimizer.learn_rate.initial_rate": a["lr"],
             "training.optimizer.learn_rate.total_steps": a["steps"],
             "training.optimizer.learn_rate.warmup_steps": round(0.25 * a["steps"]),
             "training.optimizer.L2": 0.01, "training.optimizer.grad_clip": 1.0,
-            "training.eval_frequency": 100, "corpora.dev.limit": 100, "system.seed": 0}
+            "training.eval_frequency": 100, "corpora.dev.limit": 100, "system.seed": 0,
+            "components.pel_linker.objective.loss": a.get("loss", "proxy"),
+            "components.pel_linker.objective.hard_fraction": a.get("hard_fraction", 0.0)}
 
 
 def run_project(a: dict, out: Path) -> dict:
@@ -119,6 +125,12 @@ def phase(name: str, a: dict, work: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def describe(a: dict) -> str:
+    loss = {"proxy": "proxy loss (α 32)", "ce_cosine": "CE on 20 × cosine", "ce": "CE (dot product)"}[a.get("loss", "proxy")]
+    hard = a.get("hard_fraction", 0.0)
+    return f"{loss}, 32 negatives ({'random' if not hard else f'{hard:.0%} hard from the KB index, the rest random'})"
+
+
 def markdown(r: dict) -> str:
     a, p, s, pe, se, ev = r["settings"], r["project"], r["spacy"], r["project_eval"], r["spacy_eval"], r["spacy_evaluate"]
     diff = round(100 * (se["R@1"] - pe["R@1"]), 2)
@@ -128,8 +140,8 @@ def markdown(r: dict) -> str:
         f"Written by `benchmarks/spacy_train.py` on {m['cpu']} ({m['torch_threads']} torch threads, flags "
         f"{', '.join(m['flags']) or 'none'}; torch {m['torch']}), {r['date']}.", "",
         f"Mention tower of {a['encoder']} trained on BC5CDR train for **{a['steps']} steps**, batch {a['batch']} mentions, "
-        f"lr {a['lr']} (linear warm-up 25 %, decay to 0), AdamW weight decay 0.01, clip 1.0, proxy loss (α 32), "
-        f"32 random negatives, context {a['context']} word pieces, entity tower frozen: the KB's stored vectors "
+        f"lr {a['lr']} (linear warm-up 25 %, decay to 0), AdamW weight decay 0.01, clip 1.0, {describe(a)}, "
+        f"context {a['context']} word pieces, entity tower frozen: the KB's stored vectors "
         f"({a['kb']}, all of MeSH) are the entity side. Dev R@1: the final model, retriever alone (no rules) over "
         f"the whole KB, every BC5CDR dev gold mention whose id is in the KB ({pe['counts']['in_kb']}), "
         "`spacy_pel.evaluation.linking.evaluate` for both.", "",
@@ -142,8 +154,9 @@ def markdown(r: dict) -> str:
         f"{'yes' if abs(diff) <= 1 else 'NO'}). Base encoder before training: R@1 {r['base_eval']['R@1']:.4f}.", "",
         "Wall times include loading the KB and the evaluations on 100 dev docs every 100 steps "
         f"(spaCy's `init_nlp`: {s['init_s']} s). The project trainer's batches are 32 mentions drawn "
-        "across documents; spaCy's are whole documents filled to about 32 gold mentions by "
-        "`spacy_pel.batch_by_mentions.v1` (mentions per step above counts the linkable ones). "
+        "across documents; spaCy's are whole documents, about 320 gold mentions (16 abstracts, "
+        "`spacy_pel.batch_by_mentions.v1`), of which the linker trains on 32 drawn at random "
+        "(`objective.max_mentions`; mentions per step above counts those). "
         "thinc's `warmup_linear.v1` starts at 0 where the project's schedule starts at 1/warm-up steps: "
         "the same curve one step later.", "",
         "## `spacy evaluate` on the spaCy-trained pipeline (whole BC5CDR dev)", "",
@@ -163,6 +176,8 @@ def main(
     steps: int = typer.Option(300),
     batch: int = typer.Option(32),
     lr: float = typer.Option(0.00005),
+    loss: str = typer.Option("proxy", help="proxy, ce_cosine or ce (the same for both runs)"),
+    hard_fraction: float = typer.Option(0.0, help="share of hard negatives (FAISS over the KB's vectors)"),
     context: int = typer.Option(64),
     encoder: str = typer.Option("all-MiniLM-L6-v2"),
     train: str = typer.Option("corpus/bc5cdr_train.spacy"),
@@ -187,7 +202,8 @@ def main(
         return
     from speed import machine
 
-    a = {"kb": kb, "steps": steps, "batch": batch, "lr": lr, "context": context, "encoder": encoder, "train": train, "dev": dev}
+    a = {"kb": kb, "steps": steps, "batch": batch, "lr": lr, "context": context, "encoder": encoder, "train": train, "dev": dev,
+         "loss": loss, "hard_fraction": hard_fraction}
     r = {"settings": a, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
     r["project"] = phase("project", a, work)
     r["spacy"] = phase("spacy", a, work)

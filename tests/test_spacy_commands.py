@@ -130,11 +130,24 @@ def test_the_torch_optimizer_follows_spacys(nlp):
     assert not any(p.requires_grad for p in linker.encoder.entity_model.parameters())
 
 
+def test_an_update_may_train_on_a_random_subset_of_the_batch(nlp):
+    linker = nlp.get_pipe("pel_linker")
+    linker.updater = type(linker.updater).for_objective(make_objective(max_mentions=4))
+    for _ in range(3):
+        nlp.update(examples(nlp), sgd=Adam(0.001))
+    assert linker.updater.counts["mentions"] == 3 * 4  # of 6 linkable ones each time
+    egs = examples(nlp)
+    assert len(linker.updater.mentions(linker, egs)[0]) == 6  # get_loss and friends see them all
+
+
 def test_objective_settings_are_checked():
     with pytest.raises(ValueError, match="negatives"):
         make_objective(negatives="hard")
-    with pytest.raises(ValueError, match="no setting"):
-        make_objective("proxy", {"scale": 3.0})
+    with pytest.raises(ValueError, match="no loss has"):
+        make_objective("proxy", {"temperature": 3.0})
+    assert make_objective("proxy", {"alpha": 16.0, "scale": 3.0}).loss.settings == {"alpha": 16.0, "delta": 0.0}
+    with pytest.raises(ValueError, match="max_mentions"):
+        make_objective(max_mentions=-1)
     with pytest.raises(ValueError, match="lr_scale"):
         make_objective(lr_scale=0.0)
     with pytest.raises(ValueError, match="objective"):

@@ -8,7 +8,10 @@ stays valid (same fingerprint) and no entity is ever encoded during training.
 * ``spacy_pel.objective.v1`` -- the loss (``loss``: ``proxy``, ``ce`` or ``ce_cosine``, its settings
   in ``loss_settings``) and the negatives (``negatives``: ``sampled``, ``in_batch`` or ``kb``;
   ``count``, ``hard_fraction``, ``seed``), as the ``[loss]`` and ``[negatives]`` blocks of a
-  training config; ``lr_scale`` scales spaCy's learning rate for the mention tower;
+  training config; ``lr_scale`` scales spaCy's learning rate for the mention tower; ``max_mentions``
+  (> 0) trains each update on that many of the batch's mentions, drawn at random: with batches of
+  many documents, 32 mentions from across them, as the project trainer's batches (whole documents of
+  ~19 mentions each would put only 1–2 abstracts, and few distinct entities, in a batch);
 * :func:`linkable_mentions` -- the mentions to learn from and their gold KB rows (shared with the
   project's trainer); :func:`example_mentions` -- which spans of spaCy examples those are;
 * :class:`Updater` -- the training state a linker holds: its objective bound to the KB, and a torch
@@ -38,7 +41,7 @@ from spacy.util import registry
 from ..corpora import NIL, gold_ids, gold_spans
 from ..models.encoder import BiEncoder, Mention
 from ..models.linking import NEGATIVE_KINDS, LinkingLoss
-from ..models.losses import Loss, make_loss
+from ..models.losses import LOSSES, Loss, make_loss
 from ..models.negatives import HardNegativeMiner
 from ..retrieval.index import EntityIndex
 
@@ -56,24 +59,35 @@ class Objective:
     hard_fraction: float = 0.0
     seed: int = 0
     lr_scale: float = 1.0
+    max_mentions: int = 0
 
     def __post_init__(self):
         if self.negatives not in NEGATIVE_KINDS:
             raise ValueError(f"spacy_pel.objective.v1: `negatives` must be one of {NEGATIVE_KINDS}, not {self.negatives!r}")
         if not isinstance(self.count, int) or self.count < 1 or not 0.0 <= self.hard_fraction <= 1.0:
             raise ValueError(f"spacy_pel.objective.v1: need `count` ≥ 1 and 0 ≤ `hard_fraction` ≤ 1, got {self.count!r}, {self.hard_fraction!r}")
+        if not isinstance(self.max_mentions, int) or self.max_mentions < 0:
+            raise ValueError(f"spacy_pel.objective.v1: `max_mentions` must be an integer ≥ 0, not {self.max_mentions!r}")
         if not self.lr_scale > 0:
             raise ValueError(f"spacy_pel.objective.v1: `lr_scale` must be > 0, not {self.lr_scale!r}")
 
 
 @registry.misc("spacy_pel.objective.v1")
 def make_objective(loss: str = "proxy", loss_settings: Dict[str, float] = {}, negatives: str = "sampled",
-              count: int = 32, hard_fraction: float = 0.0, seed: int = 0, lr_scale: float = 1.0) -> Objective:
+              count: int = 32, hard_fraction: float = 0.0, seed: int = 0, lr_scale: float = 1.0,
+                   max_mentions: int = 0) -> Objective:
     """The training objective of ``pel_linker.update``: ``loss`` with ``loss_settings`` (proxy:
-    ``alpha``, ``delta``; ce_cosine: ``scale``) and ``count`` negatives per mention of the kind
-    ``negatives``, ``hard_fraction`` of them hard (FAISS over the KB's vectors); the mention tower's
-    learning rate is spaCy's ``learn_rate`` × ``lr_scale`` (e.g. 0.05 beside an NER at 0.001)."""
-    return Objective(make_loss(loss, **dict(loss_settings)), negatives, count, float(hard_fraction), seed, float(lr_scale))
+    ``alpha``, ``delta``; ce_cosine: ``scale``; those of other losses are ignored, as in ``[loss]``)
+    and ``count`` negatives per mention of the kind ``negatives``, ``hard_fraction`` of them hard
+    (FAISS over the KB's vectors); the mention tower's learning rate is spaCy's ``learn_rate`` ×
+    ``lr_scale`` (e.g. 0.05 beside an NER at 0.001); with ``max_mentions`` > 0 an update trains on
+    that many of the batch's mentions, drawn at random."""
+    known = {k for spec in LOSSES.values() for k in spec.defaults}  # one block serves every loss, as [loss]
+    unknown = sorted(set(loss_settings) - known)
+    if unknown:
+        raise ValueError(f"spacy_pel.objective.v1: no loss has the setting(s) {unknown}; settings: {sorted(known)}")
+    mine = {k: v for k, v in loss_settings.items() if loss not in LOSSES or k in LOSSES[loss].defaults}
+    return Objective(make_loss(loss, **mine), negatives, count, float(hard_fraction), seed, float(lr_scale), max_mentions)
 
 
 # ------------------------------------------------------------------ the mentions to learn from
@@ -120,6 +134,7 @@ class Updater:
     _bound: Optional[Tuple[int, int]] = None
     _linking: Optional[LinkingLoss] = None
     _optimizer: Optional[torch.optim.Optimizer] = None
+    _rng: Optional[np.random.Generator] = None
 
     @classmethod
     def for_objective(cls, objective: Optional[Objective]) -> "Updater":
@@ -143,9 +158,16 @@ class Updater:
             self._bound = (id(encoder), id(index))
         return self._linking
 
-    def mentions(self, linker, examples: Sequence[Example]) -> Tuple[List[Mention], List[Set[int]]]:
+    def mentions(self, linker, examples: Sequence[Example], sample: bool = False) -> Tuple[List[Mention], List[Set[int]]]:
+        """The batch's linkable mentions and gold rows; with ``sample``, at most ``max_mentions`` of them."""
         items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions.spans)
         mentions, gold, _ = linkable_mentions(items, linker.index.lookup)
+        most = self.objective.max_mentions
+        if sample and most and len(mentions) > most:
+            if self._rng is None:
+                self._rng = np.random.default_rng(self.objective.seed + 1)
+            keep = np.sort(self._rng.choice(len(mentions), most, replace=False))
+            mentions, gold = [mentions[i] for i in keep], [gold[i] for i in keep]
         return mentions, gold
 
     def loss_and_gradient(self, linker, vectors: torch.Tensor, gold: Sequence[Set[int]]) -> Tuple[float, torch.Tensor]:
@@ -173,7 +195,7 @@ class Updater:
         examples = list(examples)
         validate_examples(examples, "PELLinker.update")
         linker.ensure_loaded()
-        mentions, gold = self.mentions(linker, examples)
+        mentions, gold = self.mentions(linker, examples, sample=True)
         if mentions:
             encoder = linker.encoder
             self.bind(encoder, linker.index)
