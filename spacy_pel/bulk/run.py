@@ -68,7 +68,8 @@ def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker:
     import ray
 
     ds = ray.data.from_items([c.as_item() for c in chunks], override_num_blocks=len(chunks))
-    ds = ds.flat_map(read_chunk, num_cpus=0)
+    # no CPU reserved (the actors hold them), but a few at a time: each 0-CPU task would start a Python worker
+    ds = ds.flat_map(read_chunk, num_cpus=0, compute=ray.data.TaskPoolStrategy(size=max(2, workers)))
     return ds.map_batches(
         LinkWorker,
         fn_constructor_kwargs={"pipeline": str(pipeline), "threads": cpus_per_worker, "batch_size": batch_size,
