@@ -14,3 +14,6 @@ python benchmarks/aliases.py --encoder training/bench/ce_mixed50_3ep/best --name
 python benchmarks/aliases.py --encoder training/bench/ce_cosine_mixed50_3ep/best --name ce_cosine_mixed50_3ep
 # speed (needs a scispaCy virtualenv for the side-by-side row: python -m venv V && V/bin/pip install "scipy<1.11" scispacy==0.6.2)
 python benchmarks/speed.py --encoder training/bench/ce_cosine_mixed50_3ep/best --kb kbs/mesh_speed --build-kb ${SCISPACY_PYTHON:+--scispacy-python "$SCISPACY_PYTHON"}
+# a 2.4M-entity KB: compressed indexes vs exact search, and the whole pipeline over it (needs the pipeline
+# `spacy project run all` saves; ~4 GB of RAM and 2 GB of scratch disk)
+python benchmarks/large_kb.py --pipeline training/pipeline
