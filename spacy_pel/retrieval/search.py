@@ -133,7 +133,7 @@ class RefinedSearch:
     """Approximate candidates from a compressed FAISS index (IVF-PQ: ~100 bytes an entity), then the
     best ``refine`` of them rescored exactly with the saved vectors, read from disk."""
 
-    def __init__(self, index, vectors, nprobe: int = 128, refine: int = 100):
+    def __init__(self, index, vectors, nprobe: int = 512, refine: int = 100):
         self.index, self.vectors, self.refine = index, vectors, refine
         self.set_nprobe(nprobe)
 
