@@ -22,6 +22,7 @@ figures of ``python -m spacy_pel evaluate``), and the spaCy-trained pipeline onc
 Writes benchmarks/spacy_train.json and benchmarks/spacy_train.md.
 """
 import json
+import re
 import subprocess
 import sys
 import time
@@ -115,7 +116,7 @@ def run_spacy_evaluate(a: dict, model: str, out: Path) -> dict:
     scores = json.loads(out.read_text())
     keep = ("nel_micro_p", "nel_micro_r", "nel_micro_f", "pel_r1", "pel_r2", "pel_r4", "pel_r8", "pel_in_kb", "pel_mentions")
     return {"wall_s": round(time.perf_counter() - t0, 1), **{k: scores[k] for k in keep},
-            "printed": [line for line in proc.stdout.splitlines() if "SPAN" in line]}
+            "printed": [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in proc.stdout.splitlines() if "SPAN" in line]}
 
 
 def phase(name: str, a: dict, work: Path) -> dict:
@@ -165,7 +166,7 @@ def markdown(r: dict) -> str:
         f"(`spacy_pel` evaluate: {se['R@1']:.4f} over {se['counts']['in_kb']}); nel_micro_p / r / f "
         f"{ev['nel_micro_p']:.4f} / {ev['nel_micro_r']:.4f} / {ev['nel_micro_f']:.4f} (Scorer.score_links: "
         "`doc.ents` only, ids compared as strings, so composite mentions and ids absent from the KB count "
-        "as errors). Printed:", "", "```", *ev["printed"], "```", "",
+        "as errors). Printed:", "", "```", *[re.sub(r"\x1b\[[0-9;]*m", "", x).rstrip() for x in ev["printed"]], "```", "",
     ]
     return "\n".join(lines)
 
