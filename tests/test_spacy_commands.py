@@ -73,7 +73,9 @@ def test_linker_only_pipeline_scores_gold_mentions_as_the_project_evaluator(nlp)
     for k in (1, 2, 4, 8, 64):  # gold mentions get the 64 candidates of spacy_pel evaluate (pipeline: top_k 3)
         assert scores[f"pel_r{k}"] == report["recall_in_kb"][f"R@{k}"]
     assert scores["pel_accuracy_with_nil"] == report["accuracy_with_nil"]
-    assert scores["spans_nel_f"] == scores["nel_micro_f"]  # what `spacy evaluate --spans-key nel` prints
+    # what `spacy evaluate --spans-key nel` prints: NEL over in-KB mentions, recall = spacy_pel evaluate's R@1
+    assert scores["spans_nel_r"] == scores["pel_nel_r"] == pytest.approx(report["recall_in_kb"]["R@1"], abs=1e-4)
+    assert scores["spans_nel_p"] == scores["pel_nel_p"] == pytest.approx(report["recall_in_kb"]["R@1"], abs=1e-4)
     assert [eg.predicted.ents for eg in egs] == [(), ()]  # the caller's examples are left as they were
 
 
@@ -274,3 +276,16 @@ def test_spacy_train_with_an_ner_and_the_linker_round_trips(tmp_path, kb_dir, ti
     assert all(e.kb_id_ and e._.pel_candidates for e in doc.ents)  # whatever the tiny NER found is linked
     scores = loaded.evaluate(examples(loaded))
     assert {"ents_f", "nel_micro_f", "pel_r1"} <= set(scores)
+
+
+def test_nel_figures_count_a_composite_mention_linked_to_one_of_its_ids():
+    from spacy_pel.evaluation.scorer import linked_prf
+
+    rows = [(["A", "B"], ["B", "C"], np.array([0.9, 0.1])),  # composite, linked to B: right
+            (["C"], ["D"], np.array([0.8, 0.1])),  # wrong
+            (["E"], ["E"], np.array([0.2, 0.1])),  # right, but below the threshold: NIL, no prediction
+            (["GONE"], ["A"], np.array([0.9, 0.1])),  # gold id not in the KB: not counted
+            (["NIL"], ["A"], np.array([0.9, 0.1]))]
+    kb = {"A", "B", "C", "D", "E"}
+    assert linked_prf(rows, kb) == pytest.approx({"p": 2 / 3, "r": 2 / 3, "f": 2 / 3})
+    assert linked_prf(rows, kb, threshold=0.5) == pytest.approx({"p": 1 / 2, "r": 1 / 3, "f": 0.4})

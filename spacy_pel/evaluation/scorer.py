@@ -2,7 +2,9 @@
 and ``spacy train`` (``[components.pel_linker.scorer]``, like spaCy's ``spacy.entity_linker_scorer.v1``).
 
 It returns spaCy's ``Scorer.score_links`` figures (``nel_micro_p/r/f``, ``nel_macro_*``,
-``nel_f_per_type``: exact spans of ``doc.ents``, ids compared as strings) and the project's own, the
+``nel_f_per_type``: exact spans of ``doc.ents``, ids compared as strings), ``pel_nel_p/r/f`` (NEL over
+in-KB gold mentions, a composite mention right when linked to any of its ids, alternative ids as their
+entity: recall = recall@1 of ``spacy_pel evaluate`` when there is no NIL threshold) and the project's own, the
 figures of ``python -m spacy_pel evaluate`` (:func:`spacy_pel.evaluation.linking.metrics`) over the
 predicted mentions whose offsets match a gold mention (``corpora.gold_spans``: with gold mentions, all
 of them), from the candidates in ``span._.pel_candidates``:
@@ -15,8 +17,8 @@ of them), from the candidates in ``span._.pel_candidates``:
 * ``pel_mentions``, ``pel_in_kb``, ``pel_absent``, ``pel_nil``: the counts.
 
 spaCy's ``spacy evaluate`` prints a fixed table (TOK, NER, SPAN … rows) with no NEL row; its
-``--output`` JSON holds every score. With ``cli_spans_key`` (default ``"nel"``) the NEL figures are
-also returned as ``spans_nel_p/r/f`` and ``spans_nel_per_type``, so that
+``--output`` JSON holds every score. With ``cli_spans_key`` (default ``"nel"``) ``pel_nel_p/r/f`` are
+also returned as ``spans_nel_p/r/f`` (and spaCy's ``nel_f_per_type`` as ``spans_nel_per_type``), so that
 ``spacy evaluate PIPELINE CORPUS --spans-key nel`` prints them, as its SPAN P/R/F rows and a
 per-type table (null: not returned).
 """
@@ -41,12 +43,14 @@ class _AnyId:
         return True
 
 
-def candidate_rows(examples: Iterable[Example]) -> List[tuple]:
+def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[str], str]] = None) -> List[tuple]:
     """Rows of :func:`~spacy_pel.evaluation.linking.metrics` (gold ids, candidate ids, scores) for
-    each predicted mention whose offsets match a gold one."""
+    each predicted mention whose offsets match a gold one; ``canonical`` maps a gold alternative id to
+    its entity's primary id (``EntityIndex.canonical``)."""
+    canonical = canonical or (lambda x: x)
     rows = []
     for eg in examples:
-        gold = {(s.start_char, s.end_char): gold_ids(s.kb_id_) for s in gold_spans(eg.reference)}
+        gold = {(s.start_char, s.end_char): [canonical(i) for i in gold_ids(s.kb_id_)] for s in gold_spans(eg.reference)}
         for span in gold_spans(eg.predicted):
             ids = gold.get((span.start_char, span.end_char))
             if ids is None:
@@ -71,18 +75,33 @@ def pel_scores(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None
     return out
 
 
+def linked_prf(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None) -> Dict[str, float]:
+    """NEL P/R/F over the mentions whose gold id is in the KB: right when the linked id is one of the
+    gold ids (a composite mention ``A|B`` linked to A is right; ``Scorer.score_links`` compares the
+    strings); NIL by ``threshold`` is no prediction. Without a threshold, R = P = recall@1."""
+    kb_ids = _AnyId() if kb_ids is None else kb_ids
+    in_kb = [(gold, cands, scores) for gold, cands, scores in rows if gold != [NIL] and any(g in kb_ids for g in gold)]
+    linked = [(gold, cands) for gold, cands, scores in in_kb
+              if cands and (threshold is None or scores[0] >= threshold)]
+    right = sum(cands[0] in gold for gold, cands in linked)
+    p, r = right / max(len(linked), 1), right / max(len(in_kb), 1)
+    return {"p": p, "r": r, "f": 2 * p * r / max(p + r, 1e-12)}
+
+
 @registry.scorers("spacy_pel.linker_scorer.v1")
 def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Dict[str, Any]]:
     """The scorer of ``pel_linker`` (see the module doc)."""
 
     def score(examples: Iterable[Example], *, nil_label: str = NIL, kb_ids=None, threshold: Optional[float] = None,
-              top_k: Optional[int] = None, **kwargs) -> Dict[str, Any]:
+              top_k: Optional[int] = None, canonical: Optional[Callable[[str], str]] = None, **kwargs) -> Dict[str, Any]:
         examples = list(examples)
         scores: Dict[str, Any] = Scorer.score_links(examples, negative_labels=[nil_label])
-        scores.update(pel_scores(candidate_rows(examples), kb_ids, threshold, top_k))
+        rows = candidate_rows(examples, canonical)
+        scores.update(pel_scores(rows, kb_ids, threshold, top_k))
+        scores.update({f"pel_nel_{x}": v for x, v in linked_prf(rows, kb_ids, threshold).items()})
         if cli_spans_key:
             key = f"spans_{cli_spans_key}"
-            scores.update({f"{key}_{x}": scores[f"nel_micro_{x}"] for x in ("p", "r", "f")})
+            scores.update({f"{key}_{x}": scores[f"pel_nel_{x}"] for x in ("p", "r", "f")})
             scores[f"{key}_per_type"] = scores["nel_f_per_type"]
         return scores
 

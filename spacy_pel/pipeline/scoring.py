@@ -63,5 +63,7 @@ def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, obj
         return Scorer.score_links(examples, negative_labels=[linker.cfg.nil_label])
     kb_ids = linker.index.row if linker.index is not None else None
     k = max(GOLD_K, linker.cfg.top_k) if linker.cfg.use_gold_ents else linker.cfg.top_k  # candidates per mention
-    settings = {"nil_label": linker.cfg.nil_label, "kb_ids": kb_ids, "threshold": linker.cfg.threshold, "top_k": k}
+    canonical = linker.index.canonical if linker.index is not None else None  # alternative ids → primary
+    settings = {"nil_label": linker.cfg.nil_label, "kb_ids": kb_ids, "threshold": linker.cfg.threshold, "top_k": k,
+                "canonical": canonical}
     return linker.scorer(examples, **{**settings, **kwargs})
