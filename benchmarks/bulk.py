@@ -152,7 +152,7 @@ def markdown(r: dict) -> str:
         f"python {m['python']}. Input: {i['corpus']}, {i['copies']}× ({i['docs']} documents; ids suffixed per copy), "
         f"PubTator shards of {i['shard_docs']} documents, batches of {i['batch_size']}. Each bulk row is a fresh local "
         "Ray (`ray.init()`, 2 CPUs); its wall time includes starting Ray and loading the pipeline in every worker "
-        "(≈13 s, 1.9 GB each). Steady = the mentions of every shard but the first finished, over the time from the "
+        "(≈4 s and ≈1.3 GB peak RSS each, benchmarks/speed.md). Steady = the mentions of every shard but the first finished, over the time from the "
         "first to the last shard finishing.",
         "",
         "| run | workers × threads | mentions | wall s | mentions/s (wall) | mentions/s (steady) | per busy worker | same kb_id as nlp.pipe |",
@@ -178,7 +178,7 @@ def markdown(r: dict) -> str:
         "on other nodes' cores (same CPU family, bf16 units; the 1 → 2 worker scaling above is the only evidence), "
         "PubMed abstracts have BC5CDR's mix of mentions (the alias table decides the same share before the "
         "transformer), mentions are given or found at no extra cost (an NER or the span finder costs more), and the "
-        "driver and storage keep up. Each worker holds a 1.9 GB pipeline copy: one worker per core needs "
+        "driver and storage keep up. Each worker holds a ~1.3 GB pipeline copy: one worker per core needs "
         "~2 GB RAM per core (or use `--cpus-per-worker` > 1: fewer copies, the rate per core then needs measuring).",
         "",
         "| cores per node | nodes | hours | node-hours |",
