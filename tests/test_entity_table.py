@@ -59,9 +59,8 @@ def test_old_folder_without_columns_is_read_from_the_records(tmp_path):
 
 def test_disagreeing_columns_are_refused(tmp_path):
     EntityTable(ENTITIES).write(tmp_path)
-    columns = json.loads((tmp_path / COLUMNS).read_text())
-    columns["ids"].pop()
-    (tmp_path / COLUMNS).write_text(json.dumps(columns))
+    offsets = np.load(tmp_path / "ids.offsets.npy")
+    np.save(tmp_path / "ids.offsets.npy", offsets[:-1])  # one id fewer than records
     with pytest.raises(ValueError, match="disagree"):
         EntityTable.read(tmp_path)
 
@@ -150,3 +149,17 @@ def test_ivfpq_index_rescores_exactly_and_round_trips(tmp_path):
         loaded.searcher.add(vectors[:1])
     with pytest.raises(ValueError, match="at least 10,000 entities"):
         EntityIndex(entities[:100], vectors[:100], metric="cosine", fingerprint="f", kind="ivfpq")
+
+
+def test_id_rows_find_every_id_without_a_dict(tmp_path):
+    entities = [Entity(f"ID{i % 7}-{i}", f"n{i}") for i in range(50)]
+    EntityTable(entities).write(tmp_path)
+    table = EntityTable.read(tmp_path)
+    rows = table.id_rows()
+    assert all(rows[e.id] == i for i, e in enumerate(entities)) and len(rows) == 50
+    assert "ID0-0" in rows and "nope" not in rows and None not in rows and rows.get("nope", -1) == -1
+    assert sorted(rows) == sorted(e.id for e in entities)
+    rows.update({"NEW": 50})
+    assert rows["NEW"] == 50 and len(rows) == 51
+    with pytest.raises(KeyError):
+        rows["missing"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import ChainMap
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -83,7 +83,7 @@ class EntityIndex:
         # float16: what is saved, and what the rules and --add read (memory-mapped when loaded)
         self.embeddings = np.asarray(embeddings, dtype=np.float16)
         self.metric, self.fingerprint, self.encoder_source, self.kind = metric, fingerprint, encoder_source, kind
-        self.row: Dict[str, int] = {e: i for i, e in enumerate(self.entities.ids)}
+        self.row = self.entities.id_rows()  # id → row (a Mapping; primary ids only)
         if searcher is None and kind == "flat":
             searcher = FlatSearch.from_array(embeddings, precision)
         elif searcher is None and kind == "ivfpq":
