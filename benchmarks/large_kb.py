@@ -12,8 +12,6 @@ over all 2.4M rows, exact search vs each compressed index; "RAM" is the index's 
 Writes benchmarks/large_kb.json and benchmarks/large_kb.md. Run it alone.
 """
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +20,10 @@ import numpy as np
 import spacy
 import torch
 import typer
-from speed import machine  # the speed report's CPU description (benchmarks/ is on the path)
+from speed import (  # the speed report's CPU description and load/link run (benchmarks/ is on the path)
+    machine,
+    measure_load,
+)
 
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import Entity
@@ -146,33 +147,6 @@ def main(
         del index
 
 
-PIPELINE_SCRIPT = """
-import json, sys, time
-t0 = time.perf_counter()
-import spacy, spacy_pel
-from spacy.tokens import Doc, Span
-from spacy_pel.corpora import read_docbin, gold_spans, gold_ids
-nlp = spacy.load(sys.argv[1], config={"components": {"pel_linker": {"kb": sys.argv[3]}}})
-linker = nlp.get_pipe("pel_linker")
-linker.ensure_loaded()
-load = time.perf_counter() - t0
-docs = read_docbin(spacy.blank("en"), sys.argv[2])
-fresh = []
-for d in docs:
-    c = Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d])
-    c.ents = [Span(c, s.start, s.end, label=s.label_) for s in gold_spans(d)]
-    fresh.append(c)
-t0 = time.perf_counter()
-out = list(nlp.pipe(fresh))
-seconds = time.perf_counter() - t0
-hits = [p.kb_id_ in gold_ids(g.kb_id_) for d, o in zip(docs, out) for g, p in zip(gold_spans(d), o.ents)
-        if any(i in linker.index.row for i in gold_ids(g.kb_id_))]
-peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
-print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1), "R@1": round(sum(hits) / len(hits), 4),
-                  "mentions_per_s": round(sum(len(o.ents) for o in out) / seconds, 1), "kb_entities": len(linker.index)}))
-"""
-
-
 def pipeline_on_large_kb(pipeline: Path, dev: Path, mesh_table, vectors: np.ndarray, index, work: Path) -> dict:
     """Save the 2.4M-entity KB (MeSH records + named synthetic entities, ivfpq) and run the whole
     pipeline (rules included) over it in a fresh process, and over its own MeSH KB for comparison."""
@@ -191,9 +165,7 @@ def pipeline_on_large_kb(pipeline: Path, dev: Path, mesh_table, vectors: np.ndar
 def measure_pipelines(pipeline: Path, dev: Path, large_kb: Path) -> dict:
     out = {"nprobe": json.loads((large_kb / "meta.json").read_text()).get("nprobe")}
     for label, kb_path in (("2.4M entities, ivfpq", large_kb), ("MeSH only, flat", pipeline / "pel_linker" / "kb")):
-        run = subprocess.run([sys.executable, "-c", PIPELINE_SCRIPT, str(pipeline), str(dev), str(kb_path)],
-                             capture_output=True, text=True, check=True)
-        out[label] = json.loads(run.stdout.strip().splitlines()[-1])
+        out[label] = measure_load(pipeline, dev, kb_path)
     return out
 
 

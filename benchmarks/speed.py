@@ -101,21 +101,28 @@ LOAD_SCRIPT = """
 import json, sys, time
 t0 = time.perf_counter()
 import spacy, spacy_pel
-nlp = spacy.load(sys.argv[1])
-nlp.get_pipe("pel_linker").ensure_loaded()
-load = time.perf_counter() - t0
-from spacy_pel.corpora import read_docbin, gold_spans
 from spacy.tokens import Doc, Span
+from spacy_pel.corpora import read_docbin, gold_spans, gold_ids
+config = {"components": {"pel_linker": {"kb": sys.argv[3]}}} if len(sys.argv) > 3 else {}
+nlp = spacy.load(sys.argv[1], config=config)
+linker = nlp.get_pipe("pel_linker")
+linker.ensure_loaded()
+load = time.perf_counter() - t0
 docs = read_docbin(spacy.blank("en"), sys.argv[2])
 fresh = []
 for d in docs:
     c = Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d])
     c.ents = [Span(c, s.start, s.end, label=s.label_) for s in gold_spans(d)]
     fresh.append(c)
-list(nlp.pipe(fresh))
+t0 = time.perf_counter()
+out = list(nlp.pipe(fresh))
+seconds = time.perf_counter() - t0
+hits = [p.kb_id_ in gold_ids(g.kb_id_) for d, o in zip(docs, out) for g, p in zip(gold_spans(d), o.ents)
+        if any(i in linker.index.row for i in gold_ids(g.kb_id_))]
 # VmHWM: this process's own peak (ru_maxrss would include the parent's memory at fork, kept across exec)
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
-print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1)}))
+print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1), "R@1": round(sum(hits) / len(hits), 4),
+                  "mentions_per_s": round(sum(len(o.ents) for o in out) / seconds, 1), "kb_entities": len(linker.index)}))
 """
 
 
@@ -180,9 +187,11 @@ def save(report: dict, partial: bool = False) -> None:
         (HERE / "speed.partial.json").unlink(missing_ok=True)
 
 
-def measure_load(pipeline: Path, dev: Path) -> dict:
-    """spacy.load + linking all dev docs in a fresh process: load seconds and that process's peak RSS."""
-    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(pipeline), str(dev)], capture_output=True, text=True, check=True)
+def measure_load(pipeline: Path, dev: Path, kb: Optional[Path] = None) -> dict:
+    """spacy.load (with ``kb`` instead of the pipeline's own KB, if given) + linking all dev gold spans
+    in a fresh process: load seconds, that process's peak RSS, R@1, mentions/s."""
+    args = [str(pipeline), str(dev)] + ([str(kb)] if kb else [])
+    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, *args], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

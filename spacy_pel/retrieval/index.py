@@ -24,7 +24,7 @@ import numpy as np
 from ..files import atomic_dir
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError
-from .search import FlatSearch, InMemoryVectors, RefinedSearch, VectorFile
+from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, VectorFile
 from .table import EntityTable
 
 PathLike = Union[str, Path]
@@ -32,7 +32,6 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: flat KBs with an index.faiss of float32 vectors, no column files
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 MIN_IVFPQ = 10_000  # entities: PQ's codebooks need that many to train; below it flat is small and exact
-IVFPQ_NPROBE, IVFPQ_REFINE = 512, 100  # benchmarks/large_kb.md: 0.18 pt below exact R@1 at 2.4M entities
 
 
 def make_faiss_index(dim: int, kind: str = "hnsw", hnsw_m: int = 32) -> faiss.Index:
@@ -87,7 +86,7 @@ class EntityIndex:
         if searcher is None and kind == "flat":
             searcher = FlatSearch.from_array(embeddings, precision)
         elif searcher is None and kind == "ivfpq":
-            searcher = RefinedSearch(make_ivfpq(embeddings), InMemoryVectors(self.embeddings), IVFPQ_NPROBE, IVFPQ_REFINE)
+            searcher = RefinedSearch(make_ivfpq(embeddings), InMemoryVectors(self.embeddings))
         elif searcher is None:
             searcher = make_faiss_index(self.embeddings.shape[1], kind)
             if len(self.embeddings):
@@ -217,7 +216,7 @@ class EntityIndex:
             index = FlatSearch.from_npy(path / "embeddings.npy", precision)
         elif kind == "ivfpq":  # candidates from the codes in memory, rescored from the vectors on disk
             index = RefinedSearch(faiss.read_index(str(path / "index.faiss")), VectorFile(path / "embeddings.npy"),
-                                  meta.get("nprobe", IVFPQ_NPROBE), meta.get("refine", IVFPQ_REFINE))
+                                  meta.get("nprobe", NPROBE), meta.get("refine", REFINE))
         else:
             index = faiss.read_index(str(path / "index.faiss"))
         if index.ntotal != len(entities) or meta["entities"] != len(entities) or len(embeddings) != len(entities):

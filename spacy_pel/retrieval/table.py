@@ -82,10 +82,16 @@ class StringColumn(Sequence[str]):
         return cls((folder / f"{name}.bin").read_bytes(), np.load(folder / f"{name}.offsets.npy", allow_pickle=False))
 
 
+def _find(ordered: Sequence[str], key: str) -> Optional[int]:
+    """The position of ``key`` in the sorted sequence ``ordered``, or None."""
+    i = bisect.bisect_left(ordered, key)
+    return i if i < len(ordered) and ordered[i] == key else None
+
+
 class NameIndex:
     """Normalised KB names and synonyms → KB rows (sorted keys, looked up by bisection)."""
 
-    def __init__(self, keys: Sequence[str], ptr: np.ndarray, rows: np.ndarray):
+    def __init__(self, keys: StringColumn, ptr: np.ndarray, rows: np.ndarray):
         self.keys, self.ptr, self.rows = keys, ptr, rows
 
     @classmethod
@@ -103,10 +109,8 @@ class NameIndex:
 
     def get(self, key: str) -> Optional[List[int]]:
         """The rows of entities with this normalised name, or None."""
-        i = bisect.bisect_left(self.keys, key)
-        if i == len(self.keys) or self.keys[i] != key:
-            return None
-        return self.rows[self.ptr[i] : self.ptr[i + 1]].tolist()
+        i = _find(self.keys, key)
+        return None if i is None else self.rows[self.ptr[i] : self.ptr[i + 1]].tolist()
 
     def __contains__(self, key: str) -> bool:
         return self.get(key) is not None
@@ -115,7 +119,7 @@ class NameIndex:
         return len(self.keys)
 
     def write(self, folder: Path) -> None:
-        StringColumn.of(self.keys).write(folder, NAME_KEYS)
+        self.keys.write(folder, NAME_KEYS)
         np.save(folder / NAME_PTR, self.ptr, allow_pickle=False)
         np.save(folder / NAME_ROWS, self.rows, allow_pickle=False)
 
@@ -169,10 +173,8 @@ class IdRows(Mapping[str, int]):
             return default
         if key in self._added:
             return self._added[key]
-        i = bisect.bisect_left(self._sorted, key)
-        if i < len(self._sorted) and self._sorted[i] == key:
-            return int(self._sorted.order[i])
-        return default
+        i = _find(self._sorted, key)
+        return default if i is None else int(self._sorted.order[i])
 
     def __getitem__(self, key) -> int:
         row = self.get(key)
@@ -271,13 +273,14 @@ class EntityTable(Sequence[Entity]):
         """Write ``entities.jsonl`` and the column files into ``folder`` (a fresh directory)."""
         target = folder / RECORDS
         if self._mmap is not None and not self._added:
-            with target.open("wb") as f:  # the records as read, byte for byte
+            with target.open("wb") as f:  # the records as read, byte for byte: their offsets too
                 f.write(self._mmap)
+            offsets = self._offsets
         else:
             write_jsonl(self, target)
-        with target.open("rb") as f:
-            lengths = [len(line) for line in f]
-        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+            with target.open("rb") as f:
+                lengths = [len(line) for line in f]
+            offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
         if len(offsets) != len(self) + 1:
             raise ValueError(f"{target}: {len(offsets) - 1} lines written for {len(self)} entities")
         np.save(folder / OFFSETS, offsets, allow_pickle=False)
@@ -311,9 +314,4 @@ class EntityTable(Sequence[Entity]):
             with (folder / RECORDS).open("rb") as f:
                 table._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return table
-
-    def close(self) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
 
