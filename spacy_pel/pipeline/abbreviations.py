@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .aliases import normalize
+from ..kb import normalize
 
 _PAREN = re.compile(r"\(([^()]{1,12})\)")
 
