@@ -165,3 +165,23 @@ def test_null_finder_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_d
     assert (out["docs"], out["gold"], out["predicted"]) == (12, 24, 24)
     assert out["strict"] == {"p": 0.8333, "r": 0.8333, "f": 0.8333}  # 20 / 24
     assert out["partial"] == {"p": 1.0, "r": 1.0, "f": 1.0}
+
+
+def test_e2e_metrics_typed_needs_the_label_and_span_ignores_ids():
+    nlp = spacy.blank("en")
+    gold = nlp.make_doc("Lithium carbonate toxicity caused tricuspid regurgitation .")
+    gold.spans[GOLD_KEY] = [Span(gold, 0, 2, label="Chemical", kb_id="D1"), Span(gold, 2, 3, label="Disease", kb_id="NIL"),
+                            Span(gold, 4, 6, label="Disease", kb_id="D2")]
+    pred = nlp.make_doc(gold.text)
+    pred.ents = [
+        Span(pred, 0, 2, label="Chemical", kb_id="D1"),  # right span, label and id
+        Span(pred, 2, 3, label="Disease", kb_id="NIL"),  # a found NIL span: counts for spans only
+        Span(pred, 4, 6, label="Chemical", kb_id="D2"),  # right span and id, wrong label: strict, not typed
+    ]
+    m = e2e_metrics([pred], [gold])
+    assert m["strict"]["f"] == 1.0
+    assert m["typed"] == {"p": 0.5, "r": 0.5, "f": 0.5}
+    assert m["span"] == {"p": 1.0, "r": 1.0, "f": 1.0}
+    pred.ents = [Span(pred, 0, 2, label="Chemical", kb_id="D9"), Span(pred, 3, 4, label="Chemical", kb_id="D2")]
+    m = e2e_metrics([pred], [gold])
+    assert m["strict"]["f"] == 0.0 and m["span"] == {"p": 0.5, "r": 0.3333, "f": 0.4}

@@ -75,7 +75,7 @@ def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(cor
     torch.manual_seed(0)
     scratch.encoder.eval()
     with torch.no_grad():
-        _, link0, span0 = scratch.losses(scratch.train_docs)
+        _, link0, span0, _ = scratch.losses(scratch.train_docs)
         untrained = scratch.evaluator.choose_threshold(scratch.model)
     out = tmp_path / "run"
     state = train_e2e(CONFIG_DEFAULT, out, ov, progress=False)
@@ -84,7 +84,7 @@ def test_joint_training_lowers_both_losses_resumes_and_writes_a_usable_model(cor
     assert TrainingLoop(trained, cfg.training, out, checkpoint_to_resume(out)).state["step"] == 12
     trained.encoder.eval()
     with torch.no_grad():
-        _, link1, span1 = trained.losses(trained.train_docs)
+        _, link1, span1, _ = trained.losses(trained.train_docs)
     assert link1 < link0 and span1 < span0
     # the best model is an encoder folder + span scorer that pel_linker takes as they are, and with
     # the γ chosen in training it finds and links mentions: "Lithium carbonate" is D1, exactly

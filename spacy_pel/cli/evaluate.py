@@ -57,7 +57,7 @@ def main(
         report = {**e2e_metrics(predicted, docs), "docs": len(docs), "seconds": round(seconds, 1),
                   "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
         text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
-                + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "partial"))
+                + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "typed", "partial", "span"))
                 + f"\n{report['docs']} documents, {report['seconds']} s, {report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
         train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train))) if train else None

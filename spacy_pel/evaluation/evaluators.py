@@ -99,10 +99,13 @@ class DocExample:
         self.labels = np.zeros(len(self.starts), np.float32)
         self.linked: List[Tuple[int, int, Set[int]]] = []  # (start, end, gold rows) of in-KB gold spans
         self.gold: List[Tuple[int, int, Set[str]]] = []  # every gold span with its ids, for scoring
+        self.span_labels: List[Tuple[int, str]] = []  # (enumerated span index, gold label) of the gold spans
         for span in gold_spans(doc):
             i = self.where.get((span.start, span.end))
             if i is not None:
                 self.labels[i] = 1.0
+                if span.label_:
+                    self.span_labels.append((i, span.label_))
             ids = gold_ids(span.kb_id_)
             self.gold.append((span.start, span.end, set(ids)))
             lookup = index.lookup
@@ -125,8 +128,9 @@ class JointEvaluator(Evaluator):
     primary_metric = "strict.f"
 
     def __init__(self, docs: Sequence[DocExample], index: EntityIndex, threshold: float = 0.5,
-                 thresholds: Sequence[float] = THRESHOLDS, max_linked: int = MAX_LINKED):
+                 thresholds: Sequence[float] = THRESHOLDS, max_linked: int = MAX_LINKED, primary_metric: str = "strict.f"):
         self.docs, self.index, self.threshold = list(docs), index, threshold
+        self.primary_metric = primary_metric  # "span.f" when the model is chosen for its spans
         self.thresholds, self.max_linked = list(thresholds), max_linked
 
     def predictions(self, model: EndToEndModel) -> List[dict]:

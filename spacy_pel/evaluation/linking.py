@@ -117,22 +117,36 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
 
 
 def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc]) -> dict:
-    """End-to-end micro P/R/F1: strict (same span, right id) and partial (overlapping span, right id;
-    each gold mention matched at most once). NIL gold mentions and NIL predictions are left out."""
-    tp_strict = tp_partial = n_pred = n_gold = 0
+    """End-to-end micro P/R/F1:
+
+    * ``strict``: same span, right id; ``typed``: same span, same label, right id;
+    * ``partial``: overlapping span, right id (each gold mention matched at most once);
+    * ``span``: same span boundaries, ids ignored (every predicted and gold span, NIL ones included).
+
+    For the linked measures NIL gold mentions and NIL predictions are left out."""
+    tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
+    span_tp = span_pred = span_gold = 0
     for pred_doc, gold_doc in zip(predicted, gold):
-        golds = [(s.start, s.end, set(gold_ids(s.kb_id_))) for s in gold_spans(gold_doc) if s.kb_id_ != NIL]
-        preds = [(s.start, s.end, s.kb_id_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+        all_gold = gold_spans(gold_doc)
+        golds = [(s.start, s.end, set(gold_ids(s.kb_id_)), s.label_) for s in all_gold if s.kb_id_ != NIL]
+        preds = [(s.start, s.end, s.kb_id_, s.label_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
         n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
-        tp_strict += sum(1 for a, b, i in preds if any(a == x and b == y and i in ids for x, y, ids in golds))
+        exact = {(x, y): (ids, label) for x, y, ids, label in golds}
+        for a, b, i, label in preds:
+            ids, gold_label = exact.get((a, b), (set(), None))
+            tp_strict += i in ids
+            tp_typed += i in ids and label == gold_label
         used = set()
-        for a, b, i in preds:
-            for g, (x, y, ids) in enumerate(golds):
+        for a, b, i, _ in preds:
+            for g, (x, y, ids, _) in enumerate(golds):
                 if g not in used and a < y and x < b and i in ids:
                     used.add(g)
                     tp_partial += 1
                     break
+        found, wanted = {(s.start, s.end) for s in pred_doc.ents}, {(s.start, s.end) for s in all_gold}
+        span_tp, span_pred, span_gold = span_tp + len(found & wanted), span_pred + len(found), span_gold + len(wanted)
     return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
+            "typed": prf(tp_typed, n_pred, n_gold), "span": prf(span_tp, span_pred, span_gold),
             "predicted": n_pred, "gold": n_gold}
 
 

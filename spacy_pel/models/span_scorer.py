@@ -3,39 +3,48 @@
 ``p(m | (i, j)) = σ(w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q)`` over the token vectors of one document
 pass (:mod:`spacy_pel.models.doc_encoder`); :func:`select_spans` keeps the spans above a threshold,
 overlaps resolved greedily by score — the one rule the linker and both trainers use.
+
+A scorer trained with span labels (``labels``: the corpus's, e.g. Chemical and Disease) also has a
+label head, ``softmax(W [h_i; h_j; mean(h_i..h_j)] + b)``, that names each found span's type.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Union
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
 from ..files import atomic_write
-from .doc_encoder import as_index, check_spans, prefix_sum
+from .doc_encoder import as_index, check_spans, prefix_sum, span_means
 
 PathLike = Union[str, Path]
 SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
-SPAN_SCORER_VERSION = 1
+SPAN_SCORER_VERSION = 2  # 2: optional label head (version 1 files have none)
 
 
 class SpanScorer(torch.nn.Module):
     """``logit(i, j) = w_sᵀh_i + w_eᵀh_j + Σ_{q=i..j} w_mᵀh_q + b`` with ``j = end - 1``.
 
-    The single bias ``b`` lives on ``w_s``; ``w_e`` and ``w_m`` have none.
+    The single bias ``b`` lives on ``w_s``; ``w_e`` and ``w_m`` have none. With ``labels``, a label
+    head ``w_label`` scores each span's label from its start, end and mean token vectors.
     """
 
-    def __init__(self, hidden_size: int):
+    def __init__(self, hidden_size: int, labels: Sequence[str] = ()):
         super().__init__()
         if hidden_size < 1:
             raise ValueError(f"hidden_size must be positive, not {hidden_size}")
+        labels = list(labels)
+        if len(set(labels)) != len(labels) or not all(isinstance(x, str) and x for x in labels):
+            raise ValueError(f"span labels must be distinct non-empty strings, not {labels!r}")
         self.hidden_size = int(hidden_size)
+        self.labels: List[str] = labels
         self.w_s = torch.nn.Linear(hidden_size, 1)
         self.w_e = torch.nn.Linear(hidden_size, 1, bias=False)
         self.w_m = torch.nn.Linear(hidden_size, 1, bias=False)
+        self.w_label: Optional[torch.nn.Linear] = torch.nn.Linear(3 * hidden_size, len(labels)) if labels else None
 
     def forward(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
         """Span logits ``[S]`` for the token vectors ``H [n, hidden]`` and spans ``[start, end)``."""
@@ -50,6 +59,21 @@ class SpanScorer(torch.nn.Module):
     def probs(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
         """``p(m | (i, j)) = σ(logit)``."""
         return torch.sigmoid(self.forward(H, starts, ends))
+
+    def label_logits(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
+        """Label logits ``[S, len(labels)]`` of the spans (a scorer without labels refuses)."""
+        if self.w_label is None:
+            raise ValueError("this span scorer was trained without span labels")
+        st, en = as_index(starts, H.device), as_index(ends, H.device)
+        x = torch.cat([H[st], H[en - 1], span_means(H, st, en)], dim=-1)
+        return self.w_label(x.to(self.w_label.weight.dtype))
+
+    def predict_labels(self, H: torch.Tensor, starts, ends) -> List[str]:
+        """The most probable label of each span."""
+        if len(as_index(starts, H.device)) == 0:
+            return []
+        best = self.label_logits(H, starts, ends).argmax(-1).tolist()
+        return [self.labels[i] for i in best]
 
 
 def greedy_non_overlapping(starts, ends, scores) -> List[int]:
@@ -93,7 +117,8 @@ def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
     """Write ``path`` (safetensors weights) and ``path`` with suffix ``.json`` (hidden size)."""
     path = Path(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
-    meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size}
+    meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size,
+            "labels": scorer.labels}
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
     atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
 
@@ -108,11 +133,12 @@ def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf8"))
         hidden = int(meta["hidden_size"])
+        labels = list(meta.get("labels", []))
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{meta_path}: not a span scorer description ({err})") from err
     if meta.get("format") != SPAN_SCORER_FORMAT:
         raise ValueError(f"{meta_path}: format is {meta.get('format')!r}, expected {SPAN_SCORER_FORMAT!r}")
-    scorer = SpanScorer(hidden)
+    scorer = SpanScorer(hidden, labels)
     try:
         scorer.load_state_dict(load_file(str(path), device=device))
     except RuntimeError as err:

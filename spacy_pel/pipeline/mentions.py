@@ -3,10 +3,13 @@
 * ``spacy_pel.mentions.ents.v1`` — ``doc.ents`` (from any NER, rules or gold annotations);
 * ``spacy_pel.mentions.span_group.v1`` — ``doc.spans[spans_key]`` (overlapping spans allowed);
 * ``spacy_pel.mentions.span_finder.v1`` — end to end: every span of ≤ ``max_span_len`` tokens is
-  scored by a trained span scorer (``scorer``: a file from ``spacy_pel.train_spans`` or
-  ``spacy_pel.train_e2e``) over one transformer pass per document; spans with ``p > threshold`` are
-  kept (greedy by score, no overlaps) and replace ``doc.ents``, labelled with their entity's first
-  KB type. ``threshold = null`` takes the γ recorded in the ``span_report.json`` beside the scorer.
+  scored by a trained span scorer over one transformer pass per document; spans with
+  ``p > threshold`` are kept (greedy by score, no overlaps) and replace ``doc.ents``. ``model``: a
+  folder from ``spacy_pel.train_e2e`` (its own fine-tuned transformer + ``span_scorer.safetensors``),
+  so the linker's retriever links the found spans; or ``scorer``: a scorer file over the linker's own
+  transformer (``spacy_pel.train_spans``). A found span's label comes from the scorer's label head
+  when it has one, else from its entity's KB types mapped to corpus labels (``labels``, or the map
+  learned in training). ``threshold = null`` takes the γ recorded in the ``span_report.json``.
 
 A source gives, per doc, the spans to link as ``(start, end, label)`` and, when it encoded the
 documents itself, their token vectors (so a collective vector strategy reuses that pass); it also
@@ -38,6 +41,7 @@ from .config import LinkerPart, check_probability
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
 SCORER_FILE = "span_scorer.safetensors"
+ENCODER_DIR = "span_encoder"  # the finder's own transformer inside a saved component
 REPORT_FILE = "span_report.json"
 DEFAULT_SPAN_THRESHOLD = 0.5  # when neither the config nor a span_report.json gives γ
 
@@ -89,22 +93,25 @@ class SpanFinder(DocSpans, LinkerPart):
     data_name = "span_scorer"
 
     def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                 labels: Optional[Dict[str, str]] = None):
+                 labels: Optional[Dict[str, str]] = None, model: Optional[str] = None):
         super().__init__(None)
-        if not scorer:
+        if not scorer and not model:
             raise ValueError(
-                "spacy_pel.mentions.span_finder.v1 needs `scorer`: a span scorer file from "
-                "`python -m spacy_pel.train_spans` or `python -m spacy_pel.train_e2e` (span_scorer.safetensors)"
+                "spacy_pel.mentions.span_finder.v1 needs `model` (a folder from `python -m spacy_pel.train_e2e`: "
+                "its own transformer and span_scorer.safetensors) or `scorer` (a span scorer file over the linker's "
+                "transformer, from `python -m spacy_pel.train_spans`)"
             )
         if not isinstance(max_span_len, int) or isinstance(max_span_len, bool) or max_span_len < 1:
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `max_span_len` must be an integer ≥ 1, not {max_span_len!r}")
         if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `labels` must map KB types to labels, not {labels!r}")
-        self.source = str(scorer)
+        self.model_source = str(model) if model else None
+        self.source = str(scorer) if scorer else str(Path(str(model)) / SCORER_FILE)
         self.configured_threshold = check_probability(threshold, "span_finder.threshold")
         self.configured_labels = dict(labels) if labels is not None else None
         self.max_span_len = max_span_len
         self.scorer: Optional[SpanScorer] = None
+        self.encoder: Optional[BiEncoder] = None  # the finder's own transformer (with `model`), else the linker's
         self.report_threshold: Optional[float] = None  # γ of the span_report.json beside the scorer
         self.report_labels: Optional[Dict[str, str]] = None  # its KB type → corpus label map
 
@@ -131,6 +138,12 @@ class SpanFinder(DocSpans, LinkerPart):
         if self.scorer is None:
             self.scorer = load_span_scorer(self.source, device=str(encoder.device_))
             self._read_report(Path(self.source))
+        if self.model_source and self.encoder is None:
+            self.encoder = BiEncoder.from_pretrained(self.model_source)
+        if self.encoder is not None:  # runs as the linker's encoder does
+            self.encoder.config.precision = encoder.config.precision
+            self.encoder.to_device(str(encoder.device_))
+            encoder = self.encoder
         hidden = int(encoder.mention_model.config.hidden_size)
         if self.scorer.hidden_size != hidden:
             raise ValueError(
@@ -143,6 +156,8 @@ class SpanFinder(DocSpans, LinkerPart):
         if self.scorer is None:
             return False
         save_span_scorer(self.scorer, path / SCORER_FILE)
+        if self.encoder is not None:
+            self.encoder.save(path / ENCODER_DIR)
         report = {"threshold": self.report_threshold, "labels": self.report_labels}
         if any(v is not None for v in report.values()):
             srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
@@ -153,14 +168,18 @@ class SpanFinder(DocSpans, LinkerPart):
             return False
         self.scorer = load_span_scorer(path / SCORER_FILE)
         self._read_report(path / SCORER_FILE)
+        if (path / ENCODER_DIR).exists():
+            self.encoder = BiEncoder.from_pretrained(path / ENCODER_DIR)
         return True
 
     def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], list]:
         """Score every span of ≤ ``max_span_len`` tokens from one pass per document; keep those above
-        the threshold (greedy by score, no overlaps). Returns the spans and the documents' token vectors."""
+        the threshold (greedy by score, no overlaps). Returns the spans (labelled by the label head,
+        if the scorer has one; else label 0) and the documents' token vectors when they come from the
+        linker's encoder (None when the finder has its own transformer)."""
         if self.scorer is None:
             raise ValueError("the span finder has no span scorer loaded yet (the linker sets it up with its encoder)")
-        hidden = encode_docs(encoder, docs, batch_size=docs_per_pass(batch_size))
+        hidden = encode_docs(self.encoder or encoder, docs, batch_size=docs_per_pass(batch_size))
         spans: List[SpanTuples] = []
         with torch.inference_mode():
             for doc, H in zip(docs, hidden):
@@ -169,9 +188,12 @@ class SpanFinder(DocSpans, LinkerPart):
                     spans.append([])
                     continue
                 probs = self.scorer.probs(H, starts, ends)
-                chosen = select_spans(starts, ends, probs, self.threshold)
-                spans.append([(int(starts[i]), int(ends[i]), 0) for i in np.asarray(chosen)])
-        return spans, hidden
+                chosen = np.asarray(select_spans(starts, ends, probs, self.threshold), dtype=np.int64)
+                labels = [0] * len(chosen)
+                if self.scorer.labels and len(chosen):
+                    labels = [doc.vocab.strings.add(x) for x in self.scorer.predict_labels(H, starts[chosen], ends[chosen])]
+                spans.append([(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)])
+        return spans, (None if self.encoder is not None else hidden)
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
         if not spans and not len(doc.ents):
@@ -206,7 +228,9 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 
 @registry.misc("spacy_pel.mentions.span_finder.v1")
 def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                         labels: Optional[Dict[str, str]] = None) -> SpanFinder:
-    """Find the mentions with a trained span scorer (end to end, no NER needed); ``labels``: KB type →
-    span label (null: the map learned with the scorer, from the training corpus's labels)."""
-    return SpanFinder(scorer, threshold, max_span_len, labels)
+                         labels: Optional[Dict[str, str]] = None, model: Optional[str] = None) -> SpanFinder:
+    """Find the mentions with a trained span model (end to end, no NER needed): ``model`` a
+    ``train_e2e`` folder (own transformer + scorer) or ``scorer`` a scorer file over the linker's
+    transformer; ``labels``: KB type → span label for scorers without a label head (null: the map
+    learned with the scorer, from the training corpus's labels)."""
+    return SpanFinder(scorer, threshold, max_span_len, labels, model)

@@ -122,6 +122,8 @@ class ArborescenceSection:
 class SpansSection:
     max_len: int = 10
     weight: float = 1.0
+    labels: bool = True  # train a label head on the corpus's span labels (Chemical, Disease)
+    label_weight: float = 1.0
 
 
 @dataclass
@@ -162,6 +164,8 @@ class RetrieverTraining(TrainingSection):
 class JointTraining(TrainingSection):
     batch_docs: int = 4
     scorer_lr: float = 0.003
+    link_weight: float = 1.0  # weight of the linking loss (0: the transformer learns spans only)
+    select: str = "strict"  # what picks DIR/best: "strict" end-to-end F1 or "span" F1 on the dev docs
 
 
 # ------------------------------------------------------------------ parsing
@@ -291,6 +295,10 @@ class JointConfig:
         _check_negatives(out.negatives, ("sampled", "kb"), f"{source} [negatives]")
         _check(out.training.batch_docs >= 1, f"{source} [training] batch_docs", "must be at least 1")
         _check(out.spans.max_len >= 1, f"{source} [spans] max_len", "must be at least 1")
+        _one_of(out.training.select, ("strict", "span"), f"{source} [training] select")
+        for where, value in (("[training] link_weight", out.training.link_weight), ("[spans] weight", out.spans.weight),
+                             ("[spans] label_weight", out.spans.label_weight)):
+            _check(value >= 0, f"{source} {where}", "must be ≥ 0")
         for key in ("train", "kb"):
             _check(getattr(out.paths, key) is not None, f"{source} [paths] {key}", "needed for end-to-end training")
         return out

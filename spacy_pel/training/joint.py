@@ -5,10 +5,13 @@ with the graph kept) feeds two losses that train it together with the span score
 
 * span detection: binary cross-entropy over every enumerated span of ≤ ``spans.max_len`` tokens
   (gold spans positive, all others negative), weighted by ``spans.weight``;
+* span labels (``spans.labels``): cross-entropy of the scorer's label head over the gold spans'
+  corpus labels, weighted by ``spans.label_weight`` — how found spans get labels such as Chemical;
 * linking: each gold span's mean-pooled vector (what ``pel_linker`` uses with ``spacy_pel.vectors.collective.v1`` /
   ``spacy_pel.mentions.span_finder.v1``) against the KB's stored entity vectors, with the retriever's losses and negatives
   (:class:`~spacy_pel.models.linking.LinkingLoss`: ``sampled`` random/mixed-p hard, or ``kb`` =
-  softmax over the whole KB).
+  softmax over the whole KB), weighted by ``training.link_weight`` (0: spans only, for a span
+  finder whose spans a separate retriever links).
 
 The entity tower stays frozen, as in the retriever's CPU default, so the KB built with the base
 encoder stays valid. The loop (:mod:`spacy_pel.training.loop`) evaluates the strict end-to-end F1
@@ -50,7 +53,7 @@ class JointTask(Task):
     the ``DIR/last`` folder to resume from (encoder and span scorer are loaded from it)."""
 
     description = "e2e training"
-    loss_parts = ("link_loss", "span_loss")
+    loss_parts = ("link_loss", "span_loss", "label_loss")
 
     def __init__(self, cfg: JointConfig, checkpoint: Optional[Path] = None):
         self.cfg, t, p = cfg, cfg.training, cfg.paths
@@ -69,15 +72,16 @@ class JointTask(Task):
         if neg.kind == "sampled" and miner.hard_fraction > 0:
             miner.refresh(self.index.embeddings.astype(np.float32))
         self.linking = LinkingLoss(self.loss, neg.kind, miner, table)
-        self.max_len, self.span_weight = cfg.spans.max_len, cfg.spans.weight
-        hidden = int(self.encoder.mention_model.config.hidden_size)
-        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden)
-        self.scorer = scorer.to(self.device)
+        self.max_len, self.span_weight, self.label_weight = cfg.spans.max_len, cfg.spans.weight, cfg.spans.label_weight
         nlp = spacy.blank("en")
         self.train_docs = [DocExample(d, self.index, self.max_len) for d in read_docbin(nlp, p.train)]
+        labels = sorted({label for ex in self.train_docs for _, label in ex.span_labels}) if cfg.spans.labels else []
+        hidden = int(self.encoder.mention_model.config.hidden_size)
+        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels)
+        self.scorer = scorer.to(self.device)
         dev = read_docbin(nlp, p.dev) if p.dev else []
         dev_docs = [DocExample(d, self.index, self.max_len) for d in dev[: t.eval_docs or len(dev)]]
-        self.evaluator = JointEvaluator(dev_docs, self.index)
+        self.evaluator = JointEvaluator(dev_docs, self.index, primary_metric=f"{t.select}.f")
         self.per_epoch = math.ceil(len(self.train_docs) / t.batch_docs)
         self.total_steps = t.max_steps or int(t.epochs * self.per_epoch)
 
@@ -104,8 +108,9 @@ class JointTask(Task):
             yield [self.train_docs[i] for i in order[offset * bd : (offset + 1) * bd]]
 
     def step(self, batch: Sequence[DocExample]) -> StepOutput:
-        loss, link, span = self.losses(batch)
-        return StepOutput(loss, {"link_loss": float(link.detach()), "span_loss": float(span.detach())})
+        loss, link, span, label = self.losses(batch)
+        return StepOutput(loss, {"link_loss": float(link.detach()), "span_loss": float(span.detach()),
+                                 "label_loss": float(label.detach())})
 
     def save(self, folder: Path) -> None:
         self.encoder.save(folder)
@@ -132,25 +137,36 @@ class JointTask(Task):
 
     # -------------------------------------------------------------- the losses
     def losses(self, batch: Sequence[DocExample]):
-        """(weighted total, linking loss, span loss) of a batch of documents."""
+        """(weighted total, linking loss, span loss, label loss) of a batch of documents."""
         hidden = encode_docs(self.encoder, [b.doc for b in batch], batch_size=len(batch), grad=True)
-        logits, labels, vecs, gold = [], [], [], []
+        logits, labels, vecs, gold, label_logits, label_gold = [], [], [], [], [], []
+        link_on = self.cfg.training.link_weight > 0
+        names = {name: i for i, name in enumerate(self.scorer.labels)}
         for ex, H in zip(batch, hidden):
             if len(ex.starts):
                 logits.append(self.scorer(H, ex.starts, ex.ends))
                 labels.append(torch.from_numpy(ex.labels).to(H.device))
-            if ex.linked:
+            known = [(i, names[x]) for i, x in ex.span_labels if x in names]
+            if known:
+                idx = [i for i, _ in known]
+                label_logits.append(self.scorer.label_logits(H, ex.starts[idx], ex.ends[idx]))
+                label_gold.extend(k for _, k in known)
+            if link_on and ex.linked:
                 # as in the retriever: raw means for a dot-product loss (a normalised query would cap
                 # its logits at ±1), unit vectors for a cosine one; rankings are the same
                 vecs.append(span_means(H, [s for s, _, _ in ex.linked], [e for _, e, _ in ex.linked]))
                 gold.extend(rows for _, _, rows in ex.linked)
         zero = torch.zeros((), device=self.device)
         span = F.binary_cross_entropy_with_logits(torch.cat(logits), torch.cat(labels)) if logits else zero
+        label = zero
+        if label_logits:
+            label = F.cross_entropy(torch.cat(label_logits), torch.tensor(label_gold, device=self.device))
         link = zero
         if vecs:
             m = torch.cat(vecs)
             link = self.linking(F.normalize(m, dim=-1) if self.loss.kind == "cosine" else m, gold)
-        return link + self.span_weight * span, link, span
+        total = self.cfg.training.link_weight * link + self.span_weight * span + self.label_weight * label
+        return total, link, span, label
 
 
 def run_joint(cfg: JointConfig, output: Path, progress: bool = True) -> Dict[str, Any]:

@@ -1,0 +1,143 @@
+"""The end-to-end span model of ``train_e2e`` as pel_linker's span finder: its own fine-tuned
+transformer and label head, found spans linked by the linker's retriever through the candidate
+rules, saved inside the pipeline; and a joint run stopped mid-epoch resumes on the same documents."""
+import shutil
+
+import pytest
+import spacy
+import srsly
+import torch
+from spacy.tokens import Span
+
+from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.models.doc_encoder import encode_docs
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.span_scorer import load_span_scorer
+from spacy_pel.training.config import JointConfig, load_config
+from spacy_pel.training.joint import JointTask, train_e2e
+from spacy_pel.training.loop import checkpoint_to_resume
+from tests.test_train_e2e import CONFIG_DEFAULT
+
+TEXTS = [
+    ("Lithium carbonate toxicity caused tricuspid regurgitation .", [(0, 2, "D1", "Chemical"), (4, 6, "D2", "Disease")]),
+    ("Atrial flutter followed lithium carbonate use .", [(0, 2, "D3", "Disease"), (3, 5, "D1", "Chemical")]),
+    ("Aspirin and warfarin were given .", [(0, 1, "D4", "Chemical"), (2, 3, "D5", "Chemical")]),
+]
+GOLD = [[(a, b, k, label) for a, b, k, label in spans] for _, spans in TEXTS]
+ALIASES = {"@misc": "spacy_pel.rules.alias_table.v1"}  # the KB's names and synonyms
+PER_MENTION = {"@misc": "spacy_pel.vectors.per_mention.v1"}
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    nlp = spacy.blank("en")
+    docs = []
+    for text, spans in TEXTS * 4:
+        doc = nlp.make_doc(text)
+        doc.spans[GOLD_KEY] = [Span(doc, a, b, label=label, kb_id=k) for a, b, k, label in spans]
+        doc.ents = list(doc.spans[GOLD_KEY])
+        docs.append(doc)
+    write_docbin(docs, tmp_path / "train.spacy")
+    return tmp_path / "train.spacy"
+
+
+def settings(corpus, kb_dir, encoder, **extra):
+    return {"paths.train": str(corpus), "paths.dev": str(corpus), "paths.kb": str(kb_dir), "encoder.base": str(encoder),
+            "training.batch_docs": 2, "training.lr": 0.003, "training.eval_every": 6, "training.eval_docs": 0,
+            "training.device": "cpu", "spans.max_len": 4, "negatives.count": 3, "training.select": "span", **extra}
+
+
+def found(doc):
+    return [(e.start, e.end, e.kb_id_, e.label_) for e in doc.ents]
+
+
+@pytest.fixture
+def span_model(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 36})
+    state = train_e2e(CONFIG_DEFAULT, tmp_path / "run", ov, progress=False)
+    return tmp_path / "run" / "best", ov, state
+
+
+def test_label_head_trains_and_round_trips(span_model):
+    best, ov, state = span_model
+    cfg = JointConfig.from_config(load_config(CONFIG_DEFAULT, ov))
+    scratch, trained = JointTask(cfg), JointTask(cfg, checkpoint_to_resume(best.parent))
+    assert trained.scorer.labels == scratch.scorer.labels == ["Chemical", "Disease"]  # the corpus's labels
+    for task in (scratch, trained):
+        task.encoder.eval()
+    with torch.no_grad():
+        before, after = scratch.losses(scratch.train_docs)[3], trained.losses(trained.train_docs)[3]
+    assert after < 0.5 * before
+    # the label head names the training spans' labels, and reads back exactly from its files
+    loaded = load_span_scorer(best / "span_scorer.safetensors")
+    assert loaded.labels == ["Chemical", "Disease"]
+    ex = trained.train_docs[0]
+    with torch.no_grad():
+        H = encode_docs(trained.encoder, [ex.doc])[0]
+        idx = [i for i, _ in ex.span_labels]
+        assert trained.scorer.predict_labels(H, ex.starts[idx], ex.ends[idx]) == [x for _, x in ex.span_labels]
+        best_scorer = load_span_scorer(best / "span_scorer.safetensors")
+        best_h = encode_docs(BiEncoder.from_pretrained(best), [ex.doc])[0]
+        assert torch.allclose(best_scorer.label_logits(best_h, ex.starts[idx], ex.ends[idx]),
+                              loaded.label_logits(best_h, ex.starts[idx], ex.ends[idx]))
+    assert state["span_report"]["dev"]["span"]["f"] >= 0.75
+
+
+def test_span_model_finds_labels_and_its_spans_go_through_the_rules(span_model, kb_dir, tiny_encoder_dir, tmp_path):
+    best, _, state = span_model
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "model": str(best)}
+    # the linker links with the (untrained) base encoder; the finder has its own trained transformer
+    config = {"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "mentions": finder, "vectors": PER_MENTION}
+    plain, ruled = spacy.blank("en"), spacy.blank("en")
+    plain.add_pipe("pel_linker", config=config)
+    linker = ruled.add_pipe("pel_linker", config={**config, "rules": {"aliases": ALIASES}})
+    outs = [found(ruled(ruled.make_doc(text))) for text, _ in TEXTS]
+    gold = {(i, a, b): (k, label) for i, spans in enumerate(GOLD) for a, b, k, label in spans}
+    hits = [(i, a, b) for i, doc in enumerate(outs) for a, b, _, _ in doc if (i, a, b) in gold]
+    assert len(hits) >= 5  # of 6 gold spans
+    for i, doc in enumerate(outs):
+        for a, b, k, label in doc:
+            if (i, a, b) in gold:  # the label head's label, and the alias rule's id
+                assert (k, label) == gold[(i, a, b)]
+    # without the rules the base encoder alone links some of the same spans wrongly
+    plain_outs = [found(plain(plain.make_doc(text))) for text, _ in TEXTS]
+    assert [[x[:2] for x in d] for d in plain_outs] == [[x[:2] for x in d] for d in outs]
+    assert [[x[2] for x in d] for d in plain_outs] != [[x[2] for x in d] for d in outs]
+    assert linker.mentions.encoder is not None and linker.mentions.encoder is not linker.encoder
+    docs = [ruled.make_doc(t) for t, _ in TEXTS]
+    assert linker.mentions.find(docs, linker.encoder, 8)[1] is None  # no token vectors of another transformer
+    # the pipeline holds the span model: it loads and links the same after the training folder is gone
+    ruled.to_disk(tmp_path / "pipe")
+    assert (tmp_path / "pipe" / "pel_linker" / "span_encoder").is_dir()
+    assert srsly.read_json(tmp_path / "pipe" / "pel_linker" / "span_report.json")["threshold"] == state["span_report"]["threshold"]
+    shutil.rmtree(best.parent)
+    again = spacy.load(tmp_path / "pipe")
+    assert [found(again(again.make_doc(text))) for text, _ in TEXTS] == outs
+
+
+def test_joint_run_stopped_mid_epoch_resumes_on_the_same_documents(corpus, kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):
+    # 12 docs, 1 per step: checkpoints at steps 5 and 10 fall mid-epoch
+    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"training.batch_docs": 1, "training.eval_every": 5,
+                                                        "training.max_steps": 14})
+    step, seen = JointTask.step, []
+
+    def record(self, batch):
+        seen.append([ex.doc.text for ex in batch])
+        if len(seen) == 8 and stop:
+            raise KeyboardInterrupt
+        return step(self, batch)
+
+    monkeypatch.setattr(JointTask, "step", record)
+    stop = False
+    whole = train_e2e(CONFIG_DEFAULT, tmp_path / "whole", ov, progress=False)
+    reference, seen[:] = list(seen), []
+    stop = True
+    with pytest.raises(KeyboardInterrupt):
+        train_e2e(CONFIG_DEFAULT, tmp_path / "cut", ov, progress=False)
+    before, seen[:] = list(seen), []
+    stop = False
+    resumed = train_e2e(CONFIG_DEFAULT, tmp_path / "cut", ov, progress=False)
+    # steps 1-5 were kept by the step-5 checkpoint; the resumed run does steps 6-14 of the same order
+    assert before[:5] + seen == reference and len(seen) == 9
+    assert resumed["step"] == whole["step"] == 14
+    assert resumed["history"][0] == whole["history"][0]
