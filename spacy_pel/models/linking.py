@@ -15,6 +15,13 @@ frozen tower) or a fresh pass of a trained entity tower. An optional
 adversarial term (``fgsm``: :class:`~spacy_pel.training.fgsm.FGSM`, called as
 ``fgsm(loss, m, positives, rows, mask)``) is added (for ``"kb"`` it perturbs the
 ``count`` top-scoring wrong entities).
+
+Entity spaces (``[training] entity_space``, :data:`ENTITY_SPACES`): ``"raw"`` uses the KB's vectors as
+they are; ``"centred"`` uses ``normalize(e - μ)`` (:func:`centre_vectors`), ``μ`` the mean unit entity
+vector of the KB (:func:`entity_centre`). A frozen tower's vectors are anisotropic (every pair has a
+positive cosine), so the proxy loss's decoupled negative term can be lowered by moving every mention
+away from ``μ`` at once, which changes no ranking; centring removes that shortcut. The same
+transform must then be applied to the KB searched at inference (``μ`` is saved with the encoder).
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ from .losses import Loss
 from .negatives import HardNegativeMiner, in_batch
 
 Tensor = torch.Tensor
+ENTITY_SPACES = ("raw", "centred")
 AdversarialTerm = Callable[[Tensor, Tensor, Sequence[int], np.ndarray, Tensor], Tensor]  # FGSM
 NEGATIVE_KINDS = ("sampled", "in_batch", "kb")
 
@@ -46,6 +54,28 @@ def whole_kb_scores(m: Tensor, table: Tensor, gold: Sequence[Set[int]], kind: st
     for i, g in enumerate(gold):
         mask[i, list(g)] = False
     return scores, mask
+
+
+def entity_centre(vectors: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """``μ``: the mean of the unit-length rows of ``vectors`` ``[N, d]`` (float32 ``[d]``), in chunks
+    (the KB's table may be memory-mapped)."""
+    if len(vectors) == 0:
+        raise ValueError("no entity vectors to centre")
+    total = np.zeros(vectors.shape[1], np.float64)
+    for start in range(0, len(vectors), chunk):
+        v = np.asarray(vectors[start : start + chunk], dtype=np.float32)
+        total += (v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)).sum(0)
+    return (total / len(vectors)).astype(np.float32)
+
+
+def centre_vectors(vectors, centre):
+    """``normalize(normalize(e) - μ)`` per row, for a torch tensor or a numpy array (float32 out)."""
+    if isinstance(vectors, torch.Tensor):
+        mu = torch.as_tensor(centre, dtype=vectors.dtype, device=vectors.device)
+        return F.normalize(F.normalize(vectors, dim=-1) - mu, dim=-1)
+    v = np.asarray(vectors, dtype=np.float32)
+    v = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) - np.asarray(centre, np.float32)
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
 
 
 def table_lookup(table: Tensor) -> Callable[[np.ndarray], Tensor]:

@@ -33,6 +33,7 @@ from confection import Config
 
 from ..files import InputError
 from ..models.encoder import EncoderConfig
+from ..models.linking import ENTITY_SPACES
 from ..models.losses import LOSSES, Loss, make_loss
 
 T = TypeVar("T")
@@ -104,6 +105,7 @@ class FgsmSection:
     epsilon: float = 0.01
     weight: float = 1.0
     negatives: int = 0  # how many of each mention's negatives get an adversarial copy (0 = all)
+    mentions: int = 0  # how many of each batch's mentions get the adversarial term (0 = all)
 
 
 @dataclass
@@ -158,6 +160,8 @@ class RetrieverTraining(TrainingSection):
     train_entity_encoder: bool = False
     objective: str = "linking"
     eval_kb_sample: int = 20000
+    # "raw": the KB's vectors as stored; "centred": normalize(e - μ_KB), frozen entity tower only
+    entity_space: str = "raw"
 
 
 @dataclass
@@ -269,6 +273,11 @@ class RetrieverConfig:
         _check_loop(t, f"{source} [training]")
         _check_negatives(n, NEGATIVE_KINDS, f"{source} [negatives]")
         _one_of(t.objective, OBJECTIVES, f"{source} [training] objective")
+        _one_of(t.entity_space, ENTITY_SPACES, f"{source} [training] entity_space")
+        if t.entity_space != "raw" and t.train_entity_encoder:
+            raise ConfigError(f'{source}: training.entity_space = "{t.entity_space}" transforms the stored KB vectors '
+                              "and needs a frozen entity tower (training.train_entity_encoder = false)")
+        _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
         if n.kind == "kb" and t.train_entity_encoder:

@@ -19,6 +19,13 @@ KB synonym pre-alignment (``[synonyms] steps``) treats KB synonyms as mentions o
 before the mention steps (or alone, with ``paths.train = null``); the encoder at the end of that
 stage is also saved as ``DIR/after_synonyms``. ``[training] objective = "arborescence"`` trains the
 mention steps with arboEL's arborescence positives (:mod:`spacy_pel.training.arborescence`).
+
+``[training] entity_space = "centred"`` (frozen tower only) trains against ``normalize(e - μ)``, ``μ``
+the KB's mean unit vector (:func:`~spacy_pel.models.linking.centre_vectors`): the KB table, the hard
+negatives and the dev evaluation all use the centred vectors, and ``μ`` is saved with the encoder as
+``entity_centre.npy``. At inference the KB must be searched in the same space:
+:func:`centred_index` (``load_entity_centre(encoder_dir)``) gives that KB, in memory or, with
+``to_disk``, as a KB folder that ``pel_linker`` reads unchanged.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import torch
 from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..models.encoder import BiEncoder, Mention
-from ..models.linking import LinkingLoss
+from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
 from ..pipeline.updating import linkable_mentions
 from ..retrieval.index import EntityIndex
@@ -43,6 +50,23 @@ from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+
+CENTRE_FILE = "entity_centre.npy"
+
+
+def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) -> EntityIndex:
+    """The KB ``index`` with every vector replaced by ``normalize(e - centre)`` (same entities and
+    fingerprint, exact search): the entity space of an encoder trained with ``entity_space = "centred"``."""
+    vectors = np.concatenate([centre_vectors(index.embeddings[s : s + chunk], centre)
+                              for s in range(0, len(index), chunk)]) if len(index) else index.embeddings
+    return EntityIndex(index.entities, vectors, metric=index.metric, fingerprint=index.fingerprint,
+                       encoder_source=index.encoder_source, kind="flat")
+
+
+def load_entity_centre(encoder_dir: PathLike) -> Optional[np.ndarray]:
+    """``μ`` saved with an encoder trained in the centred entity space, or None (raw space)."""
+    path = Path(encoder_dir) / CENTRE_FILE
+    return np.load(path, allow_pickle=False) if path.exists() else None
 
 
 @dataclass
@@ -119,6 +143,10 @@ class RetrieverTask(Task):
         if not self.train_entities:
             self.index.check_encoder(self.encoder)
             self.encoder.entity_model.requires_grad_(False)
+        self.centre: Optional[np.ndarray] = None
+        if t.entity_space == "centred":  # every later use of the KB's vectors sees the centred ones
+            self.centre = entity_centre(self.index.embeddings)
+            self.index = centred_index(self.index, self.centre)
         self.table = torch.from_numpy(self.index.embeddings.astype(np.float32)).to(self.device)
         nlp = spacy.blank("en")
         self.stages: List[Stage] = []
@@ -139,7 +167,9 @@ class RetrieverTask(Task):
         fgsm = None
         if cfg.fgsm.enabled:
             f = cfg.fgsm
-            fgsm = FGSM(self.loss, self.encoder, self.index.entities, f.epsilon, f.weight, f.negatives)
+            transform = None if self.centre is None else self.centred_vectors
+            fgsm = FGSM(self.loss, self.encoder, self.index.entities, f.epsilon, f.weight, f.negatives, transform,
+                        f.mentions)
         entity_vectors = self.encoded_entity_vectors if self.train_entities else None
         self.linking = LinkingLoss(self.loss, neg.kind, self.miner, self.table, entity_vectors, fgsm)
         self.arborescence: Optional[ArborescenceLoss] = None
@@ -202,6 +232,8 @@ class RetrieverTask(Task):
 
     def save(self, folder: Path) -> None:
         self.encoder.save(folder)
+        if self.centre is not None:
+            np.save(Path(folder) / CENTRE_FILE, self.centre, allow_pickle=False)
 
     def save_checkpoint(self, folder: Path) -> None:
         self.encoder.save(folder / "encoder")
@@ -213,6 +245,9 @@ class RetrieverTask(Task):
         return {"skipped_train_mentions": self.skipped}
 
     # -------------------------------------------------------------- pieces
+    def centred_vectors(self, vectors: torch.Tensor) -> torch.Tensor:
+        return centre_vectors(vectors, torch.from_numpy(self.centre).to(vectors.device))
+
     def encoded_entity_vectors(self, rows: np.ndarray) -> torch.Tensor:
         """Vectors for KB rows from a fresh pass of the (trained) entity tower, each row once."""
         if rows.size == 0:
