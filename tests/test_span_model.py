@@ -141,3 +141,26 @@ def test_joint_run_stopped_mid_epoch_resumes_on_the_same_documents(corpus, kb_di
     assert before[:5] + seen == reference and len(seen) == 9
     assert resumed["step"] == whole["step"] == 14
     assert resumed["history"][0] == whole["history"][0]
+
+
+def test_bio_scorer_gives_each_span_the_probability_of_its_tags(tmp_path):
+    from spacy_pel.models.span_scorer import SpanScorer, bio_tags, save_span_scorer
+
+    assert bio_tags(6, [(0, 2), (1, 3), (4, 5)]).tolist() == [1, 2, 0, 0, 1, 0]  # (1, 3) overlaps (0, 2): left out
+    torch.manual_seed(0)
+    scorer = SpanScorer(8, ["A"], kind="bio")
+    H = torch.randn(5, 8)
+    p = torch.softmax(scorer.tag_logits(H), -1).detach()  # columns O, B, I
+    starts, ends = [0, 1, 3, 4], [1, 3, 5, 5]
+    expected = [p[0, 1] * (1 - p[1, 2]), p[1, 1] * p[2, 2] * (1 - p[3, 2]), p[3, 1] * p[4, 2], p[4, 1]]
+    assert scorer.probs(H, starts, ends).detach() == pytest.approx(torch.stack(expected), rel=1e-4)
+    save_span_scorer(scorer, tmp_path / "s.safetensors")
+    loaded = load_span_scorer(tmp_path / "s.safetensors")
+    assert loaded.kind == "bio" and torch.allclose(loaded.probs(H, starts, ends), scorer.probs(H, starts, ends))
+
+
+def test_bio_span_model_trains_and_finds_the_spans(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 36, "spans.kind": "bio"})
+    state = train_e2e(CONFIG_DEFAULT, tmp_path / "bio", ov, progress=False)
+    assert load_span_scorer(tmp_path / "bio" / "best" / "span_scorer.safetensors").kind == "bio"
+    assert state["span_report"]["dev"]["span"]["f"] >= 0.75

@@ -22,7 +22,7 @@ import torch
 from ..corpora import NIL, gold_ids, gold_spans
 from ..models.doc_encoder import encode_docs, enumerate_doc_spans, span_link_vectors
 from ..models.encoder import BiEncoder
-from ..models.span_scorer import SpanScorer, select_spans
+from ..models.span_scorer import SpanScorer, bio_tags, select_spans
 from ..retrieval.index import EntityIndex
 from .metrics import prf
 
@@ -112,6 +112,7 @@ class DocExample:
             rows = {lookup[x] for x in ids if x in lookup}
             if ids != [NIL] and rows:
                 self.linked.append((span.start, span.end, rows))
+        self.tags = bio_tags(len(doc), [(s.start, s.end) for s in gold_spans(doc)])  # for a "bio" scorer
 
 
 class EndToEndModel(NamedTuple):

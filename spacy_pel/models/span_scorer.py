@@ -4,6 +4,10 @@
 pass (:mod:`spacy_pel.models.doc_encoder`); :func:`select_spans` keeps the spans above a threshold,
 overlaps resolved greedily by score — the one rule the linker and both trainers use.
 
+``kind = "bio"`` is the token-tagging alternative on the same pass: a head tags each token O, B or I
+(``softmax(W_t h_q)``) and a span's probability is that of its tags, ``P(B_i) Π_{q=i+1..j} P(I_q)
+(1 − P(I_{j+1}))``, so :func:`select_spans`, γ and the linker treat both kinds alike.
+
 A scorer trained with span labels (``labels``: the corpus's, e.g. Chemical and Disease) also has a
 label head, ``softmax(W [h_i; h_j; mean(h_i..h_j)] + b)``, that names each found span's type.
 """
@@ -22,7 +26,9 @@ from .doc_encoder import as_index, check_spans, prefix_sum, span_means
 
 PathLike = Union[str, Path]
 SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
-SPAN_SCORER_VERSION = 2  # 2: optional label head (version 1 files have none)
+SPAN_SCORER_VERSION = 2  # 2: optional label head and kind (version 1 files: "span", no labels)
+KINDS = ("span", "bio")
+O_TAG, B_TAG, I_TAG = 0, 1, 2
 
 
 class SpanScorer(torch.nn.Module):
@@ -32,29 +38,50 @@ class SpanScorer(torch.nn.Module):
     head ``w_label`` scores each span's label from its start, end and mean token vectors.
     """
 
-    def __init__(self, hidden_size: int, labels: Sequence[str] = ()):
+    def __init__(self, hidden_size: int, labels: Sequence[str] = (), kind: str = "span"):
         super().__init__()
         if hidden_size < 1:
             raise ValueError(f"hidden_size must be positive, not {hidden_size}")
+        if kind not in KINDS:
+            raise ValueError(f"span scorer kind must be one of {KINDS}, not {kind!r}")
         labels = list(labels)
         if len(set(labels)) != len(labels) or not all(isinstance(x, str) and x for x in labels):
             raise ValueError(f"span labels must be distinct non-empty strings, not {labels!r}")
         self.hidden_size = int(hidden_size)
         self.labels: List[str] = labels
-        self.w_s = torch.nn.Linear(hidden_size, 1)
-        self.w_e = torch.nn.Linear(hidden_size, 1, bias=False)
-        self.w_m = torch.nn.Linear(hidden_size, 1, bias=False)
+        self.kind = kind
+        if kind == "span":
+            self.w_s = torch.nn.Linear(hidden_size, 1)
+            self.w_e = torch.nn.Linear(hidden_size, 1, bias=False)
+            self.w_m = torch.nn.Linear(hidden_size, 1, bias=False)
+        else:
+            self.w_tag = torch.nn.Linear(hidden_size, 3)
         self.w_label: Optional[torch.nn.Linear] = torch.nn.Linear(3 * hidden_size, len(labels)) if labels else None
 
     def forward(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
         """Span logits ``[S]`` for the token vectors ``H [n, hidden]`` and spans ``[start, end)``."""
         st, en = as_index(starts, H.device), as_index(ends, H.device)
         check_spans(H.shape[0], st, en)
+        if self.kind == "bio":
+            return self._bio_logits(H, st, en)
         s = self.w_s(H).squeeze(-1)
         e = self.w_e(H).squeeze(-1)
         m = prefix_sum(self.w_m(H).squeeze(-1))
         inside = (m[en] - m[st]).to(s.dtype)
         return s[st] + e[en - 1] + inside
+
+    def tag_logits(self, H: torch.Tensor) -> torch.Tensor:
+        """O/B/I logits ``[n, 3]`` of every token (``kind = "bio"`` only)."""
+        return self.w_tag(H.to(self.w_tag.weight.dtype))
+
+    def _bio_logits(self, H: torch.Tensor, st: torch.Tensor, en: torch.Tensor) -> torch.Tensor:
+        """log-odds of ``P(B_i) Π P(I_q) (1 − P(I_{j+1}))`` for the spans ``[st, en)``."""
+        logp = torch.log_softmax(self.tag_logits(H).float(), dim=-1)
+        inside = prefix_sum(logp[:, I_TAG])
+        after = torch.cat([torch.log1p(-logp[:, I_TAG].exp().clamp(max=1 - 1e-6)), logp.new_zeros(1)])  # j+1 = n: nothing after
+        log_span = logp[st, B_TAG] + (inside[en] - inside[st + 1]).float() + after[en]
+        log_span = log_span.clamp(max=-1e-6)
+        return log_span - torch.log1p(-log_span.exp())
 
     def probs(self, H: torch.Tensor, starts, ends) -> torch.Tensor:
         """``p(m | (i, j)) = σ(logit)``."""
@@ -74,6 +101,16 @@ class SpanScorer(torch.nn.Module):
             return []
         best = self.label_logits(H, starts, ends).argmax(-1).tolist()
         return [self.labels[i] for i in best]
+
+
+def bio_tags(n_tokens: int, spans) -> np.ndarray:
+    """O/B/I tags of ``n_tokens`` tokens for the ``(start, end)`` spans; a span overlapping an
+    earlier (by start) one is left out."""
+    tags = np.full(n_tokens, O_TAG, dtype=np.int64)
+    for start, end in sorted(spans):
+        if start < end and (tags[start:end] == O_TAG).all():
+            tags[start], tags[start + 1 : end] = B_TAG, I_TAG
+    return tags
 
 
 def greedy_non_overlapping(starts, ends, scores) -> List[int]:
@@ -118,7 +155,7 @@ def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
     path = Path(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
     meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size,
-            "labels": scorer.labels}
+            "labels": scorer.labels, "kind": scorer.kind}
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
     atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
 
@@ -133,12 +170,12 @@ def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf8"))
         hidden = int(meta["hidden_size"])
-        labels = list(meta.get("labels", []))
+        labels, kind = list(meta.get("labels", [])), str(meta.get("kind", "span"))
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{meta_path}: not a span scorer description ({err})") from err
     if meta.get("format") != SPAN_SCORER_FORMAT:
         raise ValueError(f"{meta_path}: format is {meta.get('format')!r}, expected {SPAN_SCORER_FORMAT!r}")
-    scorer = SpanScorer(hidden, labels)
+    scorer = SpanScorer(hidden, labels, kind)
     try:
         scorer.load_state_dict(load_file(str(path), device=device))
     except RuntimeError as err:

@@ -3,8 +3,9 @@
 One pass of the mention transformer per document (:func:`spacy_pel.models.doc_encoder.encode_docs`,
 with the graph kept) feeds two losses that train it together with the span scorer:
 
-* span detection: binary cross-entropy over every enumerated span of ≤ ``spans.max_len`` tokens
-  (gold spans positive, all others negative), weighted by ``spans.weight``;
+* span detection, weighted by ``spans.weight``: binary cross-entropy over every enumerated span of
+  ≤ ``spans.max_len`` tokens (gold spans positive, all others negative), or with ``spans.kind =
+  "bio"`` cross-entropy of every token's O/B/I tag;
 * span labels (``spans.labels``): cross-entropy of the scorer's label head over the gold spans'
   corpus labels, weighted by ``spans.label_weight`` — how found spans get labels such as Chemical;
 * linking: each gold span's mean-pooled vector (what ``pel_linker`` uses with ``spacy_pel.vectors.collective.v1`` /
@@ -77,7 +78,7 @@ class JointTask(Task):
         self.train_docs = [DocExample(d, self.index, self.max_len) for d in read_docbin(nlp, p.train)]
         labels = sorted({label for ex in self.train_docs for _, label in ex.span_labels}) if cfg.spans.labels else []
         hidden = int(self.encoder.mention_model.config.hidden_size)
-        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels)
+        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels, cfg.spans.kind)
         self.scorer = scorer.to(self.device)
         dev = read_docbin(nlp, p.dev) if p.dev else []
         dev_docs = [DocExample(d, self.index, self.max_len) for d in dev[: t.eval_docs or len(dev)]]
@@ -142,8 +143,12 @@ class JointTask(Task):
         logits, labels, vecs, gold, label_logits, label_gold = [], [], [], [], [], []
         link_on = self.cfg.training.link_weight > 0
         names = {name: i for i, name in enumerate(self.scorer.labels)}
+        bio = self.scorer.kind == "bio"
         for ex, H in zip(batch, hidden):
-            if len(ex.starts):
+            if bio and len(ex.tags):
+                logits.append(self.scorer.tag_logits(H))
+                labels.append(torch.from_numpy(ex.tags).to(H.device))
+            elif not bio and len(ex.starts):
                 logits.append(self.scorer(H, ex.starts, ex.ends))
                 labels.append(torch.from_numpy(ex.labels).to(H.device))
             known = [(i, names[x]) for i, x in ex.span_labels if x in names]
@@ -157,7 +162,8 @@ class JointTask(Task):
                 vecs.append(span_means(H, [s for s, _, _ in ex.linked], [e for _, e, _ in ex.linked]))
                 gold.extend(rows for _, _, rows in ex.linked)
         zero = torch.zeros((), device=self.device)
-        span = F.binary_cross_entropy_with_logits(torch.cat(logits), torch.cat(labels)) if logits else zero
+        span_loss = F.cross_entropy if bio else F.binary_cross_entropy_with_logits
+        span = span_loss(torch.cat(logits).float(), torch.cat(labels)) if logits else zero
         label = zero
         if label_logits:
             label = F.cross_entropy(torch.cat(label_logits), torch.tensor(label_gold, device=self.device))
