@@ -18,9 +18,10 @@ surface forms — the pipeline ``spacy project run all`` assembles):
 * the same with ``precision`` int8 and fp32: what a CPU without bf16 units would run (the KB's exact
   search stays bf16 here; on such a CPU it runs in float32, which measured about as fast: ~480 vs ~500
   queries/s over MeSH in batches of 256);
-* ``fast preset`` (``FAST``) — the rules-first pipeline with a ``context_window`` of 16 word pieces and the
-  ``spacy_pel.rules.repeats.v1`` rule (a mention repeating an earlier open mention of its document is
-  encoded once): the setting of the side-by-side with scispaCy, not the default.
+* ``fast preset`` (``FAST``, ``FASTER``) — the rules-first pipeline with a ``context_window`` of 16 (12)
+  word pieces, the ``spacy_pel.rules.spelling_variants.v1`` rule (British spellings of a KB name of
+  one entity are decided) and the ``spacy_pel.rules.repeats.v1`` rule (a mention repeating an earlier
+  open mention of its document is encoded once): settings for the side-by-side with scispaCy.
 
 Every pipeline first links 16 documents untimed (oneDNN builds its kernels on the first batches).
 ``--sections`` measures only some of kb_build, pipelines, load, medic; the others are copied from the
@@ -49,13 +50,15 @@ from spacy_pel.retrieval.build import build_kb
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data"
 SECTIONS = ("kb_build", "pipelines", "load", "medic")
-FAST = {"context_window": 16, "repeats": True}  # the fast preset (module doc)
+FAST = {"context_window": 16, "fast_rules": True}  # the fast presets (module doc)
+FASTER = {"context_window": 12, "fast_rules": True}
 WARMUP_DOCS = 16
 PREVIOUS_RUN = "2026-11-22 19:57 UTC, commit ada6794"  # the run before sections were stamped
 MEDIC_ROWS = [("spacy_pel, KB names only", None, {}),
               ("spacy_pel, + BC5CDR train surface forms", "aliases.json", {}),
-              ("spacy_pel fast preset, KB names only", None, FAST),
-              ("spacy_pel fast preset, + BC5CDR train surface forms", "aliases.json", FAST)]
+              ("spacy_pel fast preset (context 16), + BC5CDR train surface forms", "aliases.json", FAST),
+              ("spacy_pel fast preset (context 12), KB names only", None, FASTER),
+              ("spacy_pel fast preset (context 12), + BC5CDR train surface forms", "aliases.json", FASTER)]
 
 
 def machine() -> dict:
@@ -73,13 +76,14 @@ def machine() -> dict:
 
 
 def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: str, decide: bool, vectors: str,
-                  context_window: int = 64, repeats: bool = False) -> dict:
+                  context_window: int = 64, fast_rules: bool = False) -> dict:
     """The pipeline's linker block (``aliases`` None: the alias table over KB names only)."""
     alias_rule = {"@misc": "spacy_pel.rules.alias_table.v1", "decide_unique": decide}
     if aliases is not None:
         alias_rule["aliases"] = str(aliases)
     rules = {"abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"}, "aliases": alias_rule}
-    if repeats:
+    if fast_rules:
+        rules["spelling_variants"] = {"@misc": "spacy_pel.rules.spelling_variants.v1"}
         rules["repeats"] = {"@misc": "spacy_pel.rules.repeats.v1"}
     return {
         "kb": str(kb), "encoder": str(encoder), "top_k": 10, "context_window": context_window, "device": "cpu",
@@ -160,6 +164,7 @@ def main(
     skip_baseline: bool = typer.Option(False, help="skip the slow fp32 encode-everything row"),
     load_only: Optional[Path] = typer.Option(None, help="only measure load time / peak RSS of this saved pipeline"),
     sections: str = typer.Option(",".join(SECTIONS), help="sections to measure; the others are kept from speed.json"),
+    note: str = typer.Option("machine otherwise idle unless stated", help="a sentence for the report's machine line"),
 ):
     if load_only is not None:
         typer.echo(json.dumps(measure_load(load_only, dev)))
@@ -169,7 +174,7 @@ def main(
         raise typer.BadParameter(f"unknown sections {sorted(wanted - set(SECTIONS))}; choose among {', '.join(SECTIONS)}")
     if not build:
         wanted.discard("kb_build")
-    report = {"machine": machine(), "note": "machine otherwise idle unless stated", "run": this_run()}
+    report = {"machine": machine(), "note": note, "run": this_run()}
     keep_previous(report, wanted)
     if "kb_build" in wanted:
         t0 = time.perf_counter()
@@ -219,7 +224,8 @@ def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, docs, t
             ("collective vectors, rules first", "auto", True, "collective", {}),
             ("int8 (for CPUs without bf16), rules first", "int8", True, "per_mention", {}),
             ("fp32 (for CPUs without bf16), rules first", "fp32", True, "per_mention", {}),
-            (f"fast preset: context {FAST['context_window']} + repeats rule, rules first", "auto", True, "per_mention", FAST)]
+            ("fast preset: context 16, + spelling variants and repeats rules", "auto", True, "per_mention", FAST),
+            ("fast preset: context 12, + spelling variants and repeats rules", "auto", True, "per_mention", FASTER)]
     if skip_baseline:
         rows = rows[1:]
     if "pipelines" not in wanted:
@@ -320,10 +326,11 @@ def markdown(r: dict) -> str:
              f"Machine: {m['cpu']}, flags {', '.join(m['flags'])}; torch {m['torch']}, {m['torch_threads']} threads. "
              f"{r['note']}. Run: {r.get('run', PREVIOUS_RUN)}"
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
-             "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Fast preset: the "
-             f"default rules-first pipeline with context_window {FAST['context_window']} (default 64) and the "
-             "`spacy_pel.rules.repeats.v1` rule (a mention repeating an earlier open mention of its document, same "
-             "label and normalised text, is encoded once).", ""]
+             "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Fast presets: the "
+             "default rules-first pipeline with context_window 16 or 12 (default 64) and two more rules, "
+             "`spacy_pel.rules.spelling_variants.v1` (a British spelling, ae/oe → e, of the KB names of one entity "
+             "only is decided without encoding) and `spacy_pel.rules.repeats.v1` (a mention repeating an earlier "
+             "open mention of its document, same label and normalised text, is encoded once).", ""]
     if "kb_build" in r:
         b = r["kb_build"]
         lines += ran("kb_build") + [f"Full MeSH KB build ({b['entities']:,} records, precision {b['precision']}): "

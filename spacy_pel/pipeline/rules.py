@@ -19,7 +19,10 @@ Two rules come with the package:
 * ``spacy_pel.rules.repeats.v1`` — a mention still open whose label and normalised lookup text are
   those of an earlier open mention of the same document takes that mention's candidates (encoded
   once, in the first one's context; write it after the rules that decide). Not exact: a later
-  mention's own context no longer counts (BC5CDR dev R@1 in benchmarks/speed.md).
+  mention's own context no longer counts (BC5CDR dev R@1 in benchmarks/speed.md);
+* ``spacy_pel.rules.spelling_variants.v1`` — a mention still open whose text is no KB name but
+  whose British spelling folds (``ae``/``oe`` → ``e``, :mod:`.lexical`) to the folded names of one
+  entity only is decided as that entity before encoding.
 
 A rule of your own is any callable ``rule(batch) -> None`` registered in ``spacy.util.registry.misc``
 (a :class:`.config.LinkerPart` if it needs the KB or holds data)::
@@ -51,6 +54,7 @@ from ..retrieval.index import EntityIndex
 from .abbreviations import short_form_links
 from .aliases import AliasTable, read_aliases, write_aliases
 from .config import LinkerPart
+from .lexical import VariantTable
 
 ALIASES_FILE = "aliases.json"
 DECIDED_SCORE = 1.0  # the score a rule-decided mention's one candidate carries
@@ -176,6 +180,32 @@ class RepeatRule:
         """Nothing to do after retrieval (``finish`` copies the first occurrence's candidates)."""
 
 
+class VariantRule(LinkerPart):
+    """Decides open mentions whose spelling variant names one entity (see the module doc)."""
+
+    data_name = "spelling_variants"
+
+    def __init__(self):
+        self.table: Optional[VariantTable] = None
+        self.names = None
+
+    def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        self.names = index.entities.name_index()
+        self.table = VariantTable.from_name_index(self.names)
+
+    def prepare(self, batch: CandidateBatch) -> None:
+        if self.table is None:
+            raise ValueError("the variant table is not set up (the linker does it when it loads its KB)")
+        for i, text in enumerate(batch.texts):
+            if batch.open(i) and normalize(text) not in self.names:
+                row = self.table.row(text)
+                if row is not None:
+                    batch.decided[i] = row
+
+    def __call__(self, batch: CandidateBatch) -> None:
+        """Nothing to do after retrieval (decided mentions already hold their entity)."""
+
+
 @registry.misc("spacy_pel.rules.abbreviations.v1")
 def abbreviation_rule() -> AbbreviationRule:
     """A short form defined in its document is linked as its long form."""
@@ -194,3 +224,10 @@ def repeat_rule() -> RepeatRule:
     """A mention repeating an earlier open mention of its document (same label and normalised text)
     is encoded once: it takes that mention's candidates."""
     return RepeatRule()
+
+
+@registry.misc("spacy_pel.rules.spelling_variants.v1")
+def spelling_variant_rule() -> VariantRule:
+    """A mention whose text is no KB name but whose British spelling (ae/oe → e) folds to the names
+    of one entity only is linked to it without running the encoder."""
+    return VariantRule()
