@@ -73,3 +73,65 @@ def test_repeats_rule_in_a_saved_pipeline(kb_dir, tmp_path):
     assert again.config["components"]["pel_linker"]["rules"] == {"repeats": REPEATS}
     assert list(again.get_pipe("pel_linker").rules) == ["repeats"]
     assert [[e.kb_id_ for e in d.ents] for d in again.pipe(_docs(again))] == before
+
+
+# ---------------------------------------------------------------- spelling variants
+VARIANT_KB = [
+    '{"id": "V1", "name": "anemia", "types": ["Disease"]}',
+    '{"id": "V2", "name": "edema", "aliases": ["dropsy"], "types": ["Disease"]}',
+    '{"id": "V3", "name": "hemorrhage", "types": ["Disease"]}',
+    '{"id": "V4", "name": "haemorrhage", "types": ["Disease"]}',  # folds onto V3's name: ambiguous
+]
+VARIANT_TEXT = "anaemia and oedema , then anemia and haemorrhage"
+VARIANT_SPANS = ((0, 1, "D"), (2, 3, "D"), (5, 6, "D"), (7, 8, "D"))
+VARIANTS = {"@misc": "spacy_pel.rules.spelling_variants.v1"}
+
+
+def _variant_kb(tmp_path, tiny_encoder_dir):
+    from spacy_pel.retrieval.build import build_kb
+
+    (tmp_path / "v.jsonl").write_text("\n".join(VARIANT_KB) + "\n", encoding="utf8")
+    build_kb(tmp_path / "v.jsonl", tmp_path / "vkb", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
+    return tmp_path / "vkb"
+
+
+def _variant_docs(nlp, text=VARIANT_TEXT):
+    doc = nlp.make_doc(text)
+    doc.ents = [Span(doc, a, b, label=l) for a, b, l in VARIANT_SPANS]
+    return [doc]
+
+
+def test_variant_keys_and_ambiguous_names():
+    from spacy_pel.pipeline.lexical import VariantTable, variant_key
+
+    assert variant_key("Anaemia") == variant_key("anemia") == "anemia"
+    assert variant_key("Oedema, Pulmonary") == "edema pulmonary"
+    table = VariantTable.from_names([("anemia", [0]), ("anaemia", [0]), ("hemorrhage", [2]), ("haemorrhage", [3])])
+    assert table.row("ANAEMIA") == 0 and table.row("haemorrhage") is None and len(table) == 1
+
+
+def test_variants_decide_only_unambiguous_non_names_with_the_american_spelling_s_ids(tmp_path, tiny_encoder_dir, monkeypatch):
+    kb = _variant_kb(tmp_path, tiny_encoder_dir)
+    encoded = _counting(monkeypatch)
+    nlp = _linker(kb, {"spelling_variants": VARIANTS})
+    ids = [e.kb_id_ for e in list(nlp.pipe(_variant_docs(nlp)))[0].ents]
+    # anaemia, oedema: decided; anemia is a KB name (left to the alias table / encoder); haemorrhage is
+    # a KB name too (and its key is ambiguous)
+    assert ids[:2] == ["V1", "V2"]
+    assert sorted(VARIANT_TEXT[start : start + 6] for _, start in encoded) == ["anemia", "haemor"]
+    # the same ids as the alias table gives the American spellings, which are KB names of one entity
+    american = _linker(kb, {"aliases": {"@misc": "spacy_pel.rules.alias_table.v1"}})
+    text = VARIANT_TEXT.replace("anaemia", "anemia").replace("oedema", "edema")
+    assert [e.kb_id_ for e in list(american.pipe(_variant_docs(american, text)))[0].ents][:2] == ids[:2]
+
+
+def test_variant_rule_in_a_saved_pipeline(tmp_path, tiny_encoder_dir):
+    kb = _variant_kb(tmp_path, tiny_encoder_dir)
+    rules = {"spelling_variants": VARIANTS, "repeats": REPEATS}
+    nlp = _linker(kb, rules)
+    before = [[e.kb_id_ for e in d.ents] for d in nlp.pipe(_variant_docs(nlp))]
+    nlp.to_disk(tmp_path / "p")
+    assert not (tmp_path / "p" / "pel_linker" / "spelling_variants").exists()  # rebuilt from the KB on load
+    again = spacy.load(tmp_path / "p")
+    assert again.config["components"]["pel_linker"]["rules"] == rules
+    assert [[e.kb_id_ for e in d.ents] for d in again.pipe(_variant_docs(again))] == before
