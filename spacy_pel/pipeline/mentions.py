@@ -10,6 +10,8 @@
   transformer (``spacy_pel.train_spans``). A found span's label comes from the scorer's label head
   when it has one, else from its entity's KB types mapped to corpus labels (``labels``, or the map
   learned in training). ``threshold = null`` takes the γ recorded in the ``span_report.json``.
+  ``propagate``: document-level consistency (:mod:`.propagation`: other occurrences of a found
+  mention and defined short forms of found long forms become mentions too).
 
 A source gives, per doc, the spans to link as ``(start, end, label)`` and, when it encoded the
 documents itself, their token vectors (so a collective vector strategy reuses that pass); it also
@@ -38,6 +40,7 @@ from ..models.span_scorer import (
 )
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, check_probability
+from .propagation import propagate
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
 SCORER_FILE = "span_scorer.safetensors"
@@ -93,8 +96,11 @@ class SpanFinder(DocSpans, LinkerPart):
     data_name = "span_scorer"
 
     def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                 labels: Optional[Dict[str, str]] = None, model: Optional[str] = None):
+                 labels: Optional[Dict[str, str]] = None, model: Optional[str] = None, propagate: bool = False):
         super().__init__(None)
+        if not isinstance(propagate, bool):
+            raise ValueError(f"spacy_pel.mentions.span_finder.v1: `propagate` must be true or false, not {propagate!r}")
+        self.propagate = propagate
         if not scorer and not model:
             raise ValueError(
                 "spacy_pel.mentions.span_finder.v1 needs `model` (a folder from `python -m spacy_pel.train_e2e`: "
@@ -192,7 +198,8 @@ class SpanFinder(DocSpans, LinkerPart):
                 labels = [0] * len(chosen)
                 if self.scorer.labels and len(chosen):
                     labels = [doc.vocab.strings.add(x) for x in self.scorer.predict_labels(H, starts[chosen], ends[chosen])]
-                spans.append([(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)])
+                kept = [(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)]
+                spans.append(propagate(doc, kept) if self.propagate else kept)
         return spans, (None if self.encoder is not None else hidden)
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
@@ -228,9 +235,11 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 
 @registry.misc("spacy_pel.mentions.span_finder.v1")
 def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                         labels: Optional[Dict[str, str]] = None, model: Optional[str] = None) -> SpanFinder:
+                         labels: Optional[Dict[str, str]] = None, model: Optional[str] = None,
+                         propagate: bool = False) -> SpanFinder:
     """Find the mentions with a trained span model (end to end, no NER needed): ``model`` a
     ``train_e2e`` folder (own transformer + scorer) or ``scorer`` a scorer file over the linker's
     transformer; ``labels``: KB type → span label for scorers without a label head (null: the map
-    learned with the scorer, from the training corpus's labels)."""
-    return SpanFinder(scorer, threshold, max_span_len, labels, model)
+    learned with the scorer, from the training corpus's labels); ``propagate``: document-level
+    consistency of the found spans."""
+    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate)

@@ -1,0 +1,77 @@
+"""Document-level consistency for found spans (the span finder's ``propagate`` setting).
+
+Annotators of biomedical corpora mark every occurrence of a mention in a document, and define short
+forms once: ``butylated hydroxyanisole (BHA)`` and then ``BHA`` throughout. A span model that found a
+mention once may miss its later occurrences, so after selection:
+
+1. a short form defined in the document (Schwartz & Hearst, :mod:`.abbreviations`) whose long form
+   was found becomes a mention wherever it occurs, with the long form's label;
+2. every other occurrence of a found mention's words (case-insensitive, same tokens) becomes a
+   mention with its label;
+
+in both cases only where the new span overlaps no found span (found spans are never changed).
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Dict, List, Sequence, Tuple
+
+from spacy.tokens import Doc
+
+from ..kb import normalize
+from .abbreviations import abbreviations
+
+Found = List[Tuple[int, int, int]]  # (start, end, label id) of one doc, as the span finder gives them
+
+
+def _key(doc: Doc, start: int, end: int) -> Tuple[str, ...]:
+    return tuple(t.lower_ for t in doc[start:end])
+
+
+def _occurrences(doc: Doc, words: Tuple[str, ...], by_first: Dict[str, List[int]]) -> List[int]:
+    """Starts of the token sequences of ``doc`` equal to ``words`` (lower-cased)."""
+    n = len(words)
+    return [i for i in by_first.get(words[0], []) if _key(doc, i, i + n) == words]
+
+
+def _wordy(words: Sequence[str]) -> bool:
+    text = "".join(words)
+    return len(text) >= 2 and any(c.isalpha() for c in text)
+
+
+def propagate(doc: Doc, found: Found) -> Found:
+    """``found`` plus the spans the two rules of the module add, in document order."""
+    if not found:
+        return list(found)
+    taken = [False] * len(doc)
+    for a, b, _ in found:
+        for i in range(a, b):
+            taken[i] = True
+    by_first: Dict[str, List[int]] = defaultdict(list)
+    for t in doc:
+        by_first[t.lower_].append(t.i)
+    label_of = {}  # words → label of the first found span with them
+    for a, b, label in sorted(found):
+        label_of.setdefault(_key(doc, a, b), label)
+    normal = {normalize(doc[a:b].text): label for a, b, label in found}
+    wanted: Dict[Tuple[str, ...], int] = {}
+    for short, long in abbreviations(doc.text).items():
+        label = normal.get(normalize(long))
+        where = re.search(rf"(?<!\w){re.escape(short)}(?!\w)", doc.text)
+        span = doc.char_span(where.start(), where.end()) if label is not None and where else None
+        if span is not None:  # the short form's tokens, as this doc's tokenizer cut them
+            wanted.setdefault(_key(doc, span.start, span.end), label)
+    for words, label in label_of.items():
+        wanted.setdefault(words, label)
+    added: Found = []
+    for words, label in wanted.items():
+        if not words or not _wordy(words):
+            continue
+        for i in _occurrences(doc, words, by_first):
+            j = i + len(words)
+            if j <= len(doc) and not any(taken[i:j]):
+                added.append((i, j, label))
+                for k in range(i, j):
+                    taken[k] = True
+    return sorted([*found, *added])
