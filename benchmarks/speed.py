@@ -28,6 +28,7 @@ Every pipeline first links 16 documents untimed (oneDNN builds its kernels on th
 existing speed.json with the run they came from, and the report says which run each section is from.
 """
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -100,16 +101,29 @@ def with_gold_ents(docs):
     return out
 
 
+def cpu_seconds() -> tuple:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited children)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    t = os.times()
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def others_busy(before: tuple, after: tuple, seconds: float) -> float:
+    """Cores kept busy by other processes between two :func:`cpu_seconds` (interference while timing)."""
+    return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds, 2)
+
+
 def run_pipeline(nlp, docs, kb_ids, train_ids, passes: int = 1) -> dict:
     """Link with ``nlp.pipe`` (timed: linking only, the KB already loaded, after an untimed warm-up on
     the first documents; the median of ``passes`` timed passes) and score R@1."""
     list(nlp.pipe(with_gold_ents(docs[:WARMUP_DOCS]), batch_size=128))
-    times = []
+    times, others = [], []
     for _ in range(passes):
         fresh = with_gold_ents(docs)
-        t0 = time.perf_counter()
+        c0, t0 = cpu_seconds(), time.perf_counter()
         linked = list(nlp.pipe(fresh, batch_size=128))
         times.append(time.perf_counter() - t0)
+        others.append(others_busy(c0, cpu_seconds(), times[-1]))
     seconds = statistics.median(times)
     hits = {"all": [], "seen": [], "unseen": []}
     for gold_doc, doc in zip(docs, linked):
@@ -122,7 +136,7 @@ def run_pipeline(nlp, docs, kb_ids, train_ids, passes: int = 1) -> dict:
             hits["seen" if any(i in train_ids for i in ids) else "unseen"].append(ok)
     n = sum(len(d.ents) for d in linked)
     return {"mentions": n, "seconds": round(seconds, 2), "mentions_per_s": round(n / seconds, 1),
-            "in_kb": len(hits["all"]), **{f"R@1_{k}": round(sum(v) / len(v), 4) for k, v in hits.items()}}
+            "other_processes_cores": max(others), "in_kb": len(hits["all"]), **{f"R@1_{k}": round(sum(v) / len(v), 4) for k, v in hits.items()}}
 
 
 LOAD_SCRIPT = """
@@ -261,7 +275,6 @@ def measure_load(pipeline: Path, dev: Path, kb: Optional[Path] = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-
 def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_python: Optional[Path]) -> dict:
     """spacy_pel and scispaCy on the same KB file (MEDIC) and the same BC5CDR dev Disease mentions
     (each linker's speed: the median of 3 timed passes)."""
@@ -335,27 +348,33 @@ def markdown(r: dict) -> str:
         b = r["kb_build"]
         lines += ran("kb_build") + [f"Full MeSH KB build ({b['entities']:,} records, precision {b['precision']}): "
                                     f"**{b['seconds'] / 60:.1f} min** ({b['entities'] / b['seconds']:.0f} entities/s).", ""]
-    lines += ran("pipelines") + ["| pipeline | mentions/s | R@1 | R@1 seen | R@1 unseen | seconds |", "|---|---:|---:|---:|---:|---:|"]
+    lines += ran("pipelines") + ["| pipeline | mentions/s | R@1 | R@1 seen | R@1 unseen | seconds | other processes (cores) |",
+                                 "|---|---:|---:|---:|---:|---:|---:|"]
     for label, p in r["pipelines"].items():
-        lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {p['R@1_seen']} | {p['R@1_unseen']} | {p['seconds']} |")
+        lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {p['R@1_seen']} | {p['R@1_unseen']} | {p['seconds']} | "
+                     f"{p.get('other_processes_cores', '–')} |")
     ld = r["load"]
     lines += [""] + ran("load") + [f"Saved default pipeline: load {ld['load_seconds']} s, peak RSS {ld['peak_rss_mb']:.0f} MB while linking dev "
                                    "(a fresh process: spacy.load, then nlp.pipe over all dev docs).", ""]
     md = r["medic"]
     lines += [f"## Side by side on MEDIC ({md['kb_entities']:,} concepts) vs BC5CDR dev Disease mentions", ""] + ran("medic") + [
-        "Speed: the median of 3 timed passes for each linker.", "",
-        "| linker | mentions/s | R@1 | index build |", "|---|---:|---:|---:|"]
+        "Speed: the median of 3 timed passes for each linker. Other processes: the most cores that processes "
+        "other than the benchmark kept busy during a timed pass (from /proc/stat; 0 = an idle machine).", "",
+        "| linker | mentions/s | R@1 | index build | other processes (cores) |", "|---|---:|---:|---:|---:|"]
     for label, _, _ in MEDIC_ROWS:
         if label in md:
             p = md[label]
-            lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {md['spacy_pel_kb_build_seconds']} s |")
+            lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {md['spacy_pel_kb_build_seconds']} s | "
+                         f"{p.get('other_processes_cores', '–')} |")
     if "scispacy" in md:
         s = md["scispacy"]
+        other = s.get("other_processes_cores", {})
         lines.append(f"| {s['tool']}, mentions batched by 256 across documents | {s['mentions_per_second']} | {s['r_at_1']} | "
-                     f"{s['index_build_seconds']} s |")
+                     f"{s['index_build_seconds']} s | {other.get('batched', '–')} |")
         if "per_document_mentions_per_second" in s:
             lines.append(f"| {s['tool']}, per document (as its EntityLinker runs in nlp.pipe) | "
-                         f"{s['per_document_mentions_per_second']} | {s['r_at_1']} | {s['index_build_seconds']} s |")
+                         f"{s['per_document_mentions_per_second']} | {s['r_at_1']} | {s['index_build_seconds']} s | "
+                         f"{other.get('per_document', '–')} |")
     return "\n".join(lines) + "\n"
 
 
