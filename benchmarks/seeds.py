@@ -1,7 +1,7 @@
 """Issue 17: the seeds' own methods working as their papers say -- proxy loss and FGSM with a frozen
 entity tower (in the centred entity space), and the δ-margin NIL of the proxy loss.
 
-    flock /tmp/pel-heavy.lock python benchmarks/seeds.py --kb /tmp/s5/kb_mesh   # resumable
+    PYTHONPATH=. flock /tmp/pel-heavy.lock python benchmarks/seeds.py --kb /tmp/s5/kb_mesh   # resumable
 
 Every trained run uses the retriever benchmark's budget (benchmarks/retriever.py BUDGET: 120 steps ×
 32 mentions, 32 negatives, lr 5e-5, 25% warm-up, context 64, entity tower frozen) with
@@ -33,9 +33,14 @@ from spacy_pel.evaluation.metrics import average_precision, prf  # noqa: E402
 from spacy_pel.evaluation.nil import nil_curve  # noqa: E402
 from spacy_pel.evaluation.okb import removed_ids  # noqa: E402
 from spacy_pel.models.encoder import BiEncoder  # noqa: E402
-from spacy_pel.models.linking import entity_centre  # noqa: E402
+from spacy_pel.models.linking import centre_vectors, entity_centre  # noqa: E402
 from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
-from spacy_pel.training.retriever import centred_index, load_entity_centre, train  # noqa: E402
+from spacy_pel.training.retriever import (  # noqa: E402
+    centred_index,
+    load_entity_centre,
+    load_mention_centre,
+    train,
+)
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parent / "configs" / "train_pb_centred.cfg"
@@ -44,21 +49,26 @@ CE_MIXED = {"loss.name": "ce", "negatives.hard_fraction": 0.5}
 # FGSM at ≤ 2× step time: the adversarial term on 8 of the 32 mentions (an unbiased estimate of the
 # batch mean), each with its positive and its first negative (the hardest, with mixed negatives)
 FGSM = {"fgsm.enabled": True, "fgsm.negatives": 1, "fgsm.mentions": 8}
+MBC = {"training.mention_space": "batch_centred"}
 RUNS = {  # in order of priority; "_eval" = evaluated without training, in the given spaces
-    "untrained": {"_eval": ["raw", "centred"]},
     "pb_random_centred": {},
     "ce_mixed50_centred": dict(CE_MIXED),
-    "fgsm_on_better": "fgsm",  # FGSM on the better of the two runs above
+    "pb_random_centred_mbc": dict(MBC),  # + mentions centred per batch (running mean at evaluation)
+    "fgsm_on_better": "fgsm",  # FGSM on the better of the runs in BETTER
+    "pb_random_centred_mbc_delta0.1": {**MBC, "loss.delta": 0.1},
+    "pb_random_centred_mbc_delta0.2": {**MBC, "loss.delta": 0.2},
+    "pb_random_centred_mbc_delta0.3": {**MBC, "loss.delta": 0.3},
     "pb_random_centred_delta0.1": {"loss.delta": 0.1},
     "pb_random_centred_delta0.2": {"loss.delta": 0.2},
     "pb_random_centred_delta0.3": {"loss.delta": 0.3},
+    "untrained": {"_eval": ["raw", "centred"]},
     "ce_mixed50": {**CE_MIXED, **RAW},  # references in the raw space (benchmarks/retriever.md's rows)
     "pb_random": dict(RAW),
     "pb_mixed50_centred": {"negatives.hard_fraction": 0.5},
 }
-BETTER = ["pb_random_centred", "ce_mixed50_centred"]
-DELTAS = {"pb_random_centred": 0.0, "pb_random_centred_delta0.1": 0.1, "pb_random_centred_delta0.2": 0.2,
-          "pb_random_centred_delta0.3": 0.3}
+BETTER = ["pb_random_centred", "ce_mixed50_centred", "pb_random_centred_mbc"]
+DELTAS = {f"{base}{suffix}": d for base in ("pb_random_centred_mbc", "pb_random_centred")
+          for suffix, d in (("", 0.0), ("_delta0.1", 0.1), ("_delta0.2", 0.2), ("_delta0.3", 0.3))}
 
 
 NOTES: list = []  # findings, written under the tables (filled in as the figures come)
@@ -98,7 +108,7 @@ def nil_report(top: np.ndarray, is_nil: np.ndarray, calib: np.ndarray) -> dict:
             "average_precision": round(average_precision(is_nil.astype(int), -top), 4)}
 
 
-def evaluate(data: Data, encoder_dir, centre, cache: Path) -> dict:
+def evaluate(data: Data, encoder_dir, centre, cache: Path, mention_centre=None) -> dict:
     t0 = time.perf_counter()
     if cache.exists():
         vecs = np.load(cache)
@@ -110,6 +120,8 @@ def evaluate(data: Data, encoder_dir, centre, cache: Path) -> dict:
         vecs = linker.mention_vectors(data.docs, data.spans)
         np.save(cache, vecs)
     encode_s = time.perf_counter() - t0
+    if mention_centre is not None:  # mention_space = "batch_centred": the running mean μ_m
+        vecs = centre_vectors(vecs, mention_centre)
     full, okb = data.kbs(centre)
     scores, rows = full.search(vecs, 64)
     ids = full.entities.ids
@@ -144,7 +156,7 @@ def main(kb: Path = typer.Option(Path("/tmp/s5/kb_mesh")), dev: Path = typer.Opt
     out = HERE / "seeds"
     out.mkdir(exist_ok=True)
     runs_dir.mkdir(parents=True, exist_ok=True)
-    data = None if write_only else Data(kb, dev, train_corpus)
+    data = None  # loaded when first needed, after the first training (one of the two in memory at a time)
     base = {**BUDGET, "paths.kb": str(kb), "paths.dev": str(dev), "paths.train": str(train_corpus), "training.device": "cpu"}
     for name, ov in RUNS.items():
         if write_only or (only and name not in only.split(",")):
@@ -160,6 +172,7 @@ def main(kb: Path = typer.Option(Path("/tmp/s5/kb_mesh")), dev: Path = typer.Opt
             for space in ov["_eval"]:
                 f = out / f"{name}_{space}.json"
                 if not f.exists():
+                    data = data or Data(kb, dev, train_corpus)
                     centre = None if space == "raw" else entity_centre(data.raw.embeddings)
                     report = evaluate(data, None, centre, runs_dir / f"{name}_dev_vecs.npy")
                     report["run"] = {"name": f"{name}_{space}", "space": space, "overrides": {}, "steps": 0}
@@ -175,9 +188,11 @@ def main(kb: Path = typer.Option(Path("/tmp/s5/kb_mesh")), dev: Path = typer.Opt
         wall = time.perf_counter() - t0
         best = runs_dir / name / "best"
         centre = load_entity_centre(best)
-        report = evaluate(data, best, centre, runs_dir / name / "dev_vecs.npy")
+        data = data or Data(kb, dev, train_corpus)
+        report = evaluate(data, best, centre, runs_dir / name / "dev_vecs.npy", load_mention_centre(best))
         steps = max(1, state.get("step", 0))
-        report["run"] = {"name": name, "space": "raw" if centre is None else "centred", "overrides": ov,
+        space = ("raw" if centre is None else "centred") + (" + mentions batch-centred" if "training.mention_space" in ov else "")
+        report["run"] = {"name": name, "space": space, "overrides": ov,
                          "steps": state.get("step"), "best_step": state.get("best_step"),
                          "train_seconds": round(state.get("train_seconds", 0.0), 1),
                          "step_s": round(state.get("train_seconds", 0.0) / steps, 3), "wall_s": round(wall, 1),
@@ -199,7 +214,7 @@ def write(out: Path) -> None:
     (out.parent / "seeds.json").write_text(json.dumps({"machine": m, "budget": BUDGET, "runs": res}, indent=2))
     lines = [
         "# Issue 17: proxy loss, FGSM and δ-margin NIL with a frozen entity tower (BC5CDR dev vs all MeSH)", "",
-        "Reproduce: `flock /tmp/pel-heavy.lock python benchmarks/seeds.py --kb <MeSH KB>` (resumable; the script's doc "
+        "Reproduce: `PYTHONPATH=. flock /tmp/pel-heavy.lock python benchmarks/seeds.py --kb <MeSH KB>` (resumable; the script's doc "
         "says what each column is).", "",
         f"Machine: {m['cpu']} ({', '.join(m['flags']) or 'no AVX2/AVX-512 flags'}), torch {m['torch']}, "
         f"{m['torch_threads']} threads; 2 cores shared with other jobs (heavy jobs serialised by a lock).", "",
@@ -231,11 +246,11 @@ def write(out: Path) -> None:
         lines.append(f"| FGSM on the better loss, R@1 delta | −3.3 pt at 4.2× step time | ≥ 0 at ≤ 2× step time | "
                      f"{100 * (fg['R@1'] - b['R@1']):+.1f} pt at {fg['run']['step_s'] / b['run']['step_s']:.2f}× step time "
                      f"({fg['run']['overrides']['_base']}) |")
-    ref = res.get("pb_random_centred")
     for n, d in DELTAS.items():
+        ref = res.get(n.split("_delta")[0])
         if n in res and ref:
             r = res[n]
-            lines.append(f"| NIL F1 on OKB C10, Pb δ = {d} (in-KB R@1 loss vs δ = 0) | 0.45–0.48 | ≥ 0.60 at ≤ 1 pt | "
+            lines.append(f"| NIL F1 on OKB C10, {n.split('_delta')[0]} δ = {d} (R@1 vs its δ = 0) | 0.45–0.48 | ≥ 0.60 at ≤ 1 pt | "
                          f"{r['okb']['nil']['f']:.3f} (auPR {r['okb']['nil']['average_precision']:.3f}; "
                          f"R@1 {100 * (r['R@1'] - ref['R@1']):+.1f} pt) |")
     if "ce_mixed50" in res:

@@ -80,3 +80,18 @@ def test_fgsm_transform_and_mention_subset(tiny_encoder_dir, kb_dir):
     assert torch.isfinite(out) and seen == [4, 4]  # 2 mentions × (1 positive + 1 negative), scored and returned
     out.backward()
     assert m.grad[:2].abs().sum() > 0 and m.grad[2:].abs().sum() == 0
+
+
+def test_batch_centred_mentions_keep_a_running_mean_and_resume(corpus, kb_dir, tiny_encoder_dir, tmp_path):  # noqa: F811
+    from spacy_pel.training.retriever import load_mention_centre
+
+    ov = overrides(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 4, "training.mention_space": "batch_centred"})
+    state = train(CONFIG, tmp_path / "run", ov, progress=False)
+    assert state["step"] == 4 and np.isfinite(state["history"][-1]["loss"])
+    mu_m = load_mention_centre(tmp_path / "run" / "best")
+    assert mu_m is not None and mu_m.shape == (BiEncoder.from_pretrained(tiny_encoder_dir).dim,) and np.abs(mu_m).sum() > 0
+    assert np.allclose(load_mention_centre(tmp_path / "run" / "last" / "encoder"), mu_m)
+    state = train(CONFIG, tmp_path / "run", {**ov, "training.max_steps": 6}, progress=False)  # resumes with μ_m
+    assert state["step"] == 6
+    with pytest.raises(ConfigError, match="cosine loss"):
+        RetrieverConfig.from_config(load_config(CONFIG, {**ov, "loss.name": "ce"}))

@@ -41,6 +41,7 @@ PathLike = Union[str, Path]
 PRECISIONS = ("fp32", "bf16")
 SCHEDULES = ("linear", "constant")
 OBJECTIVES = ("linking", "arborescence")
+MENTION_SPACES = ("raw", "batch_centred")
 NEGATIVE_KINDS = ("sampled", "in_batch", "kb")  # "kb": softmax over every KB row (frozen tower only)
 
 
@@ -163,6 +164,8 @@ class RetrieverTraining(TrainingSection):
     eval_kb_sample: int = 20000
     # "raw": the KB's vectors as stored; "centred": normalize(e - μ_KB), frozen entity tower only
     entity_space: str = "raw"
+    # "raw", or "batch_centred": each batch's mean unit mention vector subtracted (cosine losses)
+    mention_space: str = "raw"
 
 
 @dataclass
@@ -278,6 +281,11 @@ class RetrieverConfig:
         if t.entity_space != "raw" and t.train_entity_encoder:
             raise ConfigError(f'{source}: training.entity_space = "{t.entity_space}" transforms the stored KB vectors '
                               "and needs a frozen entity tower (training.train_entity_encoder = false)")
+        _one_of(t.mention_space, MENTION_SPACES, f"{source} [training] mention_space")
+        if t.mention_space != "raw" and (LOSSES[out.loss.name].kind != "cosine" or t.train_entity_encoder
+                                         or t.objective != "linking"):
+            raise ConfigError(f'{source}: training.mention_space = "{t.mention_space}" needs a cosine loss, a frozen '
+                              "entity tower and the linking objective")
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")

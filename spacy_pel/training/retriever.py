@@ -26,6 +26,13 @@ negatives and the dev evaluation all use the centred vectors, and ``μ`` is save
 ``entity_centre.npy``. At inference the KB must be searched in the same space:
 :func:`centred_index` (``load_entity_centre(encoder_dir)``) gives that KB, in memory or, with
 ``to_disk``, as a KB folder that ``pel_linker`` reads unchanged.
+
+``[training] mention_space = "batch_centred"`` (cosine losses) subtracts each batch's mean unit
+mention vector before the loss, so the mentions cannot all move to one place together (with a
+frozen, centred entity space the proxy loss's negative term is otherwise lowered by collapsing every
+mention into the emptiest region of the KB). A running mean (``mention_centre.npy``, saved with the
+encoder) replaces the batch mean at evaluation: ``normalize(normalize(m) - μ_m)``
+(:func:`load_mention_centre`); the dev evaluation applies it, ``pel_linker`` does not yet.
 """
 from __future__ import annotations
 
@@ -52,6 +59,8 @@ from .fgsm import FGSM
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 
 CENTRE_FILE = "entity_centre.npy"
+MENTION_CENTRE_FILE = "mention_centre.npy"
+MENTION_MOMENTUM = 0.9  # running mean of the batch means: about the last 10 batches
 
 
 def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) -> EntityIndex:
@@ -63,10 +72,31 @@ def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) ->
                        encoder_source=index.encoder_source, kind="flat")
 
 
-def load_entity_centre(encoder_dir: PathLike) -> Optional[np.ndarray]:
+def load_entity_centre(encoder_dir: PathLike, name: str = CENTRE_FILE) -> Optional[np.ndarray]:
     """``μ`` saved with an encoder trained in the centred entity space, or None (raw space)."""
-    path = Path(encoder_dir) / CENTRE_FILE
+    path = Path(encoder_dir) / name
     return np.load(path, allow_pickle=False) if path.exists() else None
+
+
+def load_mention_centre(encoder_dir: PathLike) -> Optional[np.ndarray]:
+    """``μ_m`` of an encoder trained with ``mention_space = "batch_centred"``, or None."""
+    return load_entity_centre(encoder_dir, MENTION_CENTRE_FILE)
+
+
+class CentredRecallEvaluator(RecallEvaluator):
+    """Dev recall@1 (frozen tower) with the mention vectors centred by the task's running mean."""
+
+    def __init__(self, inputs, gold, index: EntityIndex, centre):
+        super().__init__(inputs, gold, index)
+        self.centre = centre  # () -> the current μ_m (numpy)
+
+    def __call__(self, encoder: BiEncoder):
+        if not len(self.gold):
+            return {"dev_r1": float("nan")}
+        lengths = [len(s) for s, _ in self.inputs]
+        mentions = encoder._encode(self.inputs, lengths, encoder.embed_mentions, self.batch_size, "dev", False)
+        pred = self.index.search(centre_vectors(mentions, self.centre()), 1)[1][:, 0]
+        return {"dev_r1": float(np.mean([p in g for p, g in zip(pred, self.gold)]))}
 
 
 @dataclass
@@ -162,6 +192,12 @@ class RetrieverTask(Task):
         dev, _ = corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder)
         self.evaluator = RecallEvaluator(dev.inputs, dev.gold, self.index, reencode_entities=self.train_entities,
                                          kb_sample=t.eval_kb_sample, seed=self.seed)
+        self.mention_centre: Optional[torch.Tensor] = None
+        self.centre_mentions = t.mention_space == "batch_centred"
+        if self.centre_mentions:
+            saved = load_mention_centre(checkpoint / "encoder") if checkpoint else None
+            self.mention_centre = None if saved is None else torch.from_numpy(saved).to(self.device)
+            self.evaluator = CentredRecallEvaluator(dev.inputs, dev.gold, self.index, self.mention_centre_array)
         neg = cfg.negatives
         self.miner = HardNegativeMiner(neg.count, hard_fraction=neg.hard_fraction, seed=self.seed, n_entities=len(self.index))
         fgsm = None
@@ -224,6 +260,8 @@ class RetrieverTask(Task):
 
     def step(self, batch: Batch) -> StepOutput:
         m = self.encoder.embed_mentions(batch.examples.inputs, normalize=self.normalize_mentions)
+        if self.centre_mentions:
+            m = self.batch_centred(m)
         if self.arborescence is not None and batch.stage == "mentions":
             loss = self.arborescence(m, batch.examples.gold, batch.idx)
         else:
@@ -234,9 +272,11 @@ class RetrieverTask(Task):
         self.encoder.save(folder)
         if self.centre is not None:
             np.save(Path(folder) / CENTRE_FILE, self.centre, allow_pickle=False)
+        if self.mention_centre is not None:
+            np.save(Path(folder) / MENTION_CENTRE_FILE, self.mention_centre_array(), allow_pickle=False)
 
     def save_checkpoint(self, folder: Path) -> None:
-        self.encoder.save(folder / "encoder")
+        self.save(folder / "encoder")
 
     def snapshot(self, done: int) -> Optional[str]:
         return f"after_{self.stage_ends[done]}" if done in self.stage_ends else None
@@ -245,6 +285,22 @@ class RetrieverTask(Task):
         return {"skipped_train_mentions": self.skipped}
 
     # -------------------------------------------------------------- pieces
+    def batch_centred(self, m: torch.Tensor) -> torch.Tensor:
+        """Unit mention vectors minus their batch mean; the running mean ``μ_m`` follows the batch means."""
+        u = torch.nn.functional.normalize(m, dim=-1)
+        mean = u.mean(0)
+        with torch.no_grad():
+            if self.mention_centre is None:
+                self.mention_centre = mean.detach().float().clone()
+            else:
+                self.mention_centre.mul_(MENTION_MOMENTUM).add_((1 - MENTION_MOMENTUM) * mean.detach().float())
+        return u - mean
+
+    def mention_centre_array(self) -> np.ndarray:
+        if self.mention_centre is None:
+            return np.zeros(self.encoder.dim, np.float32)
+        return self.mention_centre.cpu().numpy()
+
     def centred_vectors(self, vectors: torch.Tensor) -> torch.Tensor:
         return centre_vectors(vectors, torch.from_numpy(self.centre).to(vectors.device))
 
