@@ -159,8 +159,27 @@ def test_bio_scorer_gives_each_span_the_probability_of_its_tags(tmp_path):
     assert loaded.kind == "bio" and torch.allclose(loaded.probs(H, starts, ends), scorer.probs(H, starts, ends))
 
 
-def test_bio_span_model_trains_and_finds_the_spans(corpus, kb_dir, tiny_encoder_dir, tmp_path):
-    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 36, "spans.kind": "bio"})
+def test_bio_span_model_on_first_pieces_trains_and_finds_the_spans(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    ov = settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 36, "spans.kind": "bio", "spans.pooling": "first"})
     state = train_e2e(CONFIG_DEFAULT, tmp_path / "bio", ov, progress=False)
-    assert load_span_scorer(tmp_path / "bio" / "best" / "span_scorer.safetensors").kind == "bio"
+    loaded = load_span_scorer(tmp_path / "bio" / "best" / "span_scorer.safetensors")
+    assert (loaded.kind, loaded.pooling) == ("bio", "first")
     assert state["span_report"]["dev"]["span"]["f"] >= 0.75
+
+
+def test_first_piece_pooling_takes_each_tokens_first_word_piece(tiny_encoder_dir):
+    encoder = BiEncoder.from_pretrained(tiny_encoder_dir)
+    doc = spacy.blank("en")("Hydroxyanisole and BHA")
+    mean, first = encode_docs(encoder, [doc])[0], encode_docs(encoder, [doc], pooling="first")[0]
+    pieces = encoder.tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+    assert len(pieces) > len(doc)  # some token has several pieces: the two poolings differ there
+    assert not torch.allclose(mean, first)
+    with torch.inference_mode():
+        ids = torch.tensor([[encoder.tokenizer.cls_token_id, *pieces, encoder.tokenizer.sep_token_id]])
+        states = encoder.mention_model(input_ids=ids).last_hidden_state[0, 1:-1].float()
+    starts = [0]
+    for t in doc[:-1]:
+        starts.append(starts[-1] + len(encoder.tokenizer(t.text, add_special_tokens=False)["input_ids"]))
+    assert torch.allclose(first, states[starts], atol=1e-4)
+    with pytest.raises(ValueError, match="pooling"):
+        encode_docs(encoder, [doc], pooling="last")

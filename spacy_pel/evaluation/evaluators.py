@@ -137,7 +137,7 @@ class JointEvaluator(Evaluator):
     def predictions(self, model: EndToEndModel) -> List[dict]:
         """Per doc: span probabilities and each span's top KB row (-1: not linked)."""
         out = []
-        hidden = encode_docs(model.encoder, [d.doc for d in self.docs])
+        hidden = encode_docs(model.encoder, [d.doc for d in self.docs], pooling=model.scorer.pooling)
         with torch.no_grad():
             for ex, H in zip(self.docs, hidden):
                 if not len(ex.starts):

@@ -109,10 +109,20 @@ def _max_window(encoder: BiEncoder, max_pieces: Optional[int]) -> int:
     return max_pieces
 
 
-def _pool_tokens(pieces: torch.Tensor, token_pieces: np.ndarray) -> torch.Tensor:
-    """Mean of each token's piece vectors (zero for a token without pieces); keeps the graph."""
+POOLINGS = ("mean", "first")  # a token's vector: the mean of its word pieces, or its first piece
+
+
+def _pool_tokens(pieces: torch.Tensor, token_pieces: np.ndarray, pooling: str = "mean") -> torch.Tensor:
+    """Each token's vector from its pieces: their mean, or the first one (zero for a token without
+    pieces); keeps the graph."""
     n_tokens, hidden = len(token_pieces), pieces.shape[-1]
     lengths = token_pieces[:, 1] - token_pieces[:, 0]
+    if pooling == "first":
+        has = torch.from_numpy(lengths > 0).to(pieces.device)
+        first = torch.from_numpy(np.minimum(token_pieces[:, 0], max(len(pieces) - 1, 0))).to(pieces.device)
+        if len(pieces) == 0:
+            return torch.zeros((n_tokens, hidden), dtype=pieces.dtype, device=pieces.device)
+        return pieces[first] * has.unsqueeze(1).to(pieces.dtype)
     token_of = np.repeat(np.arange(n_tokens), lengths)
     piece_of = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     piece_of += np.repeat(token_pieces[:, 0], lengths)
@@ -131,6 +141,7 @@ def encode_docs(
     grad: bool = False,
     max_pieces: Optional[int] = None,
     stride: Optional[int] = None,
+    pooling: str = "mean",
 ) -> List[torch.Tensor]:
     """Contextual token vectors ``[len(doc), hidden]`` for each doc, from one pass of the mention model.
 
@@ -138,8 +149,11 @@ def encode_docs(
     padding. With ``grad=False`` the model runs in eval mode under ``torch.inference_mode`` (and the
     encoder's inference precision); with ``grad=True`` the graph is kept and the model's train/eval
     mode is left to the caller. Vectors are float32 on ``encoder.device_`` and are *not* normalised
-    (see :func:`span_link_vectors`). Tokens without word pieces get zero vectors.
+    (see :func:`span_link_vectors`). Tokens without word pieces get zero vectors. ``pooling``: a
+    token's vector is the mean of its pieces' states, or its first piece's (what taggers use).
     """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, not {batch_size}")
     window = _max_window(encoder, max_pieces)
@@ -171,7 +185,7 @@ def encode_docs(
         # outside inference mode, so the vectors are ordinary tensors (a span scorer trained on
         # frozen vectors needs to save them for backward)
         with torch.no_grad() if not grad else contextlib.nullcontext():
-            return _stitch(plans, states, hidden, device)
+            return _stitch(plans, states, hidden, device, pooling)
     finally:
         model.train(was_training)
 
@@ -194,7 +208,7 @@ def _run_windows(model, pad_id: int, seqs: List[List[int]], batch_size: int, dev
     return states  # type: ignore[return-value]
 
 
-def _stitch(plans, states: List[torch.Tensor], hidden: int, device) -> List[torch.Tensor]:
+def _stitch(plans, states: List[torch.Tensor], hidden: int, device, pooling: str = "mean") -> List[torch.Tensor]:
     """Each piece's state from its owner window, then each token's mean over its pieces."""
     results: List[torch.Tensor] = []
     first = 0
@@ -213,7 +227,7 @@ def _stitch(plans, states: List[torch.Tensor], hidden: int, device) -> List[torc
         position = np.concatenate(where)
         if not np.all(position[1:] > position[:-1]):
             pieces = pieces[torch.from_numpy(np.argsort(position, kind="stable")).to(device)]
-        results.append(_pool_tokens(pieces, ranges))
+        results.append(_pool_tokens(pieces, ranges, pooling))
     return results
 
 

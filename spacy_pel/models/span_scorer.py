@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..files import atomic_write
-from .doc_encoder import as_index, check_spans, prefix_sum, span_means
+from .doc_encoder import POOLINGS, as_index, check_spans, prefix_sum, span_means
 
 PathLike = Union[str, Path]
 SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
@@ -38,12 +38,15 @@ class SpanScorer(torch.nn.Module):
     head ``w_label`` scores each span's label from its start, end and mean token vectors.
     """
 
-    def __init__(self, hidden_size: int, labels: Sequence[str] = (), kind: str = "span"):
+    def __init__(self, hidden_size: int, labels: Sequence[str] = (), kind: str = "span", pooling: str = "mean"):
         super().__init__()
         if hidden_size < 1:
             raise ValueError(f"hidden_size must be positive, not {hidden_size}")
         if kind not in KINDS:
             raise ValueError(f"span scorer kind must be one of {KINDS}, not {kind!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"span scorer token pooling must be one of {POOLINGS}, not {pooling!r}")
+        self.pooling = pooling  # how its token vectors are made from word pieces (encode_docs)
         labels = list(labels)
         if len(set(labels)) != len(labels) or not all(isinstance(x, str) and x for x in labels):
             raise ValueError(f"span labels must be distinct non-empty strings, not {labels!r}")
@@ -155,7 +158,7 @@ def save_span_scorer(scorer: SpanScorer, path: PathLike) -> None:
     path = Path(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in scorer.state_dict().items()}
     meta = {"format": SPAN_SCORER_FORMAT, "version": SPAN_SCORER_VERSION, "hidden_size": scorer.hidden_size,
-            "labels": scorer.labels, "kind": scorer.kind}
+            "labels": scorer.labels, "kind": scorer.kind, "pooling": scorer.pooling}
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
     atomic_write(_meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta, indent=2), encoding="utf8"))
 
@@ -171,11 +174,12 @@ def load_span_scorer(path: PathLike, device: str = "cpu") -> SpanScorer:
         meta = json.loads(meta_path.read_text(encoding="utf8"))
         hidden = int(meta["hidden_size"])
         labels, kind = list(meta.get("labels", [])), str(meta.get("kind", "span"))
+        pooling = str(meta.get("pooling", "mean"))
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{meta_path}: not a span scorer description ({err})") from err
     if meta.get("format") != SPAN_SCORER_FORMAT:
         raise ValueError(f"{meta_path}: format is {meta.get('format')!r}, expected {SPAN_SCORER_FORMAT!r}")
-    scorer = SpanScorer(hidden, labels, kind)
+    scorer = SpanScorer(hidden, labels, kind, pooling)
     try:
         scorer.load_state_dict(load_file(str(path), device=device))
     except RuntimeError as err:

@@ -185,7 +185,7 @@ class SpanFinder(DocSpans, LinkerPart):
         linker's encoder (None when the finder has its own transformer)."""
         if self.scorer is None:
             raise ValueError("the span finder has no span scorer loaded yet (the linker sets it up with its encoder)")
-        hidden = encode_docs(self.encoder or encoder, docs, batch_size=docs_per_pass(batch_size))
+        hidden = encode_docs(self.encoder or encoder, docs, batch_size=docs_per_pass(batch_size), pooling=self.scorer.pooling)
         spans: List[SpanTuples] = []
         with torch.inference_mode():
             for doc, H in zip(docs, hidden):

@@ -126,6 +126,7 @@ class SpansSection:
     max_len: int = 10
     weight: float = 1.0
     kind: str = "span"  # "span": a logit per enumerated span (BCE); "bio": O/B/I token tags (CE)
+    pooling: str = "mean"  # a token's vector from its word pieces: "mean" or "first"
     labels: bool = True  # train a label head on the corpus's span labels (Chemical, Disease)
     label_weight: float = 1.0
 
@@ -315,6 +316,7 @@ class JointConfig:
         _check(out.spans.max_len >= 1, f"{source} [spans] max_len", "must be at least 1")
         _one_of(out.training.select, ("strict", "span"), f"{source} [training] select")
         _one_of(out.spans.kind, ("span", "bio"), f"{source} [spans] kind")
+        _one_of(out.spans.pooling, ("mean", "first"), f"{source} [spans] pooling")
         for where, value in (("[training] link_weight", out.training.link_weight), ("[spans] weight", out.spans.weight),
                              ("[spans] label_weight", out.spans.label_weight)):
             _check(value >= 0, f"{source} {where}", "must be ≥ 0")

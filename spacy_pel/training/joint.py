@@ -78,7 +78,7 @@ class JointTask(Task):
         self.train_docs = [DocExample(d, self.index, self.max_len) for d in read_docbin(nlp, p.train)]
         labels = sorted({label for ex in self.train_docs for _, label in ex.span_labels}) if cfg.spans.labels else []
         hidden = int(self.encoder.mention_model.config.hidden_size)
-        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels, cfg.spans.kind)
+        scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels, cfg.spans.kind, cfg.spans.pooling)
         self.scorer = scorer.to(self.device)
         dev = read_docbin(nlp, p.dev) if p.dev else []
         dev_docs = [DocExample(d, self.index, self.max_len) for d in dev[: t.eval_docs or len(dev)]]
@@ -139,7 +139,7 @@ class JointTask(Task):
     # -------------------------------------------------------------- the losses
     def losses(self, batch: Sequence[DocExample]):
         """(weighted total, linking loss, span loss, label loss) of a batch of documents."""
-        hidden = encode_docs(self.encoder, [b.doc for b in batch], batch_size=len(batch), grad=True)
+        hidden = encode_docs(self.encoder, [b.doc for b in batch], batch_size=len(batch), grad=True, pooling=self.scorer.pooling)
         logits, labels, vecs, gold, label_logits, label_gold = [], [], [], [], [], []
         link_on = self.cfg.training.link_weight > 0
         names = {name: i for i, name in enumerate(self.scorer.labels)}
