@@ -42,6 +42,8 @@ setup(
             "spacy_pel.vectors.collective.v1 = spacy_pel.pipeline.vectors:collective",
             "spacy_pel.rules.abbreviations.v1 = spacy_pel.pipeline.rules:abbreviation_rule",
             "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules:alias_table_rule",
+            "spacy_pel.rules.repeats.v1 = spacy_pel.pipeline.rules:repeat_rule",
+            "spacy_pel.rules.spelling_variants.v1 = spacy_pel.pipeline.rules:spelling_variant_rule",
         ]
     },
 )

@@ -289,7 +289,7 @@ def test_no_kb_is_a_clear_error():
         ({"threshold": float("nan")}, "threshold"),
         ({"nil_label": ""}, "nil_label"),
         ({"device": "gpu"}, "unknown `device`"),
-        ({"mentions": {"@misc": "spacy_pel.mentions.span_finder.v1"}}, "needs `scorer`"),
+        ({"mentions": {"@misc": "spacy_pel.mentions.span_finder.v1"}}, "needs `model`"),
         ({"mentions": {"@misc": "spacy_pel.mentions.span_finder.v1", "scorer": "s.safetensors", "threshold": 1.5}}, "probability"),
         ({"mentions": {"@misc": "spacy_pel.mentions.span_finder.v1", "scorer": "s.safetensors", "max_span_len": 0}}, "max_span_len"),
         ({"mentions": {"@misc": "spacy_pel.mentions.span_group.v1", "spans_key": ""}}, "spans_key"),
@@ -399,6 +399,6 @@ def test_entry_points_name_the_registered_parts():
     from spacy.util import registry
 
     points = [p for p in entry_points(group="spacy_misc") if p.name.startswith("spacy_pel.")]
-    assert len(points) == 7
+    assert len(points) == 9
     for point in points:
         assert point.load() is registry.misc.get(point.name)
