@@ -40,7 +40,7 @@ def settings(corpus, kb_dir, tiny_encoder_dir, **extra):
     return {"paths.train": str(corpus), "paths.dev": str(corpus), "paths.kb": str(kb_dir),
             "encoder.base": str(tiny_encoder_dir), "training.batch_docs": 2, "training.lr": 0.003,
             "training.eval_every": 3, "training.eval_docs": 0, "training.device": "cpu", "spans.max_len": 4,
-            "training.select": "strict", **extra}
+            "training.select": "strict", "training.link_weight": 1.0, "spans.kind": "span", "spans.pooling": "mean", **extra}
 
 
 def test_doc_example_labels_gold_spans_and_keeps_in_kb_rows(corpus, kb_dir, tiny_encoder_dir):
