@@ -135,7 +135,8 @@ def markdown(r: dict) -> str:
         "",
         "Reproduce: `python benchmarks/e2e_pipeline.py` after `spacy project run all` and `spacy project run e2e` "
         f"(span model `{r['span_model']}`, retriever `{r['retriever']}`). Machine: {m['cpu']} ({', '.join(m['flags'])}), "
-        f"{m['torch_threads']} torch threads, torch {m['torch']}; one run, nothing else running.",
+        f"{m['torch_threads']} torch threads, torch {m['torch']}; one run. Accuracy does not depend on load; docs/s "
+        "does: the last column says how many cores other jobs kept busy while each pipeline was timed.",
         "",
         f"Span model: `train_e2e` from the trained retriever, {t.get('step')} steps of 4 documents "
         f"(best step {t.get('best_step')} by span F1 on dev docs 0-{r['tuning_docs'] - 1}), "
