@@ -15,9 +15,8 @@ from typing import Optional
 
 import spacy
 import typer
-from spacy.tokens import Doc
 
-from spacy_pel.corpora import read_docbin
+from spacy_pel.corpora import bare_doc, read_docbin
 from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.index import EntityIndex
@@ -52,7 +51,7 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
     linker = e2e.add_pipe("pel_linker", config={"mentions": finder, "vectors": {"@misc": "spacy_pel.vectors.collective.v1"}})
     linker.set_resources(enc, index)
     test = dev_docs[half:]
-    raw = [Doc(e2e.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in test]
+    raw = [bare_doc(d, e2e.vocab) for d in test]
     t0 = time.perf_counter()
     predicted = list(e2e.pipe(raw, batch_size=32))
     seconds = time.perf_counter() - t0

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import spacy
 import typer
-from spacy.tokens import Doc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retriever import BUDGET  # noqa: E402
 
-from spacy_pel.corpora import read_docbin  # noqa: E402
+from spacy_pel.corpora import bare_doc, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics  # noqa: E402
 from spacy_pel.models.encoder import BiEncoder  # noqa: E402
 from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
@@ -74,7 +73,7 @@ def main(kb: Path = typer.Option(Path("kbs/mesh")), dev: Path = typer.Option(Pat
     linker.set_resources(BiEncoder.from_pretrained(work / "best"), index)
     half = len(dev_docs) // 2
     test = dev_docs[half:]
-    raw = [Doc(e2e.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in test]
+    raw = [bare_doc(d, e2e.vocab) for d in test]
     t0 = time.perf_counter()
     predicted = list(e2e.pipe(raw, batch_size=32))
     seconds = time.perf_counter() - t0

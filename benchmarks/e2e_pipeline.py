@@ -29,12 +29,11 @@ from typing import List, Optional
 
 import spacy
 import typer
-from spacy.tokens import Doc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import cpu_seconds, machine, others_busy  # noqa: E402
 
-from spacy_pel.corpora import read_docbin  # noqa: E402
+from spacy_pel.corpora import bare_doc, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import e2e_metrics  # noqa: E402
 from spacy_pel.evaluation.nil import calibrate  # noqa: E402
 
@@ -46,7 +45,7 @@ MEASURES = ("span", "strict", "typed", "partial")
 
 def raw(nlp, docs):
     """The documents' text with their tokens (so found spans and gold spans share offsets), no annotations."""
-    return [Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in docs]
+    return [bare_doc(d, nlp.vocab) for d in docs]
 
 
 def run(pipeline: Path, docs) -> dict:

@@ -41,9 +41,9 @@ from typing import Optional
 import spacy
 import torch
 import typer
-from spacy.tokens import Doc, Span
+from spacy.tokens import Span
 
-from spacy_pel.corpora import GOLD_KEY, corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.corpora import GOLD_KEY, bare_doc, corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import read_kb
 from spacy_pel.pipeline.aliases import mention_counts, write_aliases
 from spacy_pel.retrieval.build import build_kb
@@ -95,7 +95,7 @@ def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: s
 def with_gold_ents(docs):
     out = []
     for doc in docs:
-        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy = bare_doc(doc)
         copy.ents = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
         out.append(copy)
     return out
@@ -143,8 +143,8 @@ LOAD_SCRIPT = """
 import json, sys, time
 t0 = time.perf_counter()
 import spacy, spacy_pel
-from spacy.tokens import Doc, Span
-from spacy_pel.corpora import read_docbin, gold_spans, gold_ids
+from spacy.tokens import Span
+from spacy_pel.corpora import bare_doc, read_docbin, gold_spans, gold_ids
 config = {"components": {"pel_linker": {"kb": sys.argv[3]}}} if len(sys.argv) > 3 else {}
 nlp = spacy.load(sys.argv[1], config=config)
 linker = nlp.get_pipe("pel_linker")
@@ -153,7 +153,7 @@ load = time.perf_counter() - t0
 docs = read_docbin(spacy.blank("en"), sys.argv[2])
 fresh = []
 for d in docs:
-    c = Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d])
+    c = bare_doc(d, nlp.vocab)
     c.ents = [Span(c, s.start, s.end, label=s.label_) for s in gold_spans(d)]
     fresh.append(c)
 t0 = time.perf_counter()

@@ -282,6 +282,12 @@ def gold_spans(doc: Doc) -> Sequence[Span]:
     return doc.spans[GOLD_KEY] if GOLD_KEY in doc.spans else doc.ents
 
 
+def bare_doc(doc: Doc, vocab=None) -> Doc:
+    """A new doc with ``doc``'s tokens and whitespace only (no entities, spans or ids): raw text as a
+    pipeline would see it, with the gold tokenisation so its spans line up with the gold ones."""
+    return Doc(vocab or doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+
+
 def corpus_ids(docs: Iterable[Doc]) -> set:
     return {i for doc in docs for span in gold_spans(doc) for i in gold_ids(span.kb_id_) if i != NIL}
 

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from spacy.tokens import Doc
 from tqdm.auto import tqdm
 
-from ..corpora import corpus_ids, read_docbin
+from ..corpora import bare_doc, corpus_ids, read_docbin
 from ..evaluation.linking import __doc__ as LIBRARY_DOC
 from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
 from ..pipeline.linker import load_pipeline
@@ -50,7 +49,7 @@ def main(
     nlp, linker = load_pipeline(pipeline, kb, encoder)
     docs = read_docbin(nlp, corpus)
     if e2e:
-        raw = [Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in docs]
+        raw = [bare_doc(d, nlp.vocab) for d in docs]
         t0 = time.perf_counter()
         predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0

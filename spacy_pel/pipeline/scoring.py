@@ -19,10 +19,9 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 from spacy.scorer import Scorer
-from spacy.tokens import Doc
 from spacy.training import Example
 
-from ..corpora import GOLD_KEY, gold_spans
+from ..corpora import GOLD_KEY, bare_doc, gold_spans
 from .mentions import DocSpans
 
 DOCS_PER_STEP = 8  # documents linked at a time, as `python -m spacy_pel evaluate` links them
@@ -35,7 +34,7 @@ def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
     out, todo = [], []
     for eg in examples:
         ref = eg.reference
-        doc = Doc(ref.vocab, words=[t.text for t in ref], spaces=[bool(t.whitespace_) for t in ref])
+        doc = bare_doc(ref)
         spans = [(s.start, s.end, s.label) for s in gold_spans(ref)]
         ents = [(e.start, e.end, e.label) for e in ref.ents]
         spans += [e for e in ents if e not in set(spans)]
