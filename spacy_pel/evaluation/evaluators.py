@@ -100,7 +100,8 @@ class DocExample:
         self.linked: List[Tuple[int, int, Set[int]]] = []  # (start, end, gold rows) of in-KB gold spans
         self.gold: List[Tuple[int, int, Set[str]]] = []  # every gold span with its ids, for scoring
         self.span_labels: List[Tuple[int, str]] = []  # (enumerated span index, gold label) of the gold spans
-        for span in gold_spans(doc):
+        spans = gold_spans(doc)
+        for span in spans:
             i = self.where.get((span.start, span.end))
             if i is not None:
                 self.labels[i] = 1.0
@@ -112,7 +113,7 @@ class DocExample:
             rows = {lookup[x] for x in ids if x in lookup}
             if ids != [NIL] and rows:
                 self.linked.append((span.start, span.end, rows))
-        self.tags = bio_tags(len(doc), [(s.start, s.end) for s in gold_spans(doc)])  # for a "bio" scorer
+        self.tags = bio_tags(len(doc), [(s.start, s.end) for s in spans])  # for a "bio" scorer
 
 
 class EndToEndModel(NamedTuple):

@@ -118,11 +118,12 @@ def _pool_tokens(pieces: torch.Tensor, token_pieces: np.ndarray, pooling: str = 
     n_tokens, hidden = len(token_pieces), pieces.shape[-1]
     lengths = token_pieces[:, 1] - token_pieces[:, 0]
     if pooling == "first":
-        has = torch.from_numpy(lengths > 0).to(pieces.device)
-        first = torch.from_numpy(np.minimum(token_pieces[:, 0], max(len(pieces) - 1, 0))).to(pieces.device)
         if len(pieces) == 0:
             return torch.zeros((n_tokens, hidden), dtype=pieces.dtype, device=pieces.device)
-        return pieces[first] * has.unsqueeze(1).to(pieces.dtype)
+        # a token without pieces has the empty range (k, k), k up to len(pieces): clamp, then zero it
+        first = torch.from_numpy(np.minimum(token_pieces[:, 0], len(pieces) - 1)).to(pieces.device)
+        has = torch.from_numpy(lengths > 0).to(device=pieces.device, dtype=pieces.dtype)
+        return pieces[first] * has.unsqueeze(1)
     token_of = np.repeat(np.arange(n_tokens), lengths)
     piece_of = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     piece_of += np.repeat(token_pieces[:, 0], lengths)
