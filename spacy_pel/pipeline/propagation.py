@@ -46,8 +46,7 @@ def propagate(doc: Doc, found: Found) -> Found:
         return list(found)
     taken = [False] * len(doc)
     for a, b, _ in found:
-        for i in range(a, b):
-            taken[i] = True
+        taken[a:b] = [True] * (b - a)
     by_first: Dict[str, List[int]] = defaultdict(list)
     for t in doc:
         by_first[t.lower_].append(t.i)
@@ -68,10 +67,9 @@ def propagate(doc: Doc, found: Found) -> Found:
     for words, label in wanted.items():
         if not words or not _wordy(words):
             continue
-        for i in _occurrences(doc, words, by_first):
+        for i in _occurrences(doc, words, by_first):  # whole matches only: i + len(words) ≤ len(doc)
             j = i + len(words)
-            if j <= len(doc) and not any(taken[i:j]):
+            if not any(taken[i:j]):
                 added.append((i, j, label))
-                for k in range(i, j):
-                    taken[k] = True
+                taken[i:j] = [True] * (j - i)
     return sorted([*found, *added])
