@@ -115,6 +115,69 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if cpu_has_bf16() else "fp32"
 
 
+def entity_pieces(tokenizer, texts: Sequence[Tuple[str, str, str]], max_length: int) -> List[List[int]]:
+    """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]`` for each
+    ``(name, types, description)``, at most ``max_length`` pieces (the name first, then types)."""
+    tok = tokenizer
+    out: List[List[int]] = []
+    budget = max_length - 4
+    chunk = 4096
+    for i in range(0, len(texts), chunk):
+        part = texts[i : i + chunk]
+        enc = [
+            tok([t[j] for t in part], add_special_tokens=False, truncation=True, max_length=budget)[
+                "input_ids"
+            ]
+            for j in range(3)
+        ]
+        for name, types, desc in zip(*enc):
+            name = name[:budget]
+            types = types[: budget - len(name)]
+            desc = desc[: budget - len(name) - len(types)]
+            out.append(
+                [tok.cls_token_id, *name, tok.sep_token_id, *types, tok.sep_token_id, *desc, tok.sep_token_id]
+            )
+    return out
+
+
+def marked_mentions(
+    tokenizer, marker_ids: Sequence[int], mentions: Sequence[Mention], max_length: int
+) -> List[Tuple[List[int], Tuple[int, int]]]:
+    """Word-piece ids of ``[CLS] left [M_s] mention [M_e] right [SEP]`` for each mention (at most
+    ``max_length`` pieces, context split evenly) and the [M_s]..[M_e] positions (inclusive).
+
+    Each distinct text is tokenised once, so the mentions of a document share one tokenisation.
+    """
+    tok = tokenizer
+    by_text: Dict[str, int] = {}
+    for m in mentions:
+        by_text.setdefault(m.text, len(by_text))
+    texts = list(by_text)
+    encoded = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in encoded["offset_mapping"]]
+    budget = max_length - 4
+    out = []
+    for m in mentions:
+        i = by_text[m.text]
+        ids, offs = encoded["input_ids"][i], offsets[i]
+        if not (0 <= m.start < m.end <= len(m.text)):
+            raise ValueError(f"mention offsets ({m.start}, {m.end}) outside a text of {len(m.text)} chars")
+        # word pieces overlapping [start, end)
+        lo = int(np.searchsorted(offs[:, 1], m.start, side="right"))
+        hi = int(np.searchsorted(offs[:, 0], m.end, side="left"))
+        lo = min(lo, hi)
+        mention = ids[lo:hi][:budget]
+        rest = budget - len(mention)
+        left_n = min(lo, rest // 2)
+        right_n = min(len(ids) - hi, rest - left_n)
+        left_n = min(lo, rest - right_n)
+        left = ids[lo - left_n : lo]
+        right = ids[hi : hi + right_n]
+        seq = [tok.cls_token_id, *left, marker_ids[0], *mention, marker_ids[1], *right, tok.sep_token_id]
+        out.append((seq, (1 + len(left), 2 + len(left) + len(mention))))
+    return out
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -219,61 +282,11 @@ class BiEncoder(torch.nn.Module):
 
     def entity_inputs(self, entities: Sequence[Entity]) -> List[List[int]]:
         """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]``."""
-        tok = self.tokenizer
-        texts = [self.entity_text_fields(e) for e in entities]
-        out: List[List[int]] = []
-        budget = self.config.entity_max_length - 4
-        chunk = 4096
-        for i in range(0, len(texts), chunk):
-            part = texts[i : i + chunk]
-            enc = [
-                tok([t[j] for t in part], add_special_tokens=False, truncation=True, max_length=budget)[
-                    "input_ids"
-                ]
-                for j in range(3)
-            ]
-            for name, types, desc in zip(*enc):
-                name = name[:budget]
-                types = types[: budget - len(name)]
-                desc = desc[: budget - len(name) - len(types)]
-                out.append(
-                    [tok.cls_token_id, *name, tok.sep_token_id, *types, tok.sep_token_id, *desc, tok.sep_token_id]
-                )
-        return out
+        return entity_pieces(self.tokenizer, [self.entity_text_fields(e) for e in entities], self.config.entity_max_length)
 
     def mention_inputs(self, mentions: Sequence[Mention]) -> List[Tuple[List[int], Tuple[int, int]]]:
-        """Word-piece ids of each mention in context, and the [M_s]..[M_e] positions (inclusive).
-
-        Each distinct text is tokenised once, so the mentions of a document share one tokenisation.
-        """
-        tok = self.tokenizer
-        by_text: Dict[str, int] = {}
-        for m in mentions:
-            by_text.setdefault(m.text, len(by_text))
-        texts = list(by_text)
-        encoded = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in encoded["offset_mapping"]]
-        budget = self.config.mention_max_length - 4
-        out = []
-        for m in mentions:
-            i = by_text[m.text]
-            ids, offs = encoded["input_ids"][i], offsets[i]
-            if not (0 <= m.start < m.end <= len(m.text)):
-                raise ValueError(f"mention offsets ({m.start}, {m.end}) outside a text of {len(m.text)} chars")
-            # word pieces overlapping [start, end)
-            lo = int(np.searchsorted(offs[:, 1], m.start, side="right"))
-            hi = int(np.searchsorted(offs[:, 0], m.end, side="left"))
-            lo = min(lo, hi)
-            mention = ids[lo:hi][:budget]
-            rest = budget - len(mention)
-            left_n = min(lo, rest // 2)
-            right_n = min(len(ids) - hi, rest - left_n)
-            left_n = min(lo, rest - right_n)
-            left = ids[lo - left_n : lo]
-            right = ids[hi : hi + right_n]
-            seq = [tok.cls_token_id, *left, self.marker_ids[0], *mention, self.marker_ids[1], *right, tok.sep_token_id]
-            out.append((seq, (1 + len(left), 2 + len(left) + len(mention))))
-        return out
+        """Word-piece ids of each mention in context, and the [M_s]..[M_e] positions (inclusive)."""
+        return marked_mentions(self.tokenizer, self.marker_ids, mentions, self.config.mention_max_length)
 
     # ---------------------------------------------------------------- forward passes
     def _collate(self, seqs: Sequence[List[int]], spans=None):
