@@ -44,6 +44,7 @@ setup(
             "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules:alias_table_rule",
             "spacy_pel.rules.repeats.v1 = spacy_pel.pipeline.rules:repeat_rule",
             "spacy_pel.rules.spelling_variants.v1 = spacy_pel.pipeline.rules:spelling_variant_rule",
+            "spacy_pel.rules.name_rows.v1 = spacy_pel.pipeline.name_rows:name_rows_rule",
         ]
     },
 )

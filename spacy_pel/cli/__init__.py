@@ -11,6 +11,7 @@ import typer
 from . import (
     aliases,
     build_kb,
+    build_names,
     bulk,
     calibrate,
     convert,
@@ -26,6 +27,7 @@ from . import (
 COMMANDS = {
     "convert": convert,
     "build-kb": build_kb,
+    "build-names": build_names,
     "train": train,
     "train-e2e": train_e2e,
     "train-spans": train_spans,

@@ -1,0 +1,36 @@
+"""``python -m spacy_pel build-names``: the command line over :mod:`spacy_pel.retrieval.names`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..retrieval.build import CHUNK
+from ..retrieval.names import INPUTS, MAX_LENGTH, build_names
+from ..retrieval.names import __doc__ as LIBRARY_DOC
+from ._errors import cli_errors, fail, require_writable_parent
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+@cli_errors
+def main(
+    kb: Path = typer.Argument(..., help="KB folder (from build-kb)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Name index folder to write (default: KB/names)"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's; its entity tower must match)"),
+    input: str = typer.Option("name", "--input", help=f"{' or '.join(INPUTS)}: what each name row encodes"),
+    max_length: int = typer.Option(MAX_LENGTH, "--max-length", help="Word pieces per name input"),
+    batch_size: int = typer.Option(256, "--batch-size"),
+    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, int8 or auto (bf16 where the CPU/GPU has bf16 units)"),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
+    chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Names per resumable chunk of OUTPUT.partial/"),
+):
+    """Encode every name and synonym of a KB folder's entities as its own row (a name-level index)."""
+    if not (kb / "meta.json").is_file():
+        fail(f"{kb} is not a KB folder (no meta.json); build one with build-kb")
+    require_writable_parent(output or kb / "names", "output")
+    report = build_names(kb, output, encoder, input, max_length, batch_size, precision, device, chunk_size=chunk_size)
+    typer.echo(json.dumps(report, indent=2))

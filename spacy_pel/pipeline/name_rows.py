@@ -1,0 +1,123 @@
+"""``spacy_pel.rules.name_rows.v1``: candidates from a name-level index (:mod:`..retrieval.names`) merged
+with the retrieved entity rows.
+
+After retrieval, each open mention (not decided or tied by an earlier rule, and with a vector) is also
+searched in the name index — every KB name and synonym as its own vector, an entity scored by its best
+name — and its candidates become the top-k entities (each once) of the union by a combined score:
+
+* ``mode = "max"``: the better of the entity-row score and the best-name score;
+* ``mode = "names"``: the best-name score alone (the name index replaces the entity rows);
+* ``mode = "mean"``: ``weight`` × best-name score + (1 − ``weight``) × entity-row score.
+
+Both scores are computed exactly for every candidate of the union. ``names`` is a name index folder
+(``python -m spacy_pel build-names KB_DIR`` writes ``KB_DIR/names``); it is saved with the pipeline
+(``name_rows/``) and checked against the linker's entity encoder and KB when the linker sets up.
+Write the rule before ``alias_table.v1`` to let the alias table have the last word on the mentions
+whose text it knows.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from spacy.util import registry
+
+from ..models.encoder import BiEncoder
+from ..retrieval.index import EntityIndex
+from ..retrieval.names import NameIndex
+from .config import LinkerPart
+from .rules import CandidateBatch
+
+NAMES_FOLDER = "name_rows"
+MODES = ("max", "names", "mean")
+NAME = "spacy_pel.rules.name_rows.v1"
+CHUNK = 256  # mentions merged at once ([CHUNK, 2k, dim] entity vectors gathered)
+
+
+def merge_candidates(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray,
+                     mode: str = "max", weight: float = 0.5):
+    """The top-k ``(scores, rows)`` of the retrieved entity rows ``rows`` and the name index's entities
+    together, by the combined score of ``mode`` (see the module doc); each entity once, best first."""
+    parts = [_merge(names, embeddings, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight)
+             for a in range(0, len(rows), CHUNK)]
+    if not parts:
+        return np.zeros(rows.shape, np.float32), np.full(rows.shape, -1, np.int64)
+    return np.concatenate([s for s, _ in parts]), np.concatenate([r for _, r in parts])
+
+
+def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray, mode: str, weight: float):
+    k = rows.shape[1]
+    name_scores, name_rows = names.search(vectors, k)
+    if mode == "names":
+        return name_scores, name_rows
+    both = np.concatenate([rows, name_rows], axis=1)
+    both = np.sort(both, axis=1)
+    both[:, 1:][both[:, 1:] == both[:, :-1]] = -1  # each entity once
+    valid = both >= 0
+    entity = np.einsum("ncd,nd->nc", np.asarray(embeddings[np.where(valid, both, 0)], np.float32), vectors)
+    best_name = names.best_name_scores(vectors, both)
+    if mode == "max":
+        combined = np.maximum(entity, best_name)
+    else:
+        combined = weight * np.where(np.isfinite(best_name), best_name, entity) + (1 - weight) * entity
+    combined = np.where(valid, combined, -np.inf).astype(np.float32)
+    order = np.argsort(-combined, axis=1, kind="stable")[:, :k]
+    out_s, out_r = np.take_along_axis(combined, order, 1), np.take_along_axis(both, order, 1)
+    missing = ~np.isfinite(out_s)
+    out_s[missing], out_r[missing] = 0.0, -1
+    return out_s, out_r.astype(np.int64)
+
+
+class NameRowsRule(LinkerPart):
+    """Merges name-level candidates into the open mentions' candidates (see the module doc)."""
+
+    data_name = "name_rows"
+
+    def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5):
+        if names is not None and not isinstance(names, (str, Path)):
+            raise ValueError(f"{NAME}: `names` must be a path or null, not {names!r}")
+        if mode not in MODES:
+            raise ValueError(f"{NAME}: `mode` must be one of {', '.join(MODES)}, not {mode!r}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+            raise ValueError(f"{NAME}: `weight` must be a number in [0, 1], not {weight!r}")
+        self.source = str(names) if names else None
+        self.mode, self.weight = mode, float(weight)
+        self.names: Optional[NameIndex] = None
+        self.index: Optional[EntityIndex] = None
+
+    def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        if self.names is None:
+            if not self.source:
+                raise ValueError(f"{NAME} has no name index: set `names` to a folder from `python -m spacy_pel build-names`")
+            self.names = NameIndex.from_disk(self.source)
+        self.names.check(encoder, index.entities.ids)
+        self.index = index
+
+    def to_disk(self, path: Path) -> bool:
+        if self.names is None:
+            return False
+        self.names.to_disk(path / NAMES_FOLDER)
+        return True
+
+    def from_disk(self, path: Path) -> bool:
+        if not (path / NAMES_FOLDER).exists():
+            return False
+        self.names = NameIndex.from_disk(path / NAMES_FOLDER)
+        return True
+
+    def __call__(self, batch: CandidateBatch) -> None:
+        if self.names is None or self.index is None:
+            raise ValueError(f"{NAME} is not set up (the linker does it when it loads its KB)")
+        todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
+        if len(todo) == 0:
+            return
+        scores, rows = merge_candidates(self.names, self.index.embeddings, batch.vectors[todo], batch.rows[todo],
+                                        self.mode, self.weight)
+        batch.scores[todo], batch.rows[todo] = scores, rows
+
+
+@registry.misc(NAME)
+def name_rows_rule(names: Optional[str] = None, mode: str = "max", weight: float = 0.5) -> NameRowsRule:
+    """Candidates from a name-level index (every KB name its own vector) merged with the entity rows."""
+    return NameRowsRule(names, mode, weight)

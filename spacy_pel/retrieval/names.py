@@ -1,0 +1,274 @@
+"""Name-level retrieval: every name and synonym of every entity as its own vector; an entity scores by
+its best name (SapBERT's way of indexing a KB).
+
+A KB row is one vector of ``[CLS] name [SEP] types [SEP] synonyms [SEP]``; a name row is one of the
+entity's names alone — ``[CLS] name [SEP]`` (``input="name"``) or ``[CLS] name [SEP] types [SEP]``
+(``input="name_types"``) — encoded by the same (entity) tower in at most ``max_length`` word pieces.
+Names are distinct per entity after :func:`~spacy_pel.kb.normalize` (case and punctuation runs); the
+first spelling is the one encoded. A name index folder (by default ``KB_DIR/names/``) holds::
+
+    meta.json         counts, input kind, max length, the entity encoder's fingerprint, the KB ids' hash
+    embeddings.npy    the name vectors (float16, one row per name)
+    entity_rows.npy   the KB row of each name (int32)
+    names.json        the names, in row order
+
+:meth:`NameIndex.search` returns the top-k entities, each once, scored by their best name (it fetches
+name rows until k distinct entities are found). Building encodes in chunks kept in a work folder
+(:func:`~.build.encode_resumable`), so an interrupted build resumes; a work folder made from other
+names, another encoder, input kind, length or precision is discarded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..files import InputError, atomic_dir
+from ..kb import Entity, normalize
+from ..models.encoder import BiEncoder, EncoderMismatchError, resolve_precision
+from .build import encode_resumable, load_encoder
+from .index import EntityIndex
+from .search import FlatSearch
+
+PathLike = Union[str, Path]
+NAMES_DIR = "names"
+META, VECTORS, ROWS, TEXTS = "meta.json", "embeddings.npy", "entity_rows.npy", "names.json"
+INPUTS = ("name", "name_types")
+MAX_LENGTH = 24
+FORMAT_VERSION = 1
+FETCH = 4  # name rows fetched per entity wanted, at first (doubled for queries still short of k)
+PAIRS_PER_CALL = 1 << 20  # (query, name) products computed at once when scoring given entities
+
+
+def entity_names(entity: Entity) -> List[str]:
+    """The entity's name and synonyms, distinct after :func:`normalize` (first spelling kept)."""
+    seen, out = set(), []
+    for name in (entity.name, *entity.aliases):
+        key = normalize(name)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(name)
+    return out
+
+
+def ids_digest(ids: Sequence[str]) -> str:
+    """SHA-256 of the KB's ids in row order (a name index belongs to one KB)."""
+    h = hashlib.sha256()
+    for entity_id in ids:
+        h.update(entity_id.encode("utf8", "surrogatepass") + b"\x1e")
+    return h.hexdigest()
+
+
+def name_inputs(encoder: BiEncoder, names: Sequence[str], types: Sequence[str], input: str, max_length: int) -> List[List[int]]:
+    """Word-piece ids of ``[CLS] name [SEP]`` (``input="name"``) or ``[CLS] name [SEP] types [SEP]``."""
+    if input not in INPUTS:
+        raise ValueError(f"name input must be one of {', '.join(INPUTS)}, not {input!r}")
+    if max_length < 4:
+        raise ValueError(f"max_length must be at least 4 word pieces, not {max_length}")
+    tok = encoder.tokenizer
+    budget = max_length - (2 if input == "name" else 3)
+    out: List[List[int]] = []
+    for start in range(0, len(names), 4096):
+        pieces = tok(list(names[start : start + 4096]), add_special_tokens=False, truncation=True, max_length=budget)["input_ids"]
+        if input == "name":
+            out.extend([tok.cls_token_id, *p, tok.sep_token_id] for p in pieces)
+            continue
+        kinds = tok(list(types[start : start + 4096]), add_special_tokens=False, truncation=True, max_length=budget)["input_ids"]
+        for p, t in zip(pieces, kinds):
+            t = t[: budget - len(p)]
+            out.append([tok.cls_token_id, *p, tok.sep_token_id, *t, tok.sep_token_id])
+    return out
+
+
+class _NameTower:
+    """What :func:`encode_resumable` asks of an encoder, over word-piece inputs of names."""
+
+    def __init__(self, encoder: BiEncoder):
+        self.encoder, self.dim = encoder, encoder.dim
+
+    def encode_entities(self, seqs: Sequence[List[int]], batch_size: int = 256, progress=False) -> np.ndarray:
+        seqs = list(seqs)
+        if not seqs:
+            return np.zeros((0, self.dim), np.float32)
+        return self.encoder._encode(seqs, [len(s) for s in seqs], self.encoder.embed_entities, batch_size, "names", progress)
+
+
+class NameIndex:
+    """Name vectors with the KB row of each; search returns entities (each once) by their best name."""
+
+    def __init__(self, vectors, entity_rows: np.ndarray, names: Sequence[str], *, entities: int, ids_sha256: str,
+                 fingerprint: str, input: str = "name", max_length: int = MAX_LENGTH, precision: str = "auto",
+                 searcher: Optional[FlatSearch] = None):
+        entity_rows = np.asarray(entity_rows, dtype=np.int32)
+        if len(entity_rows) != len(names) or (searcher is None and len(vectors) != len(names)):
+            raise ValueError(f"{len(names)} names but {len(entity_rows)} entity rows / vectors")
+        if len(entity_rows) and not 0 <= entity_rows.min() <= entity_rows.max() < entities:
+            raise ValueError(f"name rows point outside the KB's {entities} entities")
+        self.entity_rows, self.names, self.entities = entity_rows, list(names), entities
+        self.ids_sha256, self.fingerprint, self.input, self.max_length = ids_sha256, fingerprint, input, max_length
+        self.searcher = searcher or FlatSearch.from_array(np.asarray(vectors, dtype=np.float32), precision)
+        # each entity's name rows: by_entity[ptr[r]:ptr[r + 1]]
+        self.by_entity = np.argsort(entity_rows, kind="stable")
+        self.ptr = np.searchsorted(entity_rows[self.by_entity], np.arange(entities + 1)).astype(np.int64)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, entities: Sequence[Entity], encoder: BiEncoder, *, input: str = "name", max_length: int = MAX_LENGTH,
+              work: Optional[Path] = None, batch_size: int = 256, progress: bool = False,
+              chunk_size: Optional[int] = None) -> Tuple["NameIndex", dict]:
+        """Encode every entity's names (see the module doc); ``work``: a folder for resumable chunks
+        (none: encoded in memory). Returns the index and what was resumed."""
+        names, rows, types = [], [], []
+        for row, entity in enumerate(entities):
+            for name in entity_names(entity):
+                names.append(name)
+                rows.append(row)
+                types.append(" ; ".join(entity.types))
+        seqs = name_inputs(encoder, names, types, input, max_length)
+        fingerprint = encoder.fingerprint()
+        tower = _NameTower(encoder)
+        if work is None:
+            vectors, resume = tower.encode_entities(seqs, batch_size, progress), {}
+        else:
+            digest = hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
+            stamp = {"names": len(seqs), "names_sha256": digest, "encoder_fingerprint": fingerprint, "input": input,
+                     "max_length": max_length, "precision": resolve_precision(encoder.config.precision, encoder.device_),
+                     "device": encoder.device_.type}
+            vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size)
+        ids = [entities.ids[i] for i in range(len(entities))] if hasattr(entities, "ids") else [e.id for e in entities]
+        index = cls(vectors, np.asarray(rows, np.int32), names, entities=len(entities), ids_sha256=ids_digest(ids),
+                    fingerprint=fingerprint, input=input, max_length=max_length)
+        return index, resume
+
+    def check(self, encoder: BiEncoder, ids: Sequence[str]) -> None:
+        """Refuse another entity encoder, or a KB other than the one the names were read from."""
+        if encoder.fingerprint() != self.fingerprint:
+            raise EncoderMismatchError(
+                f"this name index was built with entity encoder {self.fingerprint}, but the encoder given has "
+                f"fingerprint {encoder.fingerprint()}; rebuild it (python -m spacy_pel build-names KB_DIR)")
+        if len(ids) != self.entities or ids_digest(ids) != self.ids_sha256:
+            raise ValueError(f"this name index was built for another KB ({self.entities} entities, ids "
+                             f"{self.ids_sha256[:12]}…), not this one ({len(ids)} entities); rebuild it")
+
+    # ------------------------------------------------------------------ searching
+    def __len__(self) -> int:
+        return len(self.entity_rows)
+
+    def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, KB rows) per query, each entity once with its best name's score; rows -1
+        where fewer than k entities have names."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        scores = np.zeros((len(queries), k), np.float32)
+        rows = np.full((len(queries), k), -1, np.int64)
+        if len(queries) == 0 or len(self) == 0:
+            return scores, rows
+        todo, fetch = np.arange(len(queries)), min(len(self), FETCH * k)
+        while len(todo):
+            found_s, found_n = self.searcher.search(queries[todo], fetch)
+            short = []
+            for q, s, n in zip(todo, found_s, found_n):
+                ents = self.entity_rows[n]
+                _, first = np.unique(ents, return_index=True)
+                first = np.sort(first)[:k]  # best name of each entity, best first
+                if len(first) < k and fetch < len(self):
+                    short.append(q)
+                    continue
+                scores[q, : len(first)], rows[q, : len(first)] = s[first], ents[first]
+            todo, fetch = np.asarray(short, np.int64), min(len(self), fetch * 2)
+        return scores, rows
+
+    def best_name_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``[n, c]`` the best name score of KB row ``rows[i, j]`` for query ``i`` (-inf: row -1 or no names)."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        out = np.full(rows.shape, -np.inf, np.float32)
+        valid = rows >= 0
+        safe = np.where(valid, rows, 0)
+        counts = np.where(valid, self.ptr[safe + 1] - self.ptr[safe], 0).ravel()
+        pairs = np.flatnonzero(counts)
+        if len(pairs) == 0:
+            return out
+        sizes = counts[pairs]
+        starts = self.ptr[safe.ravel()[pairs]]
+        offsets = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        name_rows = self.by_entity[offsets]
+        query_of = np.repeat(pairs // rows.shape[1], sizes)
+        products = np.empty(len(name_rows), np.float32)
+        matrix, q = self.searcher.matrix, torch.from_numpy(queries)
+        with torch.inference_mode():
+            for a in range(0, len(name_rows), PAIRS_PER_CALL):
+                b = a + PAIRS_PER_CALL
+                vec = matrix[torch.from_numpy(name_rows[a:b])].float()
+                products[a:b] = (vec * q[torch.from_numpy(query_of[a:b])]).sum(1).numpy()
+        flat = out.ravel()
+        flat[pairs] = np.maximum.reduceat(products, np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+        return flat.reshape(rows.shape)
+
+    # ------------------------------------------------------------------ disk
+    def meta(self) -> dict:
+        return {"format_version": FORMAT_VERSION, "names": len(self), "entities": self.entities,
+                "dim": int(self.searcher.matrix.shape[1]), "input": self.input, "max_length": self.max_length,
+                "encoder_fingerprint": self.fingerprint, "kb_ids_sha256": self.ids_sha256}
+
+    def to_disk(self, path: PathLike) -> None:
+        with atomic_dir(path) as tmp:
+            vectors = self.searcher.matrix.float().numpy().astype(np.float16)
+            np.save(tmp / VECTORS, vectors, allow_pickle=False)
+            np.save(tmp / ROWS, self.entity_rows, allow_pickle=False)
+            (tmp / TEXTS).write_text(json.dumps(self.names, ensure_ascii=False), encoding="utf8")
+            (tmp / META).write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
+
+    @classmethod
+    def from_disk(cls, path: PathLike, precision: str = "auto") -> "NameIndex":
+        path = Path(path)
+        if not (path / META).exists():
+            raise FileNotFoundError(f"{path} is not a name index folder (no {META}); build one with build-names")
+        meta = json.loads((path / META).read_text(encoding="utf8"))
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: name index format {meta.get('format_version')} is not {FORMAT_VERSION}")
+        searcher = FlatSearch.from_npy(path / VECTORS, precision)
+        names = json.loads((path / TEXTS).read_text(encoding="utf8"))
+        rows = np.load(path / ROWS, allow_pickle=False)
+        if not searcher.ntotal == len(names) == len(rows) == meta["names"]:
+            raise ValueError(f"{path}: {META}, {VECTORS}, {ROWS} and {TEXTS} disagree on the name count")
+        return cls(None, rows, names, entities=meta["entities"], ids_sha256=meta["kb_ids_sha256"],
+                   fingerprint=meta["encoder_fingerprint"], input=meta["input"], max_length=meta["max_length"],
+                   searcher=searcher)
+
+
+def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Optional[str] = None, input: str = "name",
+                max_length: int = MAX_LENGTH, batch_size: int = 256, precision: str = "auto", device: str = "auto",
+                progress: bool = True, chunk_size: Optional[int] = None) -> dict:
+    """Build the name index of the KB folder ``kb`` into ``output`` (default ``kb/names``) with the KB's
+    own entity encoder (or ``encoder``, which must match it); resumable from ``OUTPUT.partial/``.
+    Returns the report also written to ``output/build_report.json`` (counts, seconds, names/s)."""
+    if input not in INPUTS:
+        raise InputError(f"unknown name input {input!r}; choose one of {', '.join(INPUTS)}")
+    if not 4 <= max_length <= 512 or batch_size < 1:
+        raise InputError("max length must be in 4..512 word pieces and the batch size at least 1")
+    kb = Path(kb)
+    output = Path(output) if output is not None else kb / NAMES_DIR
+    t0 = time.perf_counter()
+    index = EntityIndex.from_disk(kb)
+    enc = load_encoder(encoder or index.encoder_source, precision, device)
+    index.check_encoder(enc)
+    t1 = time.perf_counter()
+    work = output.with_name(output.name + ".partial")
+    names, resume = NameIndex.build(index.entities, enc, input=input, max_length=max_length, work=work,
+                                    batch_size=batch_size, progress=progress, chunk_size=chunk_size)
+    t2 = time.perf_counter()
+    names.to_disk(output)
+    shutil.rmtree(work, ignore_errors=True)
+    encoded = len(names) - resume.get("reused_entities", 0)
+    report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
+              "max_length": max_length, "precision": resolve_precision(precision, enc.device_), "entities": len(index),
+              "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),
+              "names_per_s": round(encoded / max(t2 - t1, 1e-9), 1), "wall_s": round(time.perf_counter() - t0, 1),
+              "resume": resume}
+    (output / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    return report

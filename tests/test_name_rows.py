@@ -1,0 +1,153 @@
+"""Name-level retrieval (spacy_pel/retrieval/names.py) and the ``spacy_pel.rules.name_rows.v1`` rule."""
+import json
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
+from spacy_pel.pipeline.name_rows import NAMES_FOLDER, merge_candidates
+from spacy_pel.retrieval.build import STAMP_FILE
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.retrieval.names import NameIndex, build_names, entity_names
+
+# KB_LINES (conftest): D1 lithium carbonate / Li2CO3, D2 tricuspid regurgitation, D3 atrial flutter /
+# flutter, D4 aspirin / acetylsalicylic acid, D5 warfarin: 8 names of 5 entities
+TEXT = "Li2CO3 toxicity , then atrial-flutter and tricuspid valve leak"
+SPANS = ((0, 1, "Chemical"), (4, 7, "Disease"), (8, 11, "Disease"))
+
+
+@pytest.fixture
+def names_dir(kb_dir):
+    build_names(kb_dir, progress=False)
+    return kb_dir / "names"
+
+
+def _vectors(names: NameIndex, rows) -> np.ndarray:
+    return names.searcher.matrix[list(rows)].float().numpy()
+
+
+def test_names_are_distinct_per_entity_after_normalising():
+    from spacy_pel.kb import Entity
+
+    entity = Entity(id="X", name="Atrial Flutter", aliases=["atrial-flutter", "Flutter, Atrial", "flutter"])
+    assert entity_names(entity) == ["Atrial Flutter", "Flutter, Atrial", "flutter"]
+
+
+def test_each_entity_is_returned_once_by_its_best_name(names_dir):
+    names = NameIndex.from_disk(names_dir)
+    assert len(names) == 8 and sorted(set(names.entity_rows.tolist())) == [0, 1, 2, 3, 4]
+    rng = np.random.default_rng(0)
+    queries = rng.normal(size=(6, names.searcher.matrix.shape[1])).astype(np.float32)
+    scores, rows = names.search(queries, 5)
+    every = (queries @ _vectors(names, range(len(names))).T)
+    for q in range(len(queries)):
+        assert sorted(rows[q].tolist()) == [0, 1, 2, 3, 4]  # all five, each once
+        best = {r: every[q][names.entity_rows == r].max() for r in range(5)}
+        assert scores[q] == pytest.approx([best[r] for r in rows[q]], abs=0.02)  # bf16 matrix
+        assert list(scores[q]) == sorted(scores[q], reverse=True)
+    s7, r7 = names.search(queries, 7)  # more than the KB holds: padded with -1
+    assert (r7[:, 5:] == -1).all() and (r7[:, :5] == rows).all()
+
+
+def test_best_name_scores_match_brute_force(names_dir):
+    names = NameIndex.from_disk(names_dir)
+    rng = np.random.default_rng(1)
+    queries = rng.normal(size=(3, names.searcher.matrix.shape[1])).astype(np.float32)
+    rows = np.array([[2, -1, 0], [4, 3, 3], [-1, -1, 1]])
+    got = names.best_name_scores(queries, rows)
+    every = queries @ _vectors(names, range(len(names))).T
+    for q in range(3):
+        for c, r in enumerate(rows[q]):
+            want = -np.inf if r < 0 else every[q][names.entity_rows == r].max()
+            assert got[q, c] == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["max", "names", "mean"])
+def test_a_vector_equal_to_a_name_finds_its_entity_first(names_dir, kb_dir, mode):
+    names, index = NameIndex.from_disk(names_dir), EntityIndex.from_disk(kb_dir)
+    queries = _vectors(names, range(len(names)))  # each name's own vector (norm 1)
+    _, retrieved = index.search(queries, 3)
+    scores, rows = merge_candidates(names, index.embeddings, queries, retrieved, mode, 0.9)
+    assert rows[:, 0].tolist() == names.entity_rows.tolist()
+    for r in rows:
+        kept = r[r >= 0].tolist()
+        assert len(kept) == len(set(kept)) == 3  # top-k, each entity once
+
+
+def _docs(nlp):
+    doc = nlp.make_doc(TEXT)
+    doc.ents = [Span(doc, a, b, label=lab) for a, b, lab in SPANS]
+    return [doc]
+
+
+def _nlp(kb_dir, rules, top_k=3):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": top_k, "rules": rules})
+    return nlp
+
+
+def _candidates(nlp):
+    return [[(e.kb_id_, e._.pel_candidates) for e in d.ents] for d in nlp.pipe(_docs(nlp))]
+
+
+def test_rule_in_a_saved_pipeline(kb_dir, names_dir, tmp_path):
+    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "mode": "names"}
+    nlp = _nlp(kb_dir, {"names": rule})
+    before = _candidates(nlp)
+    plain = _candidates(_nlp(kb_dir, {}))
+    assert before != plain  # the rule changed something (name scores instead of entity rows)
+    nlp.to_disk(tmp_path / "p")
+    assert (tmp_path / "p" / "pel_linker" / NAMES_FOLDER / "embeddings.npy").exists()
+    names_dir.rename(tmp_path / "moved")  # the saved copy is read, not the configured path
+    again = spacy.load(tmp_path / "p")
+    assert again.config["components"]["pel_linker"]["rules"]["names"]["mode"] == "names"
+    assert _candidates(again) == before
+
+
+def test_decided_mentions_are_left_alone(kb_dir, names_dir):
+    aliases = {"@misc": "spacy_pel.rules.alias_table.v1"}
+    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "mode": "names"}
+    without = _candidates(_nlp(kb_dir, {"aliases": aliases}))[0]
+    with_rule = _candidates(_nlp(kb_dir, {"aliases": aliases, "names": rule}))[0]
+    # Li2CO3 (a D1 synonym) and atrial-flutter (the D3 name) are decided: one candidate, score 1.0
+    assert with_rule[:2] == without[:2] == [("D1", [["D1", "lithium carbonate", 1.0]]),
+                                            ("D3", [["D3", "atrial flutter", 1.0]])]
+    assert with_rule[2] != without[2]  # the open mention was re-ranked by its names
+
+
+def test_a_name_index_of_another_encoder_or_kb_is_refused(kb_dir, names_dir, other_tiny_bert, tmp_path):
+    names, index = NameIndex.from_disk(names_dir), EntityIndex.from_disk(kb_dir)
+    other = BiEncoder.from_pretrained(str(other_tiny_bert))
+    with pytest.raises(EncoderMismatchError, match="name index"):
+        names.check(other, index.entities.ids)
+    encoder = BiEncoder.from_pretrained(index.encoder_source)
+    names.check(encoder, index.entities.ids)
+    with pytest.raises(ValueError, match="another KB"):
+        names.check(encoder, list(index.entities.ids)[::-1])
+
+
+def test_resumed_build_reuses_its_own_chunks_only(kb_dir, tmp_path):
+    index = EntityIndex.from_disk(kb_dir)
+    encoder = BiEncoder.from_pretrained(index.encoder_source)
+    work = tmp_path / "work"
+    fresh, _ = NameIndex.build(index.entities, encoder, work=tmp_path / "fresh", chunk_size=3)
+    # a finished chunk of another build (other input kind) must not be reused, even with the right shape
+    NameIndex.build(index.entities, encoder, input="name_types", work=work, chunk_size=3)
+    chunks = sorted(work.glob("chunk_*.npy"))
+    assert len(chunks) == 3
+    _, report = NameIndex.build(index.entities, encoder, work=work, chunk_size=3)
+    assert report["reused_entities"] == 0 and "input" in report["restarted"]
+    # an interrupted build (last chunk lost) resumes from its own chunks and gives the same vectors
+    (work / "chunk_00002.npy").unlink()
+    again, report = NameIndex.build(index.entities, encoder, work=work, chunk_size=3)
+    assert report["reused_entities"] == 6 and report["restarted"] is None
+    assert json.loads((work / STAMP_FILE).read_text())["input"] == "name"
+    np.testing.assert_array_equal(again.searcher.matrix.float().numpy(), fresh.searcher.matrix.float().numpy())
+
+
+def test_bad_settings_fail_when_the_rule_is_made(kb_dir):
+    for bad in ({"mode": "min"}, {"weight": 2}, {"names": 3}):
+        with pytest.raises(ValueError, match="name_rows"):
+            _nlp(kb_dir, {"names": {"@misc": "spacy_pel.rules.name_rows.v1", **bad}})
