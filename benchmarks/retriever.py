@@ -90,8 +90,8 @@ def evaluate_encoder(encoder_dir, index, docs, train_ids, context: int, device: 
     report = metrics(rows, seconds, index.row, train_ids)
     report["kb_encode_seconds"] = kb_seconds
     per_doc = np.repeat(np.arange(len(docs)), [len(gold_spans(d)) for d in docs])
-    top = np.array([s[0] for _, _, s in rows])
-    is_nil = np.array([g == [NIL] for g, _, _ in rows])
+    top = np.array([row[2][0] for row in rows])
+    is_nil = np.array([row[0] == [NIL] for row in rows])
     calib, test = per_doc < len(docs) // 2, per_doc >= len(docs) // 2
     curve = nil_curve(top[calib], is_nil[calib])
     pred = top[test] < curve["threshold"]

@@ -21,11 +21,16 @@ def main(
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev)"),
     output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve"),
+    nil: str = typer.Option("top_score", "--nil", help="top_score: a threshold on the best score; classifier: "
+                            "a logistic model over the NIL evidence (score, margin, rule match, type fit), then a threshold"),
+    max_r1_loss: Optional[float] = typer.Option(None, "--max-r1-loss", help="At most this share of in-KB mentions "
+                                                "linked right may become NIL (e.g. 0.01)"),
 ):
-    """Pick the NIL threshold with the best NIL F1 and write it into the pipeline's config."""
+    """Fit the NIL decision (threshold, and the classifier with --nil classifier) with the best NIL F1
+    and write it into the pipeline's config."""
     require_dir(pipeline, "pipeline", "config.cfg")
     require_file(corpus, "corpus")
     require_writable_parent(output, "output")
     if plot is not None:
         require_writable_parent(plot, "plot")
-    typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot), indent=2))
+    typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss), indent=2))

@@ -42,6 +42,10 @@ def main(
     mention_margin: float = typer.Option(
         0.0, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger"
     ),
+    linking: str = typer.Option(
+        "cluster", "--linking", help="cluster: clustering inference; pipeline: the linker's own decisions (rules, NIL "
+        "strategy), and only the mentions it calls NIL clustered among themselves (give --mention-threshold)"
+    ),
 ):
     """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
     kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
@@ -53,6 +57,8 @@ def main(
         fail(f"--k must be at least 1, not {k}")
     if mention_margin < 0:
         fail(f"--mention-margin must be at least 0, not {mention_margin}")
+    if linking not in ("cluster", "pipeline"):
+        fail(f"--linking must be cluster or pipeline, not {linking}")
     require_writable_parent(output, "output")
     nlp, linker = load_pipeline(pipeline, kb, encoder)
     docs = read_docbin(nlp, corpus)
@@ -61,10 +67,11 @@ def main(
         if GOLD_KEY not in doc.spans:
             doc.spans[GOLD_KEY] = gold  # keep the gold ids: doc.ents is overwritten below
         doc.spans[DISCOVERED_KEY] = [Span(doc, s.start, s.end, label=s.label) for s in gold]
-    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin))
+    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin, linking))
     for doc in docs:
         doc.ents = filter_spans(doc.spans[DISCOVERED_KEY])
-    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold, "mention_margin": mention_margin})
+    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold, "mention_margin": mention_margin,
+                   "linking": linking})
     report["gold"] = gold_cluster_scores(docs)
     write_docbin(docs, output)
     typer.echo(json.dumps(report, indent=2))

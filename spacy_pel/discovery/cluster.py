@@ -189,6 +189,31 @@ def _linker(nlp_or_linker: Union[Language, PELLinker]) -> PELLinker:
     return find_linker(nlp_or_linker)[1] if isinstance(nlp_or_linker, Language) else nlp_or_linker
 
 
+def pipeline_nil_clusters(
+    linker: PELLinker, docs: Sequence[Doc], spans: Sequence[list], k: int = 10, mention_threshold: Optional[float] = None,
+) -> Tuple[List[Optional[str]], np.ndarray]:
+    """The linker's own decisions (candidate rules, NIL strategy and threshold) for every mention, and
+    the mentions it calls NIL clustered among themselves only: their ``k`` nearest NIL mentions joined
+    when at least ``mention_threshold`` similar (:func:`cluster` with no entities). Returns what
+    :func:`cluster` returns: entity id or None, and component numbers."""
+    linked = linker.candidates(docs, spans)
+    decided = [linker.decide(r, c) for one in linked for r, c in zip(one.rows, one.confidence)]
+    entity_for_mention = [None if i == linker.cfg.nil_label else i for i in decided]
+    nil = [n for n, e in enumerate(entity_for_mention) if e is None]
+    components = np.arange(len(decided), dtype=np.int64) + len(decided)  # linked: their own component
+    if nil:
+        where, flat = set(nil), []
+        start = 0
+        for sp in spans:
+            flat.append([s for n, s in enumerate(sp, start) if n in where])
+            start += len(sp)
+        vectors = linker.mention_vectors(docs, flat)
+        _, nil_components = cluster(vectors, (np.zeros((0, vectors.shape[1]), np.float32), []), k,
+                                    mention_threshold=mention_threshold)
+        components[nil] = nil_components
+    return entity_for_mention, components
+
+
 def discover(
     nlp_or_linker: Union[Language, PELLinker],
     docs: Sequence[Doc],
@@ -197,27 +222,38 @@ def discover(
     threshold: Optional[float] = None,
     mention_threshold: Optional[float] = None,
     mention_margin: float = 0.0,
+    linking: str = "cluster",
 ) -> Dict[str, int]:
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
-    together: mention vectors from the ``pel_linker``'s encoder, :func:`cluster`, then each span's
-    ``kb_id_`` is set to its entity's id or its ``NIL:<n>`` cluster id (fresh spans replace the old).
+    together, then set each span's ``kb_id_`` to its entity's id or its ``NIL:<n>`` cluster id (fresh
+    spans replace the old). ``linking``:
 
-    ``threshold`` defaults to the linker's NIL threshold (pass ``-inf`` for none); ``mention_margin``
-    as in :func:`cluster`. Returns the counts
-    ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
+    * ``cluster`` — clustering inference: mention vectors from the ``pel_linker``'s encoder and
+      :func:`cluster` with ``threshold`` (default: the linker's NIL threshold; ``-inf`` for none),
+      ``mention_threshold`` and ``mention_margin``;
+    * ``pipeline`` — the linker links every mention as it would alone (its rules and NIL decision),
+      and only the mentions it calls NIL are clustered, among themselves, with ``mention_threshold``
+      (:func:`pipeline_nil_clusters`).
+
+    Returns the counts ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
     """
+    if linking not in ("cluster", "pipeline"):
+        raise ValueError(f"linking must be 'cluster' or 'pipeline', not {linking!r}")
     linker = _linker(nlp_or_linker)
     linker.ensure_loaded()
     docs = list(docs)
-    threshold = linker.threshold if threshold is None else threshold
     spans = [[(s.start, s.end, s.label) for s in doc_spans(doc, spans_key)] for doc in docs]
     keys = [  # (doc index, start char, end char, label): unique and sortable
         (d, doc[a].idx, doc[b - 1].idx + len(doc[b - 1]), label)
         for d, (doc, found) in enumerate(zip(docs, spans))
         for a, b, label in found
     ]
-    vectors = linker.mention_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
-    entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin)
+    if linking == "pipeline":
+        entity_for_mention, components = pipeline_nil_clusters(linker, docs, spans, k, mention_threshold)
+    else:
+        threshold = linker.threshold if threshold is None else threshold
+        vectors = linker.mention_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
+        entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin)
     ids = iter(nil_cluster_ids(components, entity_for_mention, keys))
     for doc, found in zip(docs, spans):
         if not found:

@@ -29,7 +29,8 @@ def mention_table(
     linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), docs_per_step: int = 8, progress: bool = False
 ):
     """Link the gold mentions of ``docs`` (whatever mention source the linker has); returns rows
-    (gold ids — an entity's alternative id given as its primary id —, candidate ids, scores) and seconds. ``docs_per_step`` documents go to the linker at a
+    (gold ids — an entity's alternative id given as its primary id —, candidate ids, scores, NIL
+    confidence, NIL evidence features) and seconds. ``docs_per_step`` documents go to the linker at a
     time (it pools their mentions into its batches); the progress bar counts mentions."""
     spans = [[(s.start, s.end, s.label) for s in gold_spans(doc)] for doc in docs]
     linker.ensure_loaded()
@@ -42,10 +43,10 @@ def mention_table(
             bar.update(sum(map(len, spans[i : i + docs_per_step])))
     ids = linker.index.entities.ids
     rows = []
-    for doc, (scores, idx) in zip(docs, predictions):
-        for span, s, r in zip(gold_spans(doc), scores, idx):
+    for doc, linked in zip(docs, predictions):
+        for span, s, r, c, f in zip(gold_spans(doc), *linked):
             gold = [linker.index.canonical(i) for i in gold_ids(span.kb_id_)]  # alternative ids → primary
-            rows.append((gold, [ids[j] if j >= 0 else None for j in r], s))
+            rows.append((gold, [ids[j] if j >= 0 else None for j in r], s, float(c), f))
     return rows, seconds
 
 
@@ -67,13 +68,19 @@ def canonical_ids(linker: PELLinker, ids: Optional[set]) -> Optional[set]:
     return None if ids is None else {linker.index.canonical(i) for i in ids}
 
 
+def row_confidence(row) -> float:
+    """A :func:`mention_table` row's NIL confidence: its 4th element, or its top score when it has three."""
+    return float(row[3]) if len(row) > 3 else float(row[2][0]) if len(row[2]) else -np.inf
+
+
 def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, threshold: Optional[float] = None) -> dict:
-    """Metrics from :func:`mention_table` rows; ``kb_ids`` is the set (or dict) of ids in the KB."""
+    """Metrics from :func:`mention_table` rows; ``kb_ids`` is the set (or dict) of ids in the KB;
+    NIL is decided on :func:`row_confidence`."""
     groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
     ranks = np.full(len(rows), np.inf)
     top = np.zeros(len(rows))
-    for n, (gold, cands, scores) in enumerate(rows):
-        top[n] = scores[0] if len(scores) else -np.inf
+    for n, (gold, cands, *_) in enumerate(rows):
+        top[n] = row_confidence(rows[n])
         if gold == [NIL]:
             groups["nil"].append(n)
             continue
@@ -93,7 +100,7 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
         return {f"R@{k}": round(float((r <= k).mean()), 4) for k in KS}
 
     linkable = groups["in_kb"] + groups["absent"]
-    is_nil = np.array([g == [NIL] for g, _, _ in rows], dtype=bool)
+    is_nil = np.array([row[0] == [NIL] for row in rows], dtype=bool)
     pred_nil = top < threshold if threshold is not None else np.zeros(len(rows), bool)
     correct = np.where(is_nil, pred_nil, (ranks <= 1) & ~pred_nil)
     report = {

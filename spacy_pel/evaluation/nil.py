@@ -1,22 +1,35 @@
-"""``python -m spacy_pel.calibrate``: choose the NIL threshold that maximises NIL F1 on a corpus with
-NIL mentions, write it into a pipeline, and save the NIL precision-recall curve (PNG + JSON)."""
+"""``python -m spacy_pel.calibrate``: fit how a pipeline decides NIL on a corpus with NIL mentions —
+the threshold with the best NIL F1 (optionally at a bounded loss of in-KB recall@1) and, with
+``nil="classifier"``, the weights of a logistic model over the NIL evidence
+(:mod:`spacy_pel.pipeline.nil`) — write them into the pipeline's config, and save the NIL
+precision-recall curve (PNG + JSON)."""
 from __future__ import annotations
 
 import json
+from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import spacy
+from sklearn.linear_model import LogisticRegression
 
-from ..corpora import NIL, read_docbin
+from ..corpora import NIL, gold_spans, read_docbin
 from ..pipeline.linker import configure_linker, find_linker
+from ..pipeline.nil import FEATURES, ClassifierNil
+from ..retrieval.index import EntityIndex
 from .linking import mention_table
 from .metrics import average_precision
 
+NIL_STRATEGIES = ("top_score", "classifier")
+TYPE_SHARE = 0.05  # a KB type goes with a label when at least this share of the label's gold entities has it
 
-def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray) -> dict:
-    """Precision/recall/F1 of "NIL if top score < t" for every useful threshold t."""
+
+def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.ndarray] = None,
+              max_r1_loss: Optional[float] = None) -> dict:
+    """Precision/recall/F1 of "NIL if confidence < t" for every useful threshold t; the best one by
+    NIL F1 — among those that turn at most ``max_r1_loss`` of the in-KB mentions from ``correct``
+    (linked right) to NIL, when both are given (``correct``: per mention, its best candidate is gold)."""
     if not is_nil.any():
         raise ValueError("the corpus has no gold NIL mentions: NIL calibration needs some")
     order = np.argsort(top_scores, kind="stable")
@@ -28,17 +41,25 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray) -> dict:
     # "score < t" with t just above scores[i] predicts NIL for the first i+1 mentions
     nxt = np.append(scores[1:], scores[-1] + 1e-3)
     thresholds = (scores + nxt) / 2
-    last = np.append(scores[1:] != scores[:-1], True)  # only cut between distinct scores
-    best = int(np.argmax(np.where(last, f1, -1)))
+    allowed = np.append(scores[1:] != scores[:-1], True)  # only cut between distinct scores
+    loss = np.zeros(len(scores))
+    if correct is not None:
+        loss = np.cumsum(correct[order].astype(float)) / max(int((~is_nil).sum()), 1)
+        if max_r1_loss is not None:
+            allowed &= loss <= max_r1_loss
+    if not allowed.any():
+        raise ValueError(f"no threshold keeps the in-KB recall@1 loss within {max_r1_loss}")
+    best = int(np.argmax(np.where(allowed, f1, -1)))
     return {
         "threshold": float(thresholds[best]),
         "p": float(precision[best]),
         "r": float(recall[best]),
         "f": float(f1[best]),
+        "in_kb_r1_loss": float(loss[best]),
         "average_precision": average_precision(is_nil.astype(int), -top_scores),
         "points": [
             {"threshold": float(t), "precision": float(p), "recall": float(r), "f1": float(f)}
-            for t, p, r, f, keep in zip(thresholds, precision, recall, f1, last)
+            for t, p, r, f, keep in zip(thresholds, precision, recall, f1, allowed)
             if keep
         ],
     }
@@ -62,21 +83,62 @@ def plot_curve(curve: dict, path: Path, title: str = "NIL detection") -> None:
     plt.close(fig)
 
 
-def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] = None, docs: Sequence[int] = ()) -> dict:
-    """Calibrate ``pipeline`` on ``corpus`` (optionally only docs[0]:docs[1]) and save it to ``output``."""
+def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str, List[str]]:
+    """Per gold label, the KB types held by at least ``share`` of its in-KB gold mentions' entities."""
+    counts: Dict[str, Counter] = defaultdict(Counter)
+    totals: Counter = Counter()
+    for doc in docs:
+        for span in gold_spans(doc):
+            row = next((r for r in map(index.resolve, span.kb_id_.split("|")) if r is not None), None)
+            if span.label_ and row is not None:
+                totals[span.label_] += 1
+                counts[span.label_].update(set(index.entities.types[row]))
+    return {label: sorted(t for t, c in counts[label].items() if c >= share * totals[label]) for label in sorted(totals)}
+
+
+def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, List[str]]) -> ClassifierNil:
+    """A logistic model of P(in KB) over the NIL evidence (rows: :data:`~spacy_pel.pipeline.nil.FEATURES`)."""
+    if not is_nil.any() or is_nil.all():
+        raise ValueError("fitting the NIL classifier needs both NIL and in-KB mentions")
+    model = LogisticRegression(C=1.0, max_iter=1000).fit(features, ~is_nil)
+    weights = {f: round(float(w), 6) for f, w in zip(FEATURES, model.coef_[0])}
+    return ClassifierNil(weights, round(float(model.intercept_[0]), 6), types)
+
+
+def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] = None, docs: Sequence[int] = (),
+              nil: str = "top_score", max_r1_loss: Optional[float] = None) -> dict:
+    """Calibrate ``pipeline``'s NIL decision on ``corpus`` (optionally only docs[0]:docs[1]) and save
+    it to ``output``: ``nil`` is ``top_score`` (a threshold on the best score) or ``classifier``
+    (a logistic model over the NIL evidence, then a threshold on its confidence); ``max_r1_loss``
+    bounds the share of in-KB mentions linked right that the threshold may turn to NIL."""
+    if nil not in NIL_STRATEGIES:
+        raise ValueError(f"unknown NIL strategy {nil!r}; choose one of {', '.join(NIL_STRATEGIES)}")
     nlp = spacy.load(pipeline)
     name, linker = find_linker(nlp)
     gold_docs = read_docbin(nlp, corpus)
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]
-    rows, _ = mention_table(linker, gold_docs, k=1, progress=True)
-    top = np.array([s[0] if len(s) else -np.inf for _, _, s in rows])
-    is_nil = np.array([g == [NIL] for g, _, _ in rows])
-    curve = nil_curve(top, is_nil)
+    linker.ensure_loaded()
+    if nil == "classifier":  # the evidence's type feature needs the label → types map first
+        linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))
+    rows, _ = mention_table(linker, gold_docs, k=2, progress=True)
+    is_nil = np.array([row[0] == [NIL] for row in rows])
+    correct = np.array([row[1][0] in row[0] for row in rows])
+    confidence = np.array([row[3] for row in rows])
+    summary: dict = {}
+    if nil == "classifier":
+        features = np.stack([row[4] for row in rows])
+        in_kb = np.array([row[0] != [NIL] and any(g in linker.index.row for g in row[0]) for row in rows])
+        fit = in_kb | is_nil  # gold ids the KB lacks are neither
+        linker.nil = fit_classifier(features[fit], is_nil[fit], linker.nil.label_types)
+        confidence = linker.nil(features)
+        nlp.get_pipe_config(name)["nil"] = linker.nil.as_config()
+        summary["classifier"] = linker.nil.as_config()
+    curve = nil_curve(confidence, is_nil, correct, max_r1_loss)
     # settings live in the config: this writes the threshold into config.cfg, which spacy.load reads
     configure_linker(nlp, name, threshold=curve["threshold"])
     nlp.to_disk(output)
-    summary = {k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())}
+    summary.update({k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())})
     (output / "nil_calibration.json").write_text(json.dumps({**summary, "points": curve["points"]}, indent=2), encoding="utf8")
     if plot:
         plot.parent.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,8 @@ from spacy.training import Example
 from spacy.util import registry
 
 from ..corpora import NIL, gold_ids, gold_spans
-from ..pipeline.linker import CANDIDATES_ATTR
-from .linking import KS, metrics
+from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
+from .linking import KS, metrics, row_confidence
 
 
 class _AnyId:
@@ -57,7 +57,8 @@ def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[st
                 continue
             found = span._.get(CANDIDATES_ATTR) or []
             scores = np.array([c[2] for c in found] or [0.0], dtype=np.float32)  # none: as a wordless mention
-            rows.append((ids, [c[0] for c in found], scores))
+            confidence = span._.get(CONFIDENCE_ATTR)
+            rows.append((ids, [c[0] for c in found], scores, float(scores[0] if confidence is None else confidence)))
     return rows
 
 
@@ -80,9 +81,8 @@ def linked_prf(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None
     gold ids (a composite mention ``A|B`` linked to A is right; ``Scorer.score_links`` compares the
     strings); NIL by ``threshold`` is no prediction. Without a threshold, R = P = recall@1."""
     kb_ids = _AnyId() if kb_ids is None else kb_ids
-    in_kb = [(gold, cands, scores) for gold, cands, scores in rows if gold != [NIL] and any(g in kb_ids for g in gold)]
-    linked = [(gold, cands) for gold, cands, scores in in_kb
-              if cands and (threshold is None or scores[0] >= threshold)]
+    in_kb = [row for row in rows if row[0] != [NIL] and any(g in kb_ids for g in row[0])]
+    linked = [(row[0], row[1]) for row in in_kb if row[1] and (threshold is None or row_confidence(row) >= threshold)]
     right = sum(cands[0] in gold for gold, cands in linked)
     p, r = right / max(len(linked), 1), right / max(len(in_kb), 1)
     return {"p": p, "r": r, "f": 2 * p * r / max(p + r, 1e-12)}

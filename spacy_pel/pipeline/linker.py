@@ -3,8 +3,9 @@
 For every mention (from its mention source: ``doc.ents``, a span group, or its own span finder) it
 computes a vector in context (its vector strategy), retrieves the ``top_k`` nearest entities, lets its
 candidate rules adjust them, sets the span's ``kb_id_`` to the best one — or to ``nil_label`` when
-the best score is below ``threshold``, or when the span has no word character — and keeps the
-candidates as ``span._.pel_candidates``: a list of ``[id, name, score]``, best first.
+its NIL strategy's confidence (by default the best score; :mod:`.nil`) is below ``threshold``, or
+when the span has no word character — and keeps the candidates as ``span._.pel_candidates``: a list
+of ``[id, name, score]``, best first, and the confidence as ``span._.pel_confidence``.
 
 The config is the one source of truth for settings (:mod:`.config`); the component's folder in a
 saved pipeline holds only weights and data: the encoder, the KB, and the parts' files (span scorer,
@@ -15,13 +16,10 @@ a saved pipeline never reaches for the network.
 """
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import spacy
-import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
@@ -32,20 +30,19 @@ from spacy.vocab import Vocab
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
-from .folder_bytes import folder_from_bytes, folder_to_bytes
+from .folder import LinkerFolder
 from .mentions import DocSpans
+from .nil import TopScoreNil, nil_features, span_label
 from .rules import DECIDED_SCORE, CandidateBatch, CandidateRule
 from .scoring import score_linker
 from .updating import Objective, Updater
 from .vectors import VectorStrategy, per_mention_vectors
 
 CANDIDATES_ATTR = "pel_candidates"
-SOURCES_FILE = "sources.json"
-NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
-                "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
-
-if not Span.has_extension(CANDIDATES_ATTR):
-    Span.set_extension(CANDIDATES_ATTR, default=None)
+CONFIDENCE_ATTR = "pel_confidence"  # the NIL strategy's confidence: NIL below the threshold
+for _attr in (CANDIDATES_ATTR, CONFIDENCE_ATTR):
+    if not Span.has_extension(_attr):
+        Span.set_extension(_attr, default=None)
 
 
 @Language.factory(
@@ -55,24 +52,38 @@ if not Span.has_extension(CANDIDATES_ATTR):
         "mentions": {"@misc": "spacy_pel.mentions.ents.v1"},
         "vectors": {"@misc": "spacy_pel.vectors.per_mention.v1"},
         "rules": {},
+        "nil": {"@misc": "spacy_pel.nil.top_score.v1"},
         "objective": {"@misc": "spacy_pel.objective.v1"},
         "scorer": {"@scorers": "spacy_pel.linker_scorer.v1"},
     },
-    assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}"],
+    assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}", f"span._.{CONFIDENCE_ATTR}"],
     requires=["doc.ents"],
     default_score_weights={"nel_micro_f": 1.0, "nel_micro_p": None, "nel_micro_r": None, "pel_r1": 0.0},
 )
 def make_pel_linker(
     nlp: Language, name: str, kb: Optional[str], encoder: Optional[str], top_k: int, threshold: Optional[float],
     nil_label: str, batch_size: int, context_window: int, device: str, precision: str, use_gold_ents: bool,
-    mentions: DocSpans, vectors: VectorStrategy, rules: Dict[str, Any], objective: Objective, scorer: Optional[Callable],
+    mentions: DocSpans, vectors: VectorStrategy, rules: Dict[str, Any], nil: Callable, objective: Objective,
+    scorer: Optional[Callable],
 ) -> "PELLinker":
     """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
     :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`;
-    ``objective``: what ``update`` trains with, :mod:`.updating`; ``scorer``: :mod:`.scoring`)."""
+    ``nil``: how NIL is decided, :mod:`.nil`; ``objective``: what ``update`` trains with, :mod:`.updating`;
+    ``scorer``: :mod:`.scoring`)."""
     settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label, batch_size=batch_size,
                               context_window=context_window, device=device, precision=precision, use_gold_ents=use_gold_ents)
-    return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, objective=objective, scorer=scorer)
+    return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
+                     scorer=scorer)
+
+
+class Linked(NamedTuple):
+    """One doc's mentions after the rules: top-k ``scores``/``rows`` (best first, row -1: none), the
+    NIL strategy's ``confidence`` (NIL below the threshold) and its evidence ``features`` (:mod:`.nil`)."""
+
+    scores: np.ndarray
+    rows: np.ndarray
+    confidence: np.ndarray
+    features: np.ndarray
 
 
 def find_linker(nlp: Language) -> Tuple[str, "PELLinker"]:
@@ -110,11 +121,11 @@ def _check_part(value, what: str, example: str):
     return value
 
 
-class PELLinker(Pipe):
+class PELLinker(LinkerFolder, Pipe):
     def __init__(
         self, vocab: Vocab, name: str = "pel_linker", settings: Optional[LinkerSettings] = None, *,
         mentions: Optional[DocSpans] = None, vectors: Optional[VectorStrategy] = None,
-        rules: Optional[Dict[str, CandidateRule]] = None, objective: Optional[Objective] = None,
+        rules: Optional[Dict[str, CandidateRule]] = None, nil: Optional[Callable] = None, objective: Optional[Objective] = None,
         scorer: Optional[Callable] = None, **overrides,
     ):
         self.vocab, self.name = vocab, name
@@ -126,6 +137,7 @@ class PELLinker(Pipe):
         if not isinstance(rules or {}, dict):
             raise ValueError(f"pel_linker: `rules` must be a block of named rules, not {rules!r}")
         self.rules = {k: _check_part(r, f"rules.{k}", '{"@misc": "spacy_pel.rules.alias_table.v1"}') for k, r in (rules or {}).items()}
+        self.nil = _check_part(nil or TopScoreNil(), "nil", '{"@misc": "spacy_pel.nil.classifier.v1"}')
         names = [p.data_name for _, p in self.parts()]
         if len(set(names)) != len(names):
             raise ValueError(f"pel_linker: two parts keep data under the same name ({names})")
@@ -225,18 +237,18 @@ class PELLinker(Pipe):
         self._load(str(kb_path) if kb_path else None, str(encoder) if encoder else None)
 
     # ------------------------------------------------------------------ linking
-    def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[list, np.ndarray, np.ndarray]]:
-        """Per doc: ([(start, end, label)], scores, rows) — the spans linked (from the mention
-        source) and their top-k (scores, KB rows) arrays, best first; rows -1 = no entity."""
+    def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[list, Linked]]:
+        """Per doc: ([(start, end, label)], :class:`Linked`) — the spans linked (from the mention
+        source), their top-k (scores, KB rows) arrays, best first (rows -1 = no entity), and their NIL confidence."""
         self.ensure_loaded()
         spans, hidden = self.mentions.find(docs, self.encoder, self.cfg.batch_size)
-        return [(sp, s, r) for sp, (s, r) in zip(spans, self.candidates(docs, spans, k, hidden))]
+        return list(zip(spans, self.candidates(docs, spans, k, hidden)))
 
     def candidates(
         self, docs: Sequence[Doc], spans: Sequence[list], k: Optional[int] = None, hidden: Optional[list] = None
-    ) -> List[Tuple[np.ndarray, np.ndarray]]:
-        """Top-k (scores, rows) per doc for the given spans (per doc ``(start, end, label)``), after
-        the rules; mentions without a word character get none (row -1)."""
+    ) -> List[Linked]:
+        """Top-k (scores, rows) and NIL confidence per doc for the given spans (per doc ``(start, end,
+        label)``), after the rules; mentions without a word character get none (row -1)."""
         self.ensure_loaded()
         k = k or self.cfg.top_k
         texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
@@ -255,9 +267,13 @@ class PELLinker(Pipe):
         scores, rows = batch.scores, batch.rows
         for i in wordless:  # whitespace / punctuation only: nothing to link
             scores[i], rows[i] = 0.0, -1
+        labels = [span_label(doc, label) for doc, sp in zip(docs, spans) for _, _, label in sp]
+        features = nil_features(scores, rows, batch.by_rule(), labels, self.index, self.nil.label_types)
+        confidence = self.nil(features)
         out, start = [], 0
         for doc_spans in spans:
-            out.append((scores[start : start + len(doc_spans)], rows[start : start + len(doc_spans)]))
+            part = slice(start, start + len(doc_spans))
+            out.append(Linked(scores[part], rows[part], confidence[part], features[part]))
             start += len(doc_spans)
         return out
 
@@ -284,20 +300,22 @@ class PELLinker(Pipe):
         self.ensure_loaded()
         return self.vectors(self.encoder, docs, spans, self.cfg.batch_size, None)
 
-    def decide(self, scores: np.ndarray, rows: np.ndarray) -> str:
+    def decide(self, rows: np.ndarray, confidence: float) -> str:
+        """A mention's id from its candidate rows and NIL confidence (``nil_label`` below the threshold)."""
         if rows.size == 0 or rows[0] < 0:
             return self.cfg.nil_label
-        if self.cfg.threshold is not None and scores[0] < self.cfg.threshold:
+        if self.cfg.threshold is not None and confidence < self.cfg.threshold:
             return self.cfg.nil_label
         return self.index.entities.ids[rows[0]]
 
     def set_annotations(self, docs: Sequence[Doc], predictions, target: Optional[DocSpans] = None) -> None:
         """Write the linked spans where the mention source says (or where ``target`` says)."""
         entities, target = self.index.entities, target or self.mentions
-        for doc, (spans, scores, rows) in zip(docs, predictions):
+        for doc, (spans, linked) in zip(docs, predictions):
+            scores, rows = linked.scores, linked.rows
             new = []
-            for (a, b, label), s, r in zip(spans, scores, rows):
-                kb_id = self.decide(s, r)
+            for (a, b, label), r, c in zip(spans, rows, linked.confidence):
+                kb_id = self.decide(r, c)
                 if target.label_from_kb and not label:  # found spans: a label from their entity's KB types
                     types = entities.types[r[0]] if kb_id != self.cfg.nil_label and r[0] >= 0 else []
                     label = target.label_for(types)
@@ -305,11 +323,12 @@ class PELLinker(Pipe):
             if not target.write(doc, new):
                 continue
             # span extensions are keyed by (offsets, label, kb_id): set them on the final spans
-            for span, s, r in zip(target.spans(doc), scores, rows):
+            for span, s, r, c in zip(target.spans(doc), scores, rows, linked.confidence):
                 span._.set(
                     CANDIDATES_ATTR,
                     [[entities.ids[j], entities.names[j], round(float(x), 5)] for x, j in zip(s, r) if j >= 0],
                 )
+                span._.set(CONFIDENCE_ATTR, round(float(c), 5))
 
     def __call__(self, doc: Doc) -> Doc:
         self.set_annotations([doc], self.predict([doc]))
@@ -342,54 +361,3 @@ class PELLinker(Pipe):
 
     def finish_update(self, sgd) -> None:
         self.updater.finish_update(sgd)
-
-    # ------------------------------------------------------------------ serialisation
-    def to_disk(self, path, *, exclude=tuple()) -> None:
-        """Write what the component holds (never loading anything): ``encoder/``, ``kb/``, the parts'
-        files and ``sources.json``; ``exclude`` names any of encoder, kb and the parts' data names."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        written: Dict[str, Optional[str]] = {}
-        if self.encoder is not None and "encoder" not in exclude:
-            self.encoder.save(path / "encoder")
-            written["encoder"] = self.sources.get("encoder")
-        if self.index is not None and "kb" not in exclude:
-            self.index.to_disk(path / "kb")
-            written["kb"] = self.sources.get("kb")
-        for key, part in self.parts():
-            if part.data_name not in exclude and part.to_disk(path):
-                written[key] = part.source
-        srsly.write_json(path / SOURCES_FILE, written)
-
-    def from_disk(self, path, *, exclude=tuple()) -> "PELLinker":
-        """Read the saved resources, except those excluded and those whose config path differs from
-        the path they were saved from (those load from the config's path on first use)."""
-        path = Path(path)
-        saved = srsly.read_json(path / SOURCES_FILE) if (path / SOURCES_FILE).exists() else {}
-        if self.cfg.threshold is None:
-            warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=2)
-
-        def wanted(key: str, folder: Path, configured: Optional[str], data_name: str) -> bool:
-            return folder.exists() and data_name not in exclude and configured in (None, saved.get(key))
-
-        encoder = index = None
-        if wanted("encoder", path / "encoder", self.cfg.encoder, "encoder"):
-            encoder = BiEncoder.from_pretrained(path / "encoder")
-        if wanted("kb", path / "kb", self.cfg.kb, "kb"):
-            index = EntityIndex.from_disk(path / "kb")
-        for key, part in self.parts():
-            if wanted(key, path, part.source, part.data_name):
-                part.from_disk(path)
-        sources = {"kb": saved.get("kb") if index else None, "encoder": saved.get("encoder") if encoder else None}
-        if encoder is not None and index is not None:
-            self.set_resources(encoder, index, sources=sources)
-        else:  # completed from the config's paths on first use
-            self.encoder, self.index, self.sources = encoder, index, sources
-        return self
-
-    def to_bytes(self, *, exclude=tuple()) -> bytes:
-        return folder_to_bytes(lambda folder: self.to_disk(folder, exclude=exclude))
-
-    def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "PELLinker":
-        folder_from_bytes(bytes_data, lambda folder: self.from_disk(folder, exclude=exclude))
-        return self

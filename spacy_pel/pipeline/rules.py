@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 from spacy.tokens import Doc
@@ -68,7 +68,8 @@ class CandidateBatch:
     docs; the mention's text unless a rule rewrote it); ``vectors``: ``[n, dim]`` mention vectors;
     ``scores``/``rows``: ``[n, k]`` best first (row -1: no entity); ``same_as``: ``{i: j}``, mention
     ``i`` takes mention ``j``'s candidates once every rule has run; ``decided``: ``{i: row}``, mention
-    ``i`` is linked to KB row ``row`` by a rule's ``prepare`` (no vector is computed for it).
+    ``i`` is linked to KB row ``row`` by a rule's ``prepare`` (no vector is computed for it);
+    ``matched``: mentions whose candidates a rule chose by name after retrieval (the alias table).
     ``vectors``, ``scores`` and ``rows`` are None during ``prepare``; afterwards the rows of decided
     and tied mentions hold zeros / their final candidates.
     """
@@ -82,6 +83,7 @@ class CandidateBatch:
     index: EntityIndex
     same_as: Dict[int, int] = field(default_factory=dict)
     decided: Dict[int, int] = field(default_factory=dict)
+    matched: Set[int] = field(default_factory=set)
 
     def open(self, i: int) -> bool:
         """Whether mention ``i`` is still to be encoded and retrieved (neither decided nor tied)."""
@@ -91,6 +93,11 @@ class CandidateBatch:
         """Apply ``same_as``."""
         for i, j in self.same_as.items():
             self.scores[i], self.rows[i] = self.scores[j], self.rows[j]
+
+    def by_rule(self) -> List[bool]:
+        """Per mention: whether a rule chose its candidates (decided or matched, itself or the mention it is tied to)."""
+        chosen = set(self.decided) | self.matched
+        return [self.same_as.get(i, i) in chosen for i in range(len(self.texts))]
 
 
 CandidateRule = Callable[[CandidateBatch], None]
@@ -159,7 +166,9 @@ class AliasRule(LinkerPart):
     def __call__(self, batch: CandidateBatch) -> None:
         open_ = [batch.open(i) for i in range(len(batch.texts))]
         texts = [t if o else "" for t, o in zip(batch.texts, open_)]  # "" matches no name
-        batch.scores, batch.rows = self._table().restrict(texts, batch.vectors, batch.scores, batch.rows)
+        table = self._table()
+        batch.matched.update(i for i, t in enumerate(texts) if t and table.candidates(t))
+        batch.scores, batch.rows = table.restrict(texts, batch.vectors, batch.scores, batch.rows)
 
 
 class RepeatRule:

@@ -45,7 +45,7 @@ def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
         chunk = todo[i : i + DOCS_PER_STEP]
         docs, spans = [d for d, _, _ in chunk], [sp for _, sp, _ in chunk]
         found = linker.candidates(docs, spans, k=max(GOLD_K, linker.cfg.top_k))
-        linker.set_annotations(docs, [(sp, s, r) for sp, (s, r) in zip(spans, found)], target=group)
+        linker.set_annotations(docs, list(zip(spans, found)), target=group)
     for doc, _, ents in todo:
         linked = {(s.start, s.end, s.label): s for s in group.spans(doc)}
         doc.ents = [linked[e] for e in ents]

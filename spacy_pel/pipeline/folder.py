@@ -1,0 +1,74 @@
+"""The folder of a ``pel_linker`` in a saved pipeline: ``encoder/``, ``kb/``, the parts' files and
+``sources.json`` (the configured path each resource came from), written and read by the component's
+``to_disk``/``from_disk`` (and their bytes forms). A resource whose configured path differs from the
+one it was saved from is not read: it loads from the config's path on first use."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Dict, Optional
+
+import srsly
+
+from ..models.encoder import BiEncoder
+from ..retrieval.index import EntityIndex
+from .folder_bytes import folder_from_bytes, folder_to_bytes
+
+SOURCES_FILE = "sources.json"
+NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
+                "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
+
+
+class LinkerFolder:
+    """Serialisation of :class:`~spacy_pel.pipeline.linker.PELLinker` (a mixin: it uses the
+    component's ``encoder``, ``index``, ``sources``, ``cfg``, ``parts()`` and ``set_resources``)."""
+
+    def to_disk(self, path, *, exclude=tuple()) -> None:
+        """Write what the component holds (never loading anything): ``encoder/``, ``kb/``, the parts'
+        files and ``sources.json``; ``exclude`` names any of encoder, kb and the parts' data names."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        written: Dict[str, Optional[str]] = {}
+        if self.encoder is not None and "encoder" not in exclude:
+            self.encoder.save(path / "encoder")
+            written["encoder"] = self.sources.get("encoder")
+        if self.index is not None and "kb" not in exclude:
+            self.index.to_disk(path / "kb")
+            written["kb"] = self.sources.get("kb")
+        for key, part in self.parts():
+            if part.data_name not in exclude and part.to_disk(path):
+                written[key] = part.source
+        srsly.write_json(path / SOURCES_FILE, written)
+
+    def from_disk(self, path, *, exclude=tuple()) -> "LinkerFolder":
+        """Read the saved resources, except those excluded and those whose config path differs from
+        the path they were saved from (those load from the config's path on first use)."""
+        path = Path(path)
+        saved = srsly.read_json(path / SOURCES_FILE) if (path / SOURCES_FILE).exists() else {}
+        if self.cfg.threshold is None:
+            warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=2)
+
+        def wanted(key: str, folder: Path, configured: Optional[str], data_name: str) -> bool:
+            return folder.exists() and data_name not in exclude and configured in (None, saved.get(key))
+
+        encoder = index = None
+        if wanted("encoder", path / "encoder", self.cfg.encoder, "encoder"):
+            encoder = BiEncoder.from_pretrained(path / "encoder")
+        if wanted("kb", path / "kb", self.cfg.kb, "kb"):
+            index = EntityIndex.from_disk(path / "kb")
+        for key, part in self.parts():
+            if wanted(key, path, part.source, part.data_name):
+                part.from_disk(path)
+        sources = {"kb": saved.get("kb") if index else None, "encoder": saved.get("encoder") if encoder else None}
+        if encoder is not None and index is not None:
+            self.set_resources(encoder, index, sources=sources)
+        else:  # completed from the config's paths on first use
+            self.encoder, self.index, self.sources = encoder, index, sources
+        return self
+
+    def to_bytes(self, *, exclude=tuple()) -> bytes:
+        return folder_to_bytes(lambda folder: self.to_disk(folder, exclude=exclude))
+
+    def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "LinkerFolder":
+        folder_from_bytes(bytes_data, lambda folder: self.from_disk(folder, exclude=exclude))
+        return self

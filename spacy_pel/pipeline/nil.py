@@ -1,0 +1,111 @@
+"""How ``pel_linker`` decides NIL: a registered strategy turns each mention's evidence into a linking
+*confidence*, and the mention is NIL when its confidence is below the component's ``threshold``.
+
+The evidence of a mention (:data:`FEATURES`, computed by :func:`nil_features` once the candidate
+rules have run):
+
+* ``top`` — the best candidate's score;
+* ``margin`` — its lead over the runner-up (the whole top score when there is none);
+* ``rule`` — 1 when a rule chose the candidates by name (decided by the alias table, an abbreviation
+  or a spelling variant, or restricted to the alias table's entities), else 0;
+* ``type`` — 1 when the best entity has a KB type that the span's label goes with (``label_types``,
+  learned from a gold corpus), 0 when it has none of them, 0.5 when the label is unknown.
+
+Strategies (chosen in the config's ``[components.pel_linker.nil]`` block):
+
+* ``spacy_pel.nil.top_score.v1`` (default) — confidence = ``top``: the threshold rule;
+* ``spacy_pel.nil.classifier.v1`` — a logistic model, confidence = P(the mention's entity is in the
+  KB) = σ(bias + Σ weights[f] · f). ``python -m spacy_pel calibrate --nil classifier`` fits it on a
+  corpus with NIL mentions and writes its weights and the threshold into the pipeline's config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from spacy.util import registry
+
+from ..retrieval.index import EntityIndex
+
+FEATURES = ("top", "margin", "rule", "type")
+UNKNOWN_TYPE = 0.5  # the ``type`` feature when the label is unknown or there is no candidate
+
+
+def span_label(doc, label) -> str:
+    """A span tuple's label as a string (spans carry the label's hash or its string)."""
+    if isinstance(label, str):
+        return label
+    return doc.vocab.strings[label] if label else ""
+
+
+def nil_features(
+    scores: np.ndarray, rows: np.ndarray, by_rule: Sequence[bool], labels: Sequence[str],
+    index: EntityIndex, label_types: Optional[Dict[str, Sequence[str]]] = None,
+) -> np.ndarray:
+    """``[n, len(FEATURES)]`` evidence of ``n`` mentions from their top-k ``scores``/``rows`` (best
+    first, row -1: none), whether a rule chose them (``by_rule``) and their labels."""
+    n = len(rows)
+    out = np.zeros((n, len(FEATURES)), np.float32)
+    if n == 0:
+        return out
+    has = rows[:, 0] >= 0
+    out[:, 0] = np.where(has, scores[:, 0], 0.0)
+    second = np.where(rows[:, 1] >= 0, scores[:, 1], 0.0) if rows.shape[1] > 1 else np.zeros(n)
+    out[:, 1] = np.where(has, out[:, 0] - second, 0.0)
+    out[:, 2] = np.asarray(by_rule, dtype=np.float32)
+    allowed = {label: set(types) for label, types in (label_types or {}).items()}
+    for i, label in enumerate(labels):
+        fits = allowed.get(label)
+        if fits is None or not has[i]:
+            out[i, 3] = UNKNOWN_TYPE
+        else:
+            out[i, 3] = float(any(t in fits for t in index.entities.types[rows[i, 0]]))
+    return out
+
+
+class TopScoreNil:
+    """Confidence = the best candidate's score (NIL when it is below the threshold)."""
+
+    label_types: Dict[str, List[str]] = {}
+
+    def __call__(self, features: np.ndarray) -> np.ndarray:
+        return features[:, 0].astype(np.float32)
+
+
+@dataclass
+class ClassifierNil:
+    """Confidence = σ(bias + Σ weights[f] · f): the probability that the mention's entity is in the KB."""
+
+    weights: Dict[str, float] = field(default_factory=dict)
+    bias: float = 0.0
+    label_types: Dict[str, List[str]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        unknown = set(self.weights) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"spacy_pel.nil.classifier.v1: unknown features {sorted(unknown)}; known: {list(FEATURES)}")
+        if not isinstance(self.label_types, dict) or not all(isinstance(v, (list, tuple)) for v in self.label_types.values()):
+            raise ValueError("spacy_pel.nil.classifier.v1: `label_types` must map a label to a list of KB types")
+        self.coef = np.array([float(self.weights.get(f, 0.0)) for f in FEATURES], np.float32)
+
+    def __call__(self, features: np.ndarray) -> np.ndarray:
+        z = features.astype(np.float32) @ self.coef + np.float32(self.bias)
+        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+
+    def as_config(self) -> dict:
+        return {"@misc": "spacy_pel.nil.classifier.v1", "weights": dict(self.weights), "bias": self.bias,
+                "label_types": {k: list(v) for k, v in self.label_types.items()}}
+
+
+@registry.misc("spacy_pel.nil.top_score.v1")
+def top_score_nil() -> TopScoreNil:
+    """NIL when the best candidate's score is below the threshold."""
+    return TopScoreNil()
+
+
+@registry.misc("spacy_pel.nil.classifier.v1")
+def classifier_nil(weights: Dict[str, float], bias: float = 0.0,
+                   label_types: Optional[Dict[str, List[str]]] = None) -> ClassifierNil:
+    """NIL when σ(bias + Σ weights[f] · f) over the evidence :data:`FEATURES` is below the threshold."""
+    return ClassifierNil(dict(weights), float(bias), dict(label_types or {}))

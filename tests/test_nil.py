@@ -1,0 +1,121 @@
+"""NIL decision strategies of pel_linker (spacy_pel.pipeline.nil) and their calibration."""
+import numpy as np
+import pytest
+import spacy
+from confection import Config
+from spacy.tokens import Span
+
+from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.evaluation.linking import evaluate
+from spacy_pel.evaluation.nil import calibrate, nil_curve
+from spacy_pel.pipeline.nil import FEATURES, UNKNOWN_TYPE, classifier_nil
+
+TEXT = "Lithium carbonate toxicity caused tricuspid regurgitation and atrial flutter in a newborn"
+RULES = {"aliases": {"@misc": "spacy_pel.rules.alias_table.v1"}}
+CLASSIFIER = {"@misc": "spacy_pel.nil.classifier.v1", "weights": {"rule": 20.0}, "bias": -10.0,
+              "label_types": {"Chemical": ["Chemical"], "Disease": ["Disease"]}}
+
+
+def linker_pipeline(kb_dir, **config):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "rules": RULES, **config})
+    return nlp
+
+
+def doc_with(nlp, spans, text=TEXT):
+    doc = nlp.make_doc(text)
+    doc.spans[GOLD_KEY] = [Span(doc, a, b, label=label, kb_id=kb_id) for a, b, label, kb_id in spans]
+    doc.ents = list(doc.spans[GOLD_KEY])
+    return doc
+
+
+def test_features_show_rule_margin_and_type(kb_dir):
+    nlp = linker_pipeline(kb_dir, nil=CLASSIFIER)
+    linker = nlp.get_pipe("pel_linker")
+    doc = doc_with(nlp, [(0, 2, "Chemical", "D1"), (2, 3, "Other", "NIL"), (9, 12, "Disease", "NIL")])
+    linked = linker.candidates([doc], [[(s.start, s.end, s.label) for s in doc.ents]])[0]
+    f = {name: linked.features[:, i] for i, name in enumerate(FEATURES)}
+    # "Lithium carbonate" is a KB name of one entity: decided by the alias table, its one candidate scored 1
+    assert linked.rows[0, 0] == linker.index.row["D1"] and (linked.rows[0, 1:] == -1).all()
+    assert (f["top"][0], f["margin"][0], f["rule"][0], f["type"][0]) == (1.0, 1.0, 1.0, 1.0)
+    # "in a newborn" is no name: retrieved, not chosen by a rule; margin = top − runner-up
+    assert f["rule"][2] == 0.0
+    assert f["margin"][2] == pytest.approx(linked.scores[2, 0] - linked.scores[2, 1])
+    top_types = linker.index.entities.types[linked.rows[2, 0]]
+    assert f["type"][2] == float("Disease" in top_types)
+    assert f["type"][1] == UNKNOWN_TYPE  # a label the classifier has no types for
+
+
+def test_classifier_in_config_decides_and_round_trips(kb_dir, tmp_path):
+    nlp = linker_pipeline(kb_dir, nil=CLASSIFIER, threshold=0.5)
+    spans = [(0, 2, "Chemical", "D1"), (9, 12, "Disease", "NIL")]
+    doc = nlp(doc_with(nlp, spans))
+    # the rule-matched mention is linked, the open one is NIL whatever its score: σ(−10) < 0.5
+    assert [e.kb_id_ for e in doc.ents] == ["D1", "NIL"]
+    assert doc.ents[1]._.pel_candidates and doc.ents[1]._.pel_confidence == pytest.approx(1 / (1 + np.exp(10)), abs=1e-5)
+    nlp.to_disk(tmp_path / "pipe")
+    assert Config().from_disk(tmp_path / "pipe" / "config.cfg")["components"]["pel_linker"]["nil"]["weights"] == {"rule": 20.0}
+    again = spacy.load(tmp_path / "pipe")
+    assert [e.kb_id_ for e in again(doc_with(again, spans)).ents] == ["D1", "NIL"]
+    # the config is the source of truth: a bias given at load time takes effect
+    loose = spacy.load(tmp_path / "pipe", config={"components.pel_linker.nil.bias": 10.0})
+    assert [e.kb_id_ for e in loose(doc_with(loose, spans)).ents][1] != "NIL"
+
+
+def test_classifier_refuses_unknown_features():
+    with pytest.raises(ValueError, match="unknown features"):
+        classifier_nil({"topp": 1.0})
+
+
+def test_nil_curve_bounds_the_recall_loss():
+    conf = np.array([0.1, 0.2, 0.3, 0.4, 0.9, 0.95])
+    nil = np.array([1, 1, 0, 1, 0, 0], dtype=bool)
+    correct = np.array([0, 0, 1, 0, 1, 1], dtype=bool)
+    free = nil_curve(conf, nil, correct)
+    assert 0.4 < free["threshold"] < 0.9 and free["in_kb_r1_loss"] == pytest.approx(1 / 3)
+    bounded = nil_curve(conf, nil, correct, max_r1_loss=0.0)
+    assert 0.2 < bounded["threshold"] < 0.3 and bounded["in_kb_r1_loss"] == 0.0
+    with pytest.raises(ValueError, match="no threshold"):
+        nil_curve(np.array([0.5, 0.1]), np.array([0, 1], bool), np.array([1, 0], bool), max_r1_loss=-1.0)
+
+
+def corpus_docs(nlp, n):
+    """Docs whose in-KB mentions are KB names and whose NIL mentions are not."""
+    return [doc_with(nlp, [(0, 2, "Chemical", "D1"), (2, 3, "Disease", "NIL"), (7, 9, "Disease", "D3"),
+                           (10, 12, "Disease", "NIL")]) for _ in range(n)]
+
+
+def test_calibrated_classifier_fitted_on_one_split_applies_to_another(kb_dir, tmp_path):
+    nlp = linker_pipeline(kb_dir)
+    nlp.to_disk(tmp_path / "pipe")
+    write_docbin(corpus_docs(nlp, 4), tmp_path / "fit.spacy")
+    summary = calibrate(tmp_path / "pipe", tmp_path / "fit.spacy", tmp_path / "out", nil="classifier")
+    weights = summary["classifier"]["weights"]
+    assert weights["rule"] > 0  # name matches go with in-KB mentions here
+    assert summary["classifier"]["label_types"] == {"Chemical": ["Chemical"], "Disease": ["Disease"]}
+    fitted = spacy.load(tmp_path / "out")
+    linker = fitted.get_pipe("pel_linker")
+    assert linker.nil.weights == weights and linker.threshold == pytest.approx(summary["threshold"])
+    report = evaluate(linker, corpus_docs(fitted, 3))  # other documents
+    assert report["nil"]["f"] == 1.0 and report["recall_in_kb"]["R@1"] == 1.0
+    with pytest.raises(ValueError, match="unknown NIL strategy"):
+        calibrate(tmp_path / "pipe", tmp_path / "fit.spacy", tmp_path / "out2", nil="margin")
+
+
+def test_pipeline_discovery_links_as_the_linker_and_clusters_only_its_nil_mentions(kb_dir):
+    from spacy_pel.discovery.cluster import discover
+
+    nlp = linker_pipeline(kb_dir, nil=CLASSIFIER, threshold=0.5)
+    spans = [(0, 2, "Chemical", "D1"), (2, 3, "Disease", "NIL"), (10, 12, "Disease", "NIL")]
+    docs = [doc_with(nlp, spans), doc_with(nlp, spans)]  # the same mentions in the same context twice
+    linker = nlp.get_pipe("pel_linker")
+    vecs = linker.mention_vectors(docs[:1], [[(2, 3, 0), (10, 12, 0)]])
+    apart = float(vecs[0] @ vecs[1])
+    counts = discover(nlp, docs, k=3, linking="pipeline", mention_threshold=(apart + 1) / 2)
+    ids = [[e.kb_id_ for e in doc.ents] for doc in docs]
+    # the rule-matched mention keeps the linker's entity; each NIL mention finds its twin only
+    assert ids == [["D1", "NIL:0", "NIL:1"], ["D1", "NIL:0", "NIL:1"]]
+    assert counts == {"mentions": 6, "linked": 2, "nil_clusters": 2, "nil_mentions": 4}
+    # a floor below their similarity puts all four NIL mentions in one cluster
+    discover(nlp, docs, k=3, linking="pipeline", mention_threshold=apart - 0.01)
+    assert [[e.kb_id_ for e in doc.ents] for doc in docs] == [["D1", "NIL:0", "NIL:0"]] * 2
