@@ -1,0 +1,165 @@
+"""Issue #14's acceptance table: accuracy where users feel it, for the pipeline as the ``all``
+workflow assembles it (optionally with more candidate rules appended: name-level rows, re-ranker).
+
+Sections (``--sections``; the others are copied from the previous report):
+
+* ``dev`` — BC5CDR dev gold mentions vs all MeSH: R@1, R@64, seen / unseen-entity R@1, mentions/s;
+* ``nil`` — NIL decision fitted on dev docs 0-249 and applied to docs 250-499, both on BC5CDR dev
+  (its real NIL mentions) and in the OKB C10 setting (every MeSH record under C10 removed from the KB,
+  its mentions relabelled NIL): NIL P/R/F1 and auPR on the held-out docs, with the in-KB R@1 that the
+  NIL decisions cost; strategies: the top-score threshold and the NIL classifier, each with the
+  threshold free and bounded to ≤ 1 pt in-KB R@1 loss on the fitting docs;
+* ``ncbi`` — transfer: NCBI disease dev gold mentions vs MEDIC (11,915 concepts), the same retriever
+  and BC5CDR train surface forms (trained on BC5CDR only).
+
+    python benchmarks/accuracy.py --pipeline training/pipeline --okb-kb OKB/kb --work /tmp/acc
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import spacy
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speed import machine  # noqa: E402
+
+from spacy_pel.corpora import NIL, convert, corpus_ids, read_docbin  # noqa: E402
+from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
+from spacy_pel.evaluation.nil import calibrate  # noqa: E402
+from spacy_pel.pipeline.linker import find_linker  # noqa: E402
+from spacy_pel.retrieval.build import build_kb  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data"
+SECTIONS = ("dev", "nil", "ncbi")
+FIT, HELD_OUT = (0, 250), (250, 500)
+NIL_RUNS = [("top score, free threshold", "top_score", None), ("top score, ≤ 1 pt R@1 loss", "top_score", 0.01),
+            ("NIL classifier, free threshold", "classifier", None), ("NIL classifier, ≤ 1 pt R@1 loss", "classifier", 0.01)]
+
+
+def load(pipeline: Path, kb: Optional[Path] = None):
+    nlp = spacy.load(pipeline, config={"components.pel_linker.kb": str(kb)} if kb else {})
+    return nlp, find_linker(nlp)[1]
+
+
+def dev_section(pipeline: Path, kb: Optional[Path], dev: Path, train: Path) -> dict:
+    nlp, linker = load(pipeline, kb)
+    linker.ensure_loaded()
+    docs = read_docbin(nlp, dev)
+    train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train)))
+    mention_table(linker, docs[:16])  # warm-up
+    rows, seconds = mention_table(linker, docs, progress=True)
+    return metrics(rows, seconds, linker.index.row, train_ids, None)
+
+
+def held_out(pipeline: Path, corpus: Path) -> dict:
+    """NIL and in-KB figures of a calibrated pipeline on the held-out docs."""
+    nlp, linker = load(pipeline)
+    docs = read_docbin(nlp, corpus)[HELD_OUT[0] : HELD_OUT[1]]
+    rows, _ = mention_table(linker, docs, progress=True)
+    report = metrics(rows, 1.0, linker.index.row, None, linker.threshold)
+    in_kb = [r for r in rows if r[0] != [NIL] and any(g in linker.index.row for g in r[0])]
+    right = [r[1][0] in r[0] for r in in_kb]
+    kept = [ok and r[3] >= linker.threshold for ok, r in zip(right, in_kb)]
+    return {"nil": report["nil"], "nil_mentions": report["counts"]["nil"], "in_kb": len(in_kb),
+            "in_kb_R@1_without_nil": round(float(np.mean(right)), 4), "in_kb_R@1_with_nil": round(float(np.mean(kept)), 4)}
+
+
+def nil_section(pipeline: Path, kb: Optional[Path], corpus: Path, work: Path) -> dict:
+    """Fit each NIL run on docs 0-249 of ``corpus`` and measure it on docs 250-499."""
+    base = work / "pipeline"
+    work.mkdir(parents=True, exist_ok=True)
+    if not (base / "config.cfg").exists():
+        load(pipeline, kb)[0].to_disk(base)
+    out = {}
+    for label, strategy, loss in NIL_RUNS:
+        fitted = work / f"{strategy}_{loss}"
+        done = fitted / "nil_calibration.json"  # a finished calibration from an earlier run of the same inputs
+        summary = json.loads(done.read_text()) if done.exists() else calibrate(base, corpus, fitted, docs=FIT, nil=strategy, max_r1_loss=loss)
+        out[label] = {"fit": {k: summary[k] for k in ("threshold", "p", "r", "f", "in_kb_r1_loss", "average_precision")},
+                      "classifier": summary.get("classifier"), "held_out": held_out(fitted, corpus)}
+    return out
+
+
+def ncbi_section(pipeline: Path, work: Path, train: Path) -> dict:
+    medic = SHARED / "ncbi-disease" / "medic_06Jul2012.txt"
+    corpus = work / "ncbi_dev.spacy"
+    convert(SHARED / "ncbi-disease" / "NCBIdevelopset_corpus.txt", corpus)
+    name, _ = find_linker(spacy.load(pipeline))
+    kb = work / "medic_kb"
+    if not (kb / "meta.json").exists():  # encoded by the pipeline's own encoder
+        build_kb(medic, kb, "medic", str(pipeline / name / "encoder"), precision="auto", progress=True)
+    return dev_section(pipeline, kb, corpus, train)
+
+
+def fmt_nil(r: dict) -> str:
+    h = r["held_out"]
+    return (f"{h['nil']['p']:.3f} / {h['nil']['r']:.3f} / **{h['nil']['f']:.3f}** | {h['nil']['average_precision']:.3f} | "
+            f"{h['in_kb_R@1_without_nil']:.3f} → {h['in_kb_R@1_with_nil']:.3f} | {r['fit']['threshold']:.3f}")
+
+
+def markdown(report: dict) -> str:
+    dev, ncbi, nil = report.get("dev"), report.get("ncbi"), report.get("nil", {})
+    lines = ["# Accuracy where users feel it (issue #14): BC5CDR dev vs all MeSH, NIL, transfer", "",
+             f"Written by `python benchmarks/accuracy.py {report['args']}`. Machine: {report['machine']['cpu']} "
+             f"({', '.join(report['machine']['flags'])}), torch {report['machine']['torch']}.", "",
+             "| measure | round 1 | target | now |", "|---|---|---|---|"]
+    if dev:
+        r, u = dev["recall_in_kb"], dev.get("recall_unseen", {})
+        lines += [f"| R@1, BC5CDR dev gold mentions in the KB ({dev['counts']['in_kb']}) | 0.908 | ≥ 0.95 | {r['R@1']:.4f} |",
+                  f"| unseen-entity R@1 ({dev['counts'].get('unseen', 0)}) | 0.799 | ≥ 0.88 | {u.get('R@1', 0):.4f} |",
+                  f"| R@64 | 0.964 | ≥ 0.99 | {r['R@64']:.4f} |"]
+    okb = nil.get("okb", {}).get("NIL classifier, ≤ 1 pt R@1 loss")
+    if okb:
+        h = okb["held_out"]
+        lines.append(f"| NIL F1, OKB C10 held-out docs 250-499 (in-KB R@1 loss ≤ 1 pt), NIL classifier | 0.45–0.48 (retriever alone) | ≥ 0.60 | "
+                     f"{h['nil']['f']:.3f} (R@1 {h['in_kb_R@1_without_nil']:.3f} → {h['in_kb_R@1_with_nil']:.3f}) |")
+    if ncbi:
+        lines.append(f"| NCBI disease dev vs MEDIC, trained on BC5CDR only: R@1 ({ncbi['counts']['in_kb']} in-KB mentions) | – | ≥ 0.90 | "
+                     f"{ncbi['recall_in_kb']['R@1']:.4f} |")
+    if dev:
+        lines.append(f"| whole-pipeline mentions/s (this run's linker) | – | ≥ 1,000 | {dev['mentions_per_s']:,.0f} |")
+    for key, title in (("okb", "OKB C10 (MeSH branch C10 removed; its dev mentions relabelled NIL)"), ("dev", "BC5CDR dev (its real NIL mentions)")):
+        if key in nil:
+            lines += ["", f"## NIL on {title}: fitted on docs 0-249, measured on docs 250-499", "",
+                      "| NIL decision | NIL P / R / F1 | NIL auPR | in-KB R@1 without → with NIL | threshold |", "|---|---|---|---|---|"]
+            lines += [f"| {label} | {fmt_nil(r)} |" for label, r in nil[key].items()]
+            clf = nil[key].get("NIL classifier, free threshold", {}).get("classifier")
+            if clf:
+                lines.append(f"\nClassifier weights (fitted): {clf['weights']}, bias {clf['bias']}; label types: {clf['label_types']}.")
+    lines += ["", report.get("notes", "")]
+    return "\n".join(lines) + "\n"
+
+
+def main(
+    pipeline: Path = typer.Option(..., help="The pipeline as `all` assembles it (rules included)"),
+    okb_kb: Path = typer.Option(..., help="The OKB C10 KB (python -m spacy_pel okb --remove C10)"),
+    okb_dev: Path = typer.Option(..., help="BC5CDR dev relabelled for OKB C10"),
+    work: Path = typer.Option(Path("/tmp/pel_accuracy"), help="Scratch folder"),
+    dev: Path = typer.Option(ROOT / "corpus" / "bc5cdr_dev.spacy"),
+    train: Path = typer.Option(ROOT / "corpus" / "bc5cdr_train.spacy"),
+    sections: List[str] = typer.Option(list(SECTIONS), help="Sections to measure"),
+    output: Path = typer.Option(ROOT / "benchmarks" / "accuracy", help="Report path without suffix"),
+    notes: str = typer.Option("", help="Notes for the report"),
+):
+    out_json = output.with_suffix(".json")
+    report = json.loads(out_json.read_text()) if out_json.exists() else {}
+    report.update({"machine": machine(), "args": " ".join(sys.argv[1:]), "notes": notes or report.get("notes", "")})
+    work.mkdir(parents=True, exist_ok=True)
+    measure = {"dev": lambda: dev_section(pipeline, None, dev, train),
+               "nil": lambda: {"okb": nil_section(pipeline, okb_kb, okb_dev, work / "okb"), "dev": nil_section(pipeline, None, dev, work / "dev")},
+               "ncbi": lambda: ncbi_section(pipeline, work, train)}
+    for section in SECTIONS:
+        if section in sections:
+            report[section] = measure[section]()
+            out_json.write_text(json.dumps(report, indent=2), encoding="utf8")  # each section as soon as it is measured
+            output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+
+if __name__ == "__main__":
+    typer.run(main)
