@@ -106,7 +106,8 @@ def fmt_nil(r: dict) -> str:
 def markdown(report: dict) -> str:
     dev, ncbi, nil = report.get("dev"), report.get("ncbi"), report.get("nil", {})
     lines = ["# Accuracy where users feel it (issue #14): BC5CDR dev vs all MeSH, NIL, transfer", "",
-             f"Written by `python benchmarks/accuracy.py {report['args']}`. Machine: {report['machine']['cpu']} "
+             "Written by " + "; ".join(f"{section}: `python benchmarks/accuracy.py {cmd}`" for section, cmd in report.get("commands", {}).items())
+             + f". Machine: {report['machine']['cpu']} "
              f"({', '.join(report['machine']['flags'])}), torch {report['machine']['torch']}.", "",
              "| measure | round 1 | target | now |", "|---|---|---|---|"]
     if dev:
@@ -149,7 +150,8 @@ def main(
 ):
     out_json = output.with_suffix(".json")
     report = json.loads(out_json.read_text()) if out_json.exists() else {}
-    report.update({"machine": machine(), "args": " ".join(sys.argv[1:]), "notes": notes or report.get("notes", "")})
+    report.update({"machine": machine(), "notes": notes or report.get("notes", "")})
+    report.pop("args", None), report.pop("runs", None)  # older reports: one command line for all sections
     work.mkdir(parents=True, exist_ok=True)
     measure = {"dev": lambda: dev_section(pipeline, None, dev, train),
                "nil": lambda: {"okb": nil_section(pipeline, okb_kb, okb_dev, work / "okb"), "dev": nil_section(pipeline, None, dev, work / "dev")},
@@ -157,6 +159,7 @@ def main(
     for section in SECTIONS:
         if section in sections:
             report[section] = measure[section]()
+            report.setdefault("commands", {})[section] = " ".join(sys.argv[1:])
             out_json.write_text(json.dumps(report, indent=2), encoding="utf8")  # each section as soon as it is measured
             output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
 
