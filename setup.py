@@ -45,6 +45,7 @@ setup(
             "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules:alias_table_rule",
             "spacy_pel.rules.repeats.v1 = spacy_pel.pipeline.rules:repeat_rule",
             "spacy_pel.rules.spelling_variants.v1 = spacy_pel.pipeline.rules:spelling_variant_rule",
+            "spacy_pel.rules.rerank.v1 = spacy_pel.pipeline.rerank:rerank_rule",
             "spacy_pel.nil.top_score.v1 = spacy_pel.pipeline.nil:top_score_nil",
             "spacy_pel.nil.classifier.v1 = spacy_pel.pipeline.nil:classifier_nil",
             "spacy_pel.rules.name_rows.v1 = spacy_pel.pipeline.name_rows:name_rows_rule",

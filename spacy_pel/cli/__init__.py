@@ -20,6 +20,7 @@ from . import (
     okb,
     train,
     train_e2e,
+    train_reranker,
     train_spans,
     visualize,
 )
@@ -31,6 +32,7 @@ COMMANDS = {
     "train": train,
     "train-e2e": train_e2e,
     "train-spans": train_spans,
+    "train-reranker": train_reranker,
     "aliases": aliases,
     "evaluate": evaluate,
     "calibrate": calibrate,

@@ -88,6 +88,16 @@ def resolve_model_name(name: str) -> str:
     return name
 
 
+def marker_tokenizer(source: str, name: str) -> "AutoTokenizer":
+    """The fast tokenizer of ``source`` (a resolved model path; ``name`` for messages) with the
+    [M_s]/[M_e] mention markers added."""
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{name}: spacy_pel needs a fast (Rust) tokenizer for offsets")
+    tokenizer.add_tokens([MENTION_START, MENTION_END], special_tokens=True)
+    return tokenizer
+
+
 def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -216,10 +226,7 @@ class BiEncoder(torch.nn.Module):
             return cls(mention, entity, tokenizer, config)
         config = EncoderConfig(base=str(name_or_path), **overrides)
         source = resolve_model_name(str(name_or_path))
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(f"{name_or_path}: spacy_pel needs a fast (Rust) tokenizer for offsets")
-        tokenizer.add_tokens([MENTION_START, MENTION_END], special_tokens=True)
+        tokenizer = marker_tokenizer(source, str(name_or_path))
         mention = AutoModel.from_pretrained(source)
         entity = AutoModel.from_pretrained(source)
         mention.resize_token_embeddings(len(tokenizer))
