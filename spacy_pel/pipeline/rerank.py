@@ -106,7 +106,7 @@ class RerankRule(LinkerPart):
     # ------------------------------------------------------------------ the rule
     def targets(self, batch: CandidateBatch) -> List[int]:
         """The mentions to re-rank: open, not matched by name (with ``skip_matched``), > 1 candidate."""
-        matched = getattr(batch, "matched", set()) if self.skip_matched else set()
+        matched = batch.matched if self.skip_matched else set()
         return [i for i in range(len(batch.texts))
                 if batch.open(i) and i not in matched and int((batch.rows[i] >= 0).sum()) > 1]
 
