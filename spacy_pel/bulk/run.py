@@ -64,7 +64,9 @@ def connect(address: Optional[str], num_cpus: Optional[int]) -> bool:
 
 
 def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker: int, batch_size: int,
-             setup: Optional[Callable]):
+             setup: Optional[Callable], alone: bool = False):
+    """The linking dataset; ``alone`` (the second pass): one call at a time per actor, so that a
+    document that kills its actor takes no other document's call down with it."""
     import ray
 
     ds = ray.data.from_items([c.as_item() for c in chunks], override_num_blocks=len(chunks))
@@ -76,7 +78,7 @@ def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker:
                                "setup": setup},
         batch_size=None,  # one block = one chunk = one call
         batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=workers),
+        compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1 if alone else None),
         num_cpus=cpus_per_worker,
         max_restarts=ACTOR_RESTARTS,
         max_task_retries=BATCH_RETRIES,
@@ -190,7 +192,7 @@ def _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size
         for alone in (False, True):  # the documents of batches Ray could not run get a second pass, each alone
             if not todo:
                 break
-            ds = _dataset(todo, pipeline, workers, cpus_per_worker, batch_size, setup)
+            ds = _dataset(todo, pipeline, workers, cpus_per_worker, batch_size, setup, alone)
             for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
                 for doc in batch.to_pylist():
                     result = results[doc["shard"]]
