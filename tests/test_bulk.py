@@ -82,6 +82,7 @@ def rows_of(docs, ids):
     return [
         {"doc_id": doc_id, "start_char": e.start_char, "end_char": e.end_char, "text": e.text, "label": e.label_,
          "kb_id": e.kb_id_, "score": e._.pel_candidates[0][2] if e._.pel_candidates else None,
+         "confidence": e._.pel_confidence,
          "candidates": [{"id": c[0], "name": c[1], "score": c[2]} for c in e._.pel_candidates]}
         for doc, doc_id in zip(docs, ids) for e in doc.ents
     ]
@@ -100,8 +101,9 @@ def read_rows(output: Path, shard: str):
 def assert_same_rows(got, expected):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
-        assert {k: v for k, v in g.items() if "score" not in k and k != "candidates"} == \
-               {k: v for k, v in e.items() if "score" not in k and k != "candidates"}
+        assert {k: v for k, v in g.items() if k not in ("score", "confidence", "candidates")} == \
+               {k: v for k, v in e.items() if k not in ("score", "confidence", "candidates")}
+        assert g["confidence"] == pytest.approx(e["confidence"], abs=1e-4)  # the NIL strategy's, NIL below the threshold
         assert [c["id"] for c in g["candidates"]] == [c["id"] for c in e["candidates"]]
         assert g["score"] == pytest.approx(e["score"], abs=1e-4)
         assert [c["score"] for c in g["candidates"]] == pytest.approx([c["score"] for c in e["candidates"]], abs=1e-4)

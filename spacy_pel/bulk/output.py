@@ -1,6 +1,6 @@
 """The output folder of a bulk run, one set of files per input shard, each written atomically::
 
-    OUTPUT/mentions/<shard>.parquet   rows (doc_id, start_char, end_char, text, label, kb_id, score, candidates)
+    OUTPUT/mentions/<shard>.parquet   rows (doc_id, start_char, end_char, text, label, kb_id, score, confidence, candidates)
     OUTPUT/errors/<shard>.jsonl       {"doc_id", "reason"} per document that could not be linked (only if any)
     OUTPUT/done/<shard>.json          the completion marker: counts, and the input's size and mtime
     OUTPUT/summary.json               totals over every finished shard, and the last run's rate
@@ -30,7 +30,8 @@ def schema():
     candidate = pa.struct([("id", pa.string()), ("name", pa.string()), ("score", pa.float64())])
     return pa.schema([
         ("doc_id", pa.string()), ("start_char", pa.int64()), ("end_char", pa.int64()), ("text", pa.string()),
-        ("label", pa.string()), ("kb_id", pa.string()), ("score", pa.float64()), ("candidates", pa.list_(candidate)),
+        ("label", pa.string()), ("kb_id", pa.string()), ("score", pa.float64()), ("confidence", pa.float64()),
+        ("candidates", pa.list_(candidate)),
     ])
 
 

@@ -21,7 +21,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..corpora import Annotation, PubTatorDoc, make_doc
-from ..pipeline.linker import CANDIDATES_ATTR, PELLinker, find_linker, load_pipeline
+from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, find_linker, load_pipeline
 
 SPAN_FINDER = "spacy_pel.mentions.span_finder.v1"
 ATTEMPTS_ALONE = 2
@@ -66,6 +66,7 @@ def mention_rows(doc: Doc, doc_id: str, linker: PELLinker) -> List[dict]:
         rows.append({
             "doc_id": doc_id, "start_char": span.start_char, "end_char": span.end_char, "text": span.text,
             "label": span.label_, "kb_id": span.kb_id_, "score": float(candidates[0][2]) if candidates else None,
+            "confidence": None if span._.get(CONFIDENCE_ATTR) is None else float(span._.get(CONFIDENCE_ATTR)),
             "candidates": [{"id": c[0], "name": c[1], "score": float(c[2])} for c in candidates],
         })
     return rows
