@@ -24,7 +24,7 @@ from spacy.tokens import Doc, Span
 
 from ..corpora import NIL, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
-from ..pipeline.mentions import doc_spans
+from ..pipeline.mentions import doc_spans, spans_at
 from ..retrieval.index import EntityIndex
 
 NIL_PREFIX = NIL + ":"
@@ -202,12 +202,7 @@ def pipeline_nil_clusters(
     nil = [n for n, e in enumerate(entity_for_mention) if e is None]
     components = np.arange(len(decided), dtype=np.int64) + len(decided)  # linked: their own component
     if nil:
-        where, flat = set(nil), []
-        start = 0
-        for sp in spans:
-            flat.append([s for n, s in enumerate(sp, start) if n in where])
-            start += len(sp)
-        vectors = linker.mention_vectors(docs, flat)
+        vectors = linker.mention_vectors(docs, spans_at(spans, nil))
         _, nil_components = cluster(vectors, (np.zeros((0, vectors.shape[1]), np.float32), []), k,
                                     mention_threshold=mention_threshold)
         components[nil] = nil_components

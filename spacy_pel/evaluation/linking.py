@@ -79,8 +79,9 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
     groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
     ranks = np.full(len(rows), np.inf)
     top = np.zeros(len(rows))
-    for n, (gold, cands, *_) in enumerate(rows):
-        top[n] = row_confidence(rows[n])
+    for n, row in enumerate(rows):
+        gold, cands = row[0], row[1]
+        top[n] = row_confidence(row)
         if gold == [NIL]:
             groups["nil"].append(n)
             continue

@@ -14,7 +14,7 @@ import numpy as np
 import spacy
 from sklearn.linear_model import LogisticRegression
 
-from ..corpora import NIL, gold_spans, read_docbin
+from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..pipeline.linker import configure_linker, find_linker
 from ..pipeline.nil import FEATURES, ClassifierNil
 from ..retrieval.index import EntityIndex
@@ -89,7 +89,7 @@ def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str
     totals: Counter = Counter()
     for doc in docs:
         for span in gold_spans(doc):
-            row = next((r for r in map(index.resolve, span.kb_id_.split("|")) if r is not None), None)
+            row = next((r for r in map(index.resolve, gold_ids(span.kb_id_)) if r is not None), None)
             if span.label_ and row is not None:
                 totals[span.label_] += 1
                 counts[span.label_].update(set(index.entities.types[row]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Set, Union
 
 import numpy as np
 
@@ -64,16 +64,20 @@ class AliasTable:
             return [r for r, c in self.seen[key] if c == best]
         return self.names.get(key)
 
-    def restrict(self, texts: Sequence[str], vectors: np.ndarray, scores: np.ndarray, rows: np.ndarray):
+    def restrict(self, texts: Sequence[str], vectors: np.ndarray, scores: np.ndarray, rows: np.ndarray,
+                 found: Optional[Set[int]] = None):
         """Re-rank retrieved ``(scores, rows)`` (``[n, k]``, best first): where the table knows a
         mention's text, its best-scoring allowed entity goes first with its own bi-encoder score and
-        the other candidates follow in retrieval order (the last one drops off)."""
+        the other candidates follow in retrieval order (the last one drops off). ``found``, if given,
+        receives the indices of the mentions the table knew."""
         scores, rows = scores.copy(), rows.copy()
         table, k = self.index.embeddings, rows.shape[1]
         for i, text in enumerate(texts):
             allowed = self.candidates(text)
             if not allowed:
                 continue
+            if found is not None:
+                found.add(i)
             allowed_scores = table[allowed].astype(np.float32) @ vectors[i].astype(np.float32)
             j = int(np.argmax(allowed_scores))
             best_row, best_score = allowed[j], float(allowed_scores[j])

@@ -31,7 +31,7 @@ from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
 from .folder import LinkerFolder
-from .mentions import DocSpans
+from .mentions import DocSpans, spans_at
 from .nil import TopScoreNil, nil_features, span_label
 from .rules import DECIDED_SCORE, CandidateBatch, CandidateRule
 from .scoring import score_linker
@@ -285,10 +285,7 @@ class PELLinker(LinkerFolder, Pipe):
         scores, rows = np.zeros((n, k), np.float32), np.full((n, k), -1, np.int64)
         if len(todo) == 0:
             return vectors, scores, rows
-        wanted, flat, start = set(todo.tolist()), [], 0
-        for sp in spans:
-            flat.append([s for i, s in enumerate(sp, start) if i in wanted])
-            start += len(sp)
+        flat = spans_at(spans, todo.tolist())
         vectors[todo] = self.vectors(self.encoder, docs, flat, self.cfg.batch_size, hidden)
         found_scores, found_rows = self.index.search(vectors[todo], k)
         width = found_rows.shape[1]

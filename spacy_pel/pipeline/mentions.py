@@ -57,6 +57,15 @@ def doc_spans(doc: Doc, spans_key: Optional[str] = None) -> Sequence[Span]:
     return doc.spans[spans_key] if spans_key in doc.spans else []
 
 
+def spans_at(spans: Sequence[list], wanted) -> List[list]:
+    """Per doc, the spans whose flat index (counted over all the docs' spans in order) is in ``wanted``."""
+    wanted, out, start = set(wanted), [], 0
+    for sp in spans:
+        out.append([s for i, s in enumerate(sp, start) if i in wanted])
+        start += len(sp)
+    return out
+
+
 def docs_per_pass(batch_size: int) -> int:
     """Documents per transformer batch in one-pass-per-document encoding."""
     return max(1, batch_size // 8)

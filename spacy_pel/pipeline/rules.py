@@ -166,9 +166,7 @@ class AliasRule(LinkerPart):
     def __call__(self, batch: CandidateBatch) -> None:
         open_ = [batch.open(i) for i in range(len(batch.texts))]
         texts = [t if o else "" for t, o in zip(batch.texts, open_)]  # "" matches no name
-        table = self._table()
-        batch.matched.update(i for i, t in enumerate(texts) if t and table.candidates(t))
-        batch.scores, batch.rows = table.restrict(texts, batch.vectors, batch.scores, batch.rows)
+        batch.scores, batch.rows = self._table().restrict(texts, batch.vectors, batch.scores, batch.rows, found=batch.matched)
 
 
 class RepeatRule:
