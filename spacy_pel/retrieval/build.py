@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..files import BadLines, InputError, atomic_write, file_digest
 from ..kb import READERS, Entity, kb_files, read_kb
-from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, resolve_precision
+from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, tower_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 
 CHUNK = 16384
@@ -298,7 +298,7 @@ def build_kb(
             "entities": len(entities),
             "entities_sha256": entity_texts_digest(entities, enc),
             "encoder_fingerprint": fingerprint,
-            "precision": resolve_precision(precision, enc.device_),  # "auto" as it resolved here
+            "precision": tower_precision(precision, enc.device_),  # "auto" as it resolved here
             "device": enc.device_.type,
         }
         vectors, resume = encode_resumable(entities, enc, stamp, work, batch_size, progress, chunk_size)

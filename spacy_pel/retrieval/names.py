@@ -31,7 +31,7 @@ import torch
 
 from ..files import InputError, atomic_dir
 from ..kb import Entity, normalize
-from ..models.encoder import BiEncoder, EncoderMismatchError, resolve_precision
+from ..models.encoder import BiEncoder, EncoderMismatchError, tower_precision
 from .build import encode_resumable, load_encoder
 from .index import EntityIndex
 from .search import FlatSearch
@@ -138,7 +138,7 @@ class NameIndex:
         else:
             digest = hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
             stamp = {"names": len(seqs), "names_sha256": digest, "encoder_fingerprint": fingerprint, "input": input,
-                     "max_length": max_length, "precision": resolve_precision(encoder.config.precision, encoder.device_),
+                     "max_length": max_length, "precision": tower_precision(encoder.config.precision, encoder.device_),
                      "device": encoder.device_.type}
             vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size)
         ids = [entities.ids[i] for i in range(len(entities))] if hasattr(entities, "ids") else [e.id for e in entities]
@@ -266,7 +266,7 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
     shutil.rmtree(work, ignore_errors=True)
     encoded = len(names) - resume.get("reused_entities", 0)
     report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
-              "max_length": max_length, "precision": resolve_precision(precision, enc.device_), "entities": len(index),
+              "max_length": max_length, "precision": tower_precision(precision, enc.device_), "entities": len(index),
               "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),
               "names_per_s": round(encoded / max(t2 - t1, 1e-9), 1), "wall_s": round(time.perf_counter() - t0, 1),
               "resume": resume}

@@ -38,6 +38,7 @@ OFFSETS = "offsets.npy"
 NAME_KEYS = "name_keys"
 NAME_PTR = "name_ptr.npy"
 NAME_ROWS = "name_rows.npy"
+LOOKUP_CACHE = 100_000  # names whose lookups a NameIndex remembers
 
 
 class StringColumn(Sequence[str]):
@@ -93,6 +94,7 @@ class NameIndex:
 
     def __init__(self, keys: StringColumn, ptr: np.ndarray, rows: np.ndarray):
         self.keys, self.ptr, self.rows = keys, ptr, rows
+        self._seen: Dict[str, Optional[tuple]] = {}  # keys looked up before (mentions repeat); bounded
 
     @classmethod
     def build(cls, entities: Sequence[Entity]) -> "NameIndex":
@@ -109,8 +111,13 @@ class NameIndex:
 
     def get(self, key: str) -> Optional[List[int]]:
         """The rows of entities with this normalised name, or None."""
-        i = _find(self.keys, key)
-        return None if i is None else self.rows[self.ptr[i] : self.ptr[i + 1]].tolist()
+        if key not in self._seen:
+            if len(self._seen) >= LOOKUP_CACHE:
+                self._seen.clear()
+            i = _find(self.keys, key)
+            self._seen[key] = None if i is None else tuple(self.rows[self.ptr[i] : self.ptr[i + 1]].tolist())
+        found = self._seen[key]
+        return None if found is None else list(found)
 
     def __contains__(self, key: str) -> bool:
         return self.get(key) is not None

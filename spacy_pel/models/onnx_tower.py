@@ -1,0 +1,81 @@
+"""A transformer tower run by ONNX Runtime with dynamically quantised int8 weights (CPU inference).
+
+The tower (a Hugging Face encoder taking ``input_ids`` and ``attention_mask``) is exported to ONNX in a
+temporary folder, its matrix products are quantised (int8 weights, one scale per output channel;
+activations quantised per batch) and the session is kept in memory: nothing is written next to the
+weights, which stay the safetensors files that are trained, saved and fingerprinted. On the CPUs we
+measured, this runs a 6-layer MiniLM about twice as fast as torch in bf16 and 2.5× torch fp32
+(benchmarks/speed.md), using the VNNI int8 instructions that both Intel and AMD server CPUs have.
+"""
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
+
+import onnxruntime
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+INPUTS = ("input_ids", "attention_mask")
+OUTPUT = "last_hidden_state"
+OPSET = 17
+
+
+class _LastHidden(torch.nn.Module):
+    """The tower with positional inputs and one output, as the exporter wants it."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def export_int8(model: torch.nn.Module, folder: Path) -> Path:
+    """``model`` exported to ONNX (batch and length dynamic) and quantised to int8 in ``folder``."""
+    example = torch.ones((2, 8), dtype=torch.long)
+    fp32, int8 = folder / "tower.onnx", folder / "tower.int8.onnx"
+    was_training = model.training
+    model.eval()
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            # the TorchScript exporter is deprecated in favour of torch.export's, which needs onnxscript
+            # and is slower on these models; its notices are not for our users
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _LastHidden(model), (example, example), str(fp32), input_names=list(INPUTS), output_names=[OUTPUT],
+                dynamic_axes={name: {0: "batch", 1: "length"} for name in (*INPUTS, OUTPUT)},
+                opset_version=OPSET, dynamo=False,
+            )
+    finally:
+        model.train(was_training)
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True)
+    return int8
+
+
+class OnnxTower:
+    """Inference-only stand-in for a tower: ``tower(input_ids=…, attention_mask=…).last_hidden_state``
+    (a float32 torch tensor), computed by ONNX Runtime from an int8 copy of ``model`` made now.
+
+    ``threads``: ONNX Runtime's intra-op threads (default: torch's current setting, so the thread
+    settings a user gives torch hold for both).
+    """
+
+    def __init__(self, model: torch.nn.Module, threads: Optional[int] = None):
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only
+        with tempfile.TemporaryDirectory(prefix="spacy_pel_onnx_") as tmp:
+            data = export_int8(model, Path(tmp)).read_bytes()
+        self.session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
+        feeds = {"input_ids": input_ids.cpu().numpy(), "attention_mask": attention_mask.cpu().numpy()}
+        hidden = self.session.run([OUTPUT], feeds)[0]
+        return SimpleNamespace(last_hidden_state=torch.from_numpy(hidden))
