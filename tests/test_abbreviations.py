@@ -44,3 +44,33 @@ def test_short_form_without_long_form_mention_uses_long_form_in_alias_table(kb_d
     doc = nlp.make_doc("Patients on acetylsalicylic acid ( ASA ) : ASA helped .")
     doc.ents = [Span(doc, 5, 6, label="C"), Span(doc, 8, 9, label="C")]  # only the short forms are mentions
     assert [e.kb_id_ for e in nlp(doc).ents] == ["D4", "D4"]  # via the KB synonym "acetylsalicylic acid"
+
+
+def test_short_form_takes_the_mention_of_its_label_inside_its_long_form():
+    """``ribavirin-induced hemolytic anemia (RIHA)``: no mention has the long form's text, but the Disease
+    mention inside it, the long form's head, is what RIHA means."""
+    nlp = spacy.blank("en")
+    text = "Ribavirin-induced hemolytic anemia (RIHA) and RIHA again; tri-ortho-tolyl  phosphate (TOTP) ."
+    doc = nlp.make_doc(text)
+
+    def mentions(*pairs):
+        spans = []
+        for words, label, nth in pairs:
+            start = -1
+            for _ in range(nth + 1):
+                start = text.index(words, start + 1)
+            spans.append(doc.char_span(start, start + len(words), label=label))
+        return [[(sp.start, sp.end, sp.label_) for sp in spans]], [sp.text for sp in spans]
+
+    spans, texts = mentions(("Ribavirin", "Chemical", 0), ("hemolytic anemia", "Disease", 0), ("RIHA", "Disease", 0),
+                            ("RIHA", "Disease", 1), ("TOTP", "Chemical", 0))
+    lookup, copy_from = short_form_links([doc], spans, texts)
+    assert copy_from == {2: 1, 3: 1}  # both RIHAs → "hemolytic anemia", not the Chemical "Ribavirin"
+    assert lookup[4] == "tri-ortho-tolyl phosphate"  # no mention inside that long form: looked up by it
+    spans, texts = mentions(("Ribavirin", "Chemical", 0), ("hemolytic anemia", "Chemical", 0), ("RIHA", "Chemical", 0))
+    assert short_form_links([doc], spans, texts)[1] == {2: 1}  # the long form's head before another mention in it
+    spans, texts = mentions(("Ribavirin", "Chemical", 0), ("hemolytic anemia", "Disease", 0), ("RIHA", "Chemical", 0))
+    assert short_form_links([doc], spans, texts)[1] == {2: 0}  # else a mention of its label inside it
+    spans, texts = mentions(("hemolytic anemia", "Disease", 0), ("RIHA", "Chemical", 0))
+    lookup, copy_from = short_form_links([doc], spans, texts)
+    assert copy_from == {} and lookup[1] == "Ribavirin-induced hemolytic anemia"  # no mention of its label in it

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..kb import normalize
 
 _PAREN = re.compile(r"\(([^()]{1,12})\)")
+_WORD = re.compile(r"\S+")
 
 
 def _valid_short(sf: str) -> bool:
@@ -41,42 +42,70 @@ def best_long_form(short: str, words_before: str) -> Optional[str]:
     return long
 
 
-def abbreviations(text: str) -> Dict[str, str]:
-    """``{short form: long form}`` for each ``long form (SF)`` in ``text`` (the first definition wins)."""
-    found: Dict[str, str] = {}
+def definitions(text: str) -> Dict[str, Tuple[str, int, int]]:
+    """``{short form: (long form, start, end)}`` for each ``long form (SF)`` in ``text``, with the long
+    form's character offsets in ``text`` (the first definition wins)."""
+    found: Dict[str, Tuple[str, int, int]] = {}
     for m in _PAREN.finditer(text):
         short = m.group(1).strip()
         if not _valid_short(short) or short in found:
             continue
-        words = text[: m.start()].rstrip().split()
         n = min(len(short) + 5, 2 * len(short))
-        long = best_long_form(short, " ".join(words[-n:]))
-        if long:
-            found[short] = long
+        words = [w for w in _WORD.finditer(text, max(0, m.start() - 40 * n), m.start())][-n:]
+        long = best_long_form(short, " ".join(w.group() for w in words))
+        if long:  # the long form is the last words before the parenthesis (it starts at a word)
+            found[short] = (long, words[-len(long.split())].start(), words[-1].end())
     return found
+
+
+def abbreviations(text: str) -> Dict[str, str]:
+    """``{short form: long form}`` for each ``long form (SF)`` in ``text`` (the first definition wins)."""
+    return {short: long for short, (long, _, _) in definitions(text).items()}
 
 
 def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str]) -> Tuple[List[str], Dict[int, int]]:
     """For the mentions of ``docs`` (``spans``: per doc ``(start, end, label)``; ``texts``: their texts,
     flat over the docs): the text to look up in an alias table (a defined short form's long form), and
-    ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j`` of the same doc."""
+    ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j`` of the same doc: a mention
+    with the long form's text, or else the mention of the short form's label inside the long form where
+    it is defined, its head first (``ribavirin-induced hemolytic anemia (RIHA)``: the Disease mention
+    ``hemolytic anemia``)."""
     lookup, copy_from, start = list(texts), {}, 0
     for doc, doc_spans in zip(docs, spans):
         idx = range(start, start + len(doc_spans))
         start += len(doc_spans)
-        defined = abbreviations(doc.text) if doc_spans else {}
+        defined = definitions(doc.text) if doc_spans else {}
         if not defined:
             continue
         first: Dict[str, int] = {}
         for g in idx:
             first.setdefault(normalize(texts[g]), g)
+        chars = [(doc[a:b].start_char, doc[a:b].end_char, label) for a, b, label in doc_spans]
         for g in idx:
-            long = defined.get(texts[g].strip())
-            if long is None:
+            found = defined.get(texts[g].strip())
+            if found is None:
                 continue
+            long, lo, hi = found
             j = first.get(normalize(long))
-            if j is not None and j != g:
+            if j is None or j == g:
+                j = _covering(chars, lo, hi, chars[g - idx.start][2], idx.start, g)
+            if j is not None:
                 copy_from[g] = j
             else:
                 lookup[g] = long
     return lookup, copy_from
+
+
+def _covering(chars: Sequence[Tuple[int, int, str]], lo: int, hi: int, label: str, first: int, skip: int) -> Optional[int]:
+    """The mention (flat index: ``first`` + position) with ``label`` that lies mostly inside characters
+    [lo, hi), other than ``skip``: one that ends where they end — the long form's head, ``hemolytic
+    anemia`` in ``ribavirin-induced hemolytic anemia`` — before others, then the longest; None if none."""
+    best, best_key = None, (False, 0)
+    for n, (a, b, lab) in enumerate(chars):
+        overlap = min(b, hi) - max(a, lo)
+        if first + n == skip or lab != label or overlap * 2 < b - a:
+            continue
+        key = (abs(b - hi) <= 1, overlap)
+        if key > best_key:
+            best, best_key = first + n, key
+    return best

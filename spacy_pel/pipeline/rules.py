@@ -7,7 +7,7 @@ mentions skip the encoder and the index search, so the transformer runs only on 
 After retrieval every rule is called as ``rule(batch)`` with the vectors and the top-k
 ``scores``/``rows`` of the :class:`CandidateBatch`, and changes them in place. A decided mention's
 candidates are its entity alone, with score :data:`DECIDED_SCORE` (it is never NIL by threshold).
-Two rules come with the package:
+These rules come with this module:
 
 * ``spacy_pel.rules.abbreviations.v1`` — a short form defined in its document (``retinoic acid (RA)``,
   :mod:`.abbreviations`) takes the candidates of a mention of its long form in the same document,
@@ -23,6 +23,10 @@ Two rules come with the package:
 * ``spacy_pel.rules.spelling_variants.v1`` — a mention still open whose text is no KB name but
   whose British spelling folds (``ae``/``oe`` → ``e``, :mod:`.lexical`) to the folded names of one
   entity only is decided as that entity before encoding.
+
+More rules live in their own modules: ``spacy_pel.rules.label_types.v1`` (:mod:`.label_types`: candidates
+whose KB types do not go with the span's label move down), ``spacy_pel.rules.name_rows.v1`` and
+``spacy_pel.rules.rerank.v1``.
 
 A rule of your own is any callable ``rule(batch) -> None`` registered in ``spacy.util.registry.misc``
 (a :class:`.config.LinkerPart` if it needs the KB or holds data)::
@@ -90,14 +94,23 @@ class CandidateBatch:
         return i not in self.decided and i not in self.same_as
 
     def finish(self) -> None:
-        """Apply ``same_as``."""
-        for i, j in self.same_as.items():
+        """Apply ``same_as``, following chains (``i`` → ``j`` → ``k``: ``i`` takes ``k``'s candidates)."""
+        for i in self.same_as:
+            j = self.root(i)
             self.scores[i], self.rows[i] = self.scores[j], self.rows[j]
+
+    def root(self, i: int) -> int:
+        """The mention whose candidates mention ``i`` takes (itself unless tied; a cycle stops where it closes)."""
+        seen = {i}
+        while i in self.same_as and self.same_as[i] not in seen:
+            i = self.same_as[i]
+            seen.add(i)
+        return i
 
     def by_rule(self) -> List[bool]:
         """Per mention: whether a rule chose its candidates (decided or matched, itself or the mention it is tied to)."""
         chosen = set(self.decided) | self.matched
-        return [self.same_as.get(i, i) in chosen for i in range(len(self.texts))]
+        return [self.root(i) in chosen for i in range(len(self.texts))]
 
 
 CandidateRule = Callable[[CandidateBatch], None]

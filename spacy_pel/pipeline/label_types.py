@@ -1,0 +1,77 @@
+"""``spacy_pel.rules.label_types.v1``: candidates whose KB types do not go with the span's label move down.
+
+A ``Chemical`` span linked to a disease, or a ``Disease`` span linked to a drug, is a mistake the
+retriever makes on short and unseen mentions (BC5CDR dev: ``eserine`` → Uterine Diseases, ``OAB`` →
+Ointments). The rule lowers the score of every retrieved candidate that has none of the KB types its
+span's label goes with by ``penalty`` and re-sorts, so a candidate of a fitting type comes first when
+there is one; where none fits, nothing changes. Mentions a rule decided before encoding keep their one
+candidate.
+
+``label_types`` maps a span label to KB types (for MeSH: tree categories such as ``Chemicals and
+Drugs``); ``python -m spacy_pel calibrate`` learns the same map from a corpus for the NIL classifier
+(:func:`~spacy_pel.evaluation.nil.label_types`). Labels it does not name are left alone. Write the rule
+after the alias table, so that the table's choice among the entities of one name is typed too::
+
+    [components.pel_linker.rules.label_types]
+    @misc = "spacy_pel.rules.label_types.v1"
+    penalty = 1.0
+
+    [components.pel_linker.rules.label_types.label_types]
+    Chemical = ["Chemicals and Drugs"]
+    Disease = ["Diseases", "Psychiatry and Psychology"]
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from spacy.util import registry
+
+from ..models.encoder import BiEncoder
+from ..retrieval.index import EntityIndex
+from .config import LinkerPart
+from .nil import span_label
+
+
+class LabelTypesRule(LinkerPart):
+    """Re-ranks retrieved candidates so that those of a type fitting the span's label come first."""
+
+    def __init__(self, label_types: Dict[str, Sequence[str]], penalty: float = 1.0):
+        if not isinstance(label_types, dict) or not all(isinstance(v, (list, tuple)) for v in label_types.values()):
+            raise ValueError("spacy_pel.rules.label_types.v1: `label_types` must map a label to a list of KB types")
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
+            raise ValueError(f"spacy_pel.rules.label_types.v1: `penalty` must be a number ≥ 0, not {penalty!r}")
+        self.allowed = {str(label): set(types) for label, types in label_types.items()}
+        self.penalty = float(penalty)
+        self.index: Optional[EntityIndex] = None
+
+    def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        self.index = index
+
+    def misfits(self, rows: np.ndarray, allowed: set) -> np.ndarray:
+        """Per candidate row: True where it is an entity without any of the ``allowed`` types."""
+        types = self.index.entities.types
+        return np.array([r >= 0 and not allowed.intersection(types[int(r)]) for r in rows], dtype=bool)
+
+    def __call__(self, batch) -> None:
+        if self.index is None:
+            raise ValueError("spacy_pel.rules.label_types.v1 is not set up (the linker does it when it loads its KB)")
+        labels: List[str] = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
+        for i, label in enumerate(labels):
+            allowed = self.allowed.get(label)
+            if not allowed or not batch.open(i):  # decided: one candidate; tied: takes its mention's
+                continue
+            bad = self.misfits(batch.rows[i], allowed)
+            if not bad.any() or bad[batch.rows[i] >= 0].all():
+                continue
+            scores = batch.scores[i] - self.penalty * bad
+            scores[batch.rows[i] < 0] = -np.inf  # empty slots stay last
+            order = np.argsort(-scores, kind="stable")
+            batch.scores[i] = np.where(np.isfinite(scores), scores, batch.scores[i])[order]
+            batch.rows[i] = batch.rows[i][order]
+
+
+@registry.misc("spacy_pel.rules.label_types.v1")
+def label_types_rule(label_types: Dict[str, List[str]], penalty: float = 1.0) -> LabelTypesRule:
+    """Candidates whose KB types do not go with the span's label move down by ``penalty``."""
+    return LabelTypesRule(label_types, penalty)

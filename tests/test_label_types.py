@@ -1,0 +1,90 @@
+"""spacy_pel.rules.label_types.v1: candidates of a type that fits the span's label come first."""
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_pel.pipeline.label_types import LabelTypesRule
+from spacy_pel.pipeline.rules import CandidateBatch
+from spacy_pel.retrieval.index import EntityIndex
+
+TEXT = "Lithium carbonate toxicity in a newborn with tricuspid regurgitation and an atrial flutter ."
+SPANS = ((0, 2, "Chem"), (7, 9, "Dis"), (11, 13, "Dis"), (3, 4, "Other"))
+TYPES = {"Chem": ["Chemical"], "Dis": ["Disease"]}
+
+
+def _batch(index, rows, scores, **kw):
+    nlp = spacy.blank("en")
+    doc = nlp.make_doc(TEXT)
+    doc.ents = [Span(doc, a, b, label) for a, b, label in SPANS]
+    return CandidateBatch([doc], [list(SPANS)], [doc[a:b].text for a, b, _ in SPANS], None, scores.copy(), rows.copy(), index, **kw)
+
+
+def test_fitting_candidates_move_up_and_the_rest_keeps_its_order(kb_dir):
+    index = EntityIndex.from_disk(kb_dir)
+    r = {i: index.lookup[i] for i in ("D1", "D2", "D3", "D4", "D5")}
+    rows = np.array([[r["D2"], r["D1"], r["D3"], r["D4"]],   # Chem: D1 and D4 fit, D2 and D3 do not
+                     [r["D1"], r["D4"], r["D5"], -1],        # Dis: nothing fits → untouched
+                     [r["D4"], -1, -1, -1],                  # decided below → untouched
+                     [r["D5"], r["D2"], -1, -1]], dtype=np.int64)  # label not in the map → untouched
+    scores = np.array([[0.9, 0.8, 0.7, 0.6], [0.9, 0.5, 0.4, 0], [1.0, 0, 0, 0], [0.9, 0.8, 0, 0]], dtype=np.float32)
+    batch = _batch(index, rows, scores, decided={2: r["D4"]})
+    rule = LabelTypesRule(TYPES, penalty=1.0)
+    rule.setup(None, index)
+    rule(batch)
+    assert batch.rows[0].tolist() == [r["D1"], r["D4"], r["D2"], r["D3"]]
+    np.testing.assert_allclose(batch.scores[0], [0.8, 0.6, 0.9 - 1.0, 0.7 - 1.0], atol=1e-6)
+    for i in (1, 2, 3):
+        assert (batch.rows[i] == rows[i]).all() and (batch.scores[i] == scores[i]).all()
+
+
+def test_empty_slots_stay_last_with_a_small_penalty(kb_dir):
+    index = EntityIndex.from_disk(kb_dir)
+    rows = np.array([[index.lookup["D2"], index.lookup["D1"], -1, -1]] + [[-1] * 4] * 3, dtype=np.int64)
+    scores = np.array([[0.9, 0.85, 0.0, 0.0]] + [[0.0] * 4] * 3, dtype=np.float32)
+    batch = _batch(index, rows, scores)
+    rule = LabelTypesRule(TYPES, penalty=0.01)
+    rule.setup(None, index)
+    rule(batch)
+    assert batch.rows[0].tolist() == [index.lookup["D2"], index.lookup["D1"], -1, -1]  # 0.89 still beats 0.85
+    rule = LabelTypesRule(TYPES, penalty=0.1)
+    rule.setup(None, index)
+    rule(batch)
+    assert batch.rows[0].tolist() == [index.lookup["D1"], index.lookup["D2"], -1, -1]
+
+
+def test_in_a_pipeline_from_the_config(kb_dir, tmp_path):
+    nlp = spacy.blank("en")
+    rules = {"label_types": {"@misc": "spacy_pel.rules.label_types.v1", "label_types": TYPES, "penalty": 1.0}}
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 5, "rules": rules})
+    doc = nlp.make_doc(TEXT)
+    doc.ents = [Span(doc, a, b, label) for a, b, label in SPANS]
+    nlp(doc)
+    types = {"D1": "Chemical", "D4": "Chemical", "D5": "Chemical", "D2": "Disease", "D3": "Disease"}
+    for ent in [e for e in doc.ents if e.label_ in TYPES]:  # all five entities are candidates: the fitting ones lead
+        want = TYPES[ent.label_][0]
+        got = [types[c[0]] for c in ent._.pel_candidates]
+        assert got[: got.count(want)] == [want] * got.count(want)
+    nlp.to_disk(tmp_path / "p")
+    again = spacy.load(tmp_path / "p")
+    assert again.get_pipe("pel_linker").rules["label_types"].allowed == {"Chem": {"Chemical"}, "Dis": {"Disease"}}
+
+
+@pytest.mark.parametrize("bad", [{"label_types": ["Chemical"]}, {"label_types": {"Chem": "Chemical"}},
+                                 {"label_types": TYPES, "penalty": -1}, {"label_types": TYPES, "penalty": True}])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError, match="label_types"):
+        LabelTypesRule(**bad)
+
+
+def test_tied_mentions_follow_chains_to_the_mention_that_was_retrieved(kb_dir):
+    """A short form tied to a long-form mention that the repeats rule tied to its first occurrence takes
+    the first occurrence's candidates (not the zeros its direct target holds)."""
+    index = EntityIndex.from_disk(kb_dir)
+    rows = np.array([[-1] * 4, [-1] * 4, [3, 2, -1, -1], [-1] * 4], dtype=np.int64)
+    scores = np.array([[0.0] * 4, [0.0] * 4, [0.9, 0.5, 0, 0], [0.0] * 4], dtype=np.float32)
+    batch = _batch(index, rows, scores, same_as={0: 1, 1: 2, 3: 3})
+    batch.finish()
+    for i in (0, 1):
+        assert batch.rows[i].tolist() == [3, 2, -1, -1] and batch.scores[i][0] == pytest.approx(0.9)
+    assert batch.root(3) == 3  # a mention tied to itself is its own root
