@@ -9,7 +9,7 @@ more than halve each other). Writes benchmarks/speed.json and benchmarks/speed.m
 
 Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, top_k 10,
 context 64, the trained retriever + abbreviation rule + alias table over MeSH names and BC5CDR train
-surface forms — the pipeline ``spacy project run all`` assembles):
+surface forms + label-type rule — the pipeline ``spacy project run all`` assembles):
 * ``fp32, encode every mention`` — round 1's path: every mention through the transformer in fp32;
 * ``+ precision auto`` — bf16 where the CPU has bf16 units;
 * ``+ rules decide first`` — mentions the alias table decides alone (one allowed entity) and defined
@@ -57,6 +57,7 @@ FAST = {"context_window": 16, "fast_rules": True}  # the fast presets (module do
 FASTER = {"context_window": 12, "fast_rules": True}
 FAST_INT8 = {"context_window": 16, "fast_rules": True, "precision": "int8"}
 WARMUP_DOCS = 16
+LABEL_TYPES = {"Chemical": ["Chemicals and Drugs"], "Disease": ["Diseases", "Psychiatry and Psychology"]}  # configs/linker_rules.cfg
 PREVIOUS_RUN = "2026-11-22 19:57 UTC, commit ada6794"  # the run before sections were stamped
 MEDIC_ROWS = [("spacy_pel, KB names only", None, {}),
               ("spacy_pel, + BC5CDR train surface forms", "aliases.json", {}),
@@ -86,7 +87,8 @@ def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: s
     alias_rule = {"@misc": "spacy_pel.rules.alias_table.v1", "decide_unique": decide}
     if aliases is not None:
         alias_rule["aliases"] = str(aliases)
-    rules = {"abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"}, "aliases": alias_rule}
+    rules = {"abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"}, "aliases": alias_rule,
+             "label_types": {"@misc": "spacy_pel.rules.label_types.v1", "label_types": LABEL_TYPES}}
     if fast_rules:
         rules["spelling_variants"] = {"@misc": "spacy_pel.rules.spelling_variants.v1"}
         rules["repeats"] = {"@misc": "spacy_pel.rules.repeats.v1"}
