@@ -36,6 +36,9 @@ def test_fitting_candidates_move_up_and_the_rest_keeps_its_order(kb_dir):
     np.testing.assert_allclose(batch.scores[0], [0.8, 0.6, 0.9 - 1.0, 0.7 - 1.0], atol=1e-6)
     for i in (1, 2, 3):
         assert (batch.rows[i] == rows[i]).all() and (batch.scores[i] == scores[i]).all()
+    batch = _batch(index, rows, scores, matched={0})  # the alias table chose mention 0's candidates by name
+    rule(batch)
+    assert (batch.rows[0] == rows[0]).all() and (batch.scores[0] == scores[0]).all()
 
 
 def test_empty_slots_stay_last_with_a_small_penalty(kb_dir):

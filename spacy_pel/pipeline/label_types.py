@@ -4,13 +4,13 @@ A ``Chemical`` span linked to a disease, or a ``Disease`` span linked to a drug,
 retriever makes on short and unseen mentions (BC5CDR dev: ``eserine`` → Uterine Diseases, ``OAB`` →
 Ointments). The rule lowers the score of every retrieved candidate that has none of the KB types its
 span's label goes with by ``penalty`` and re-sorts, so a candidate of a fitting type comes first when
-there is one; where none fits, nothing changes. Mentions a rule decided before encoding keep their one
-candidate.
+there is one; where none fits, nothing changes. Mentions a rule decided before encoding, or whose
+candidates the alias table chose by name, are left as they are.
 
 ``label_types`` maps a span label to KB types (for MeSH: tree categories such as ``Chemicals and
 Drugs``); ``python -m spacy_pel calibrate`` learns the same map from a corpus for the NIL classifier
 (:func:`~spacy_pel.evaluation.nil.label_types`). Labels it does not name are left alone. Write the rule
-after the alias table, so that the table's choice among the entities of one name is typed too::
+after the alias table, so that it knows which mentions the table matched::
 
     [components.pel_linker.rules.label_types]
     @misc = "spacy_pel.rules.label_types.v1"
@@ -59,7 +59,9 @@ class LabelTypesRule(LinkerPart):
         labels: List[str] = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
         for i, label in enumerate(labels):
             allowed = self.allowed.get(label)
-            if not allowed or not batch.open(i):  # decided: one candidate; tied: takes its mention's
+            # decided: one candidate; tied: takes its mention's; matched: a KB name chose the candidates, and
+            # a name match outranks a type (with the alias table not deciding, typing those cost 1 pt R@1)
+            if not allowed or not batch.open(i) or i in batch.matched:
                 continue
             bad = self.misfits(batch.rows[i], allowed)
             if not bad.any() or bad[batch.rows[i] >= 0].all():
