@@ -87,10 +87,10 @@ def marked_mentions(
     """
     budget = max_length - 4
     reach = WINDOW_CHARS_PER_PIECE * max_length
-    windows = [_window(m.text, m.start, m.end, reach) for m in mentions]
     for m in mentions:
         if not (0 <= m.start < m.end <= len(m.text)):
             raise ValueError(f"mention offsets ({m.start}, {m.end}) outside a text of {len(m.text)} chars")
+    windows = [_window(m.text, m.start, m.end, reach) for m in mentions]
     chosen: List[Optional[List[int]]] = [None] * len(mentions)
     pieces = _tokenise(tokenizer, [m.text[a:b] for m, (a, b) in zip(mentions, windows)])
     for n, (m, (a, b)) in enumerate(zip(mentions, windows)):
