@@ -55,6 +55,13 @@ def test_cross_encoder_round_trip_and_int8(ce_dir, kb_dir):
     ce.config.precision = "int8"
     (c,) = ce.score_candidates(mention, cands)
     assert "int8" in ce._int8 and np.allclose(a, c, atol=0.1)  # a quantised copy ran, close to fp32
+    copy = ce._int8["int8"][1]
+    ce.score_candidates(mention, cands)
+    assert ce._int8["int8"][1] is copy  # made once while the weights stay
+    with torch.no_grad():  # a training step: the next inference quantises the new weights
+        ce.head.weight.mul_(-1.0)
+    (d,) = ce.score_candidates(mention, cands)
+    assert ce._int8["int8"][1] is not copy and not np.allclose(c, d, atol=1e-3)
     # the mention side is marked as the bi-encoder marks it; the entity side is in segment 1
     (side,) = ce.mention_sides(mention)
     assert ce.marker_ids[0] in side and ce.marker_ids[1] in side

@@ -43,6 +43,7 @@ from .encoder import (
     pick_device,
     quiet_transformers,
     resolve_model_name,
+    weights_version,
 )
 from .pieces import Mention, entity_pieces, marked_mentions
 
@@ -77,7 +78,7 @@ class CrossEncoder(torch.nn.Module):
         self.head = head if head is not None else torch.nn.Linear(int(model.config.hidden_size), 1)
         self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
         self.device_ = torch.device("cpu")
-        self._int8: Dict[str, torch.nn.Module] = {}  # the int8 copy (a dict: not a registered submodule)
+        self._int8: Dict[str, Tuple[int, torch.nn.Module]] = {}  # (weights version, int8 copy); a dict: not a submodule
         self._entity_cache: Dict[str, List[int]] = {}
         self.eval()  # inference unless a trainer says otherwise
 
@@ -123,11 +124,6 @@ class CrossEncoder(torch.nn.Module):
         self.device_ = pick_device(device)
         return self.to(self.device_)
 
-    def train(self, mode: bool = True) -> "CrossEncoder":
-        if mode:
-            self._int8.clear()  # the weights are about to change: requantise on the next inference
-        return super().train(mode)
-
     # ---------------------------------------------------------------- inputs
     def mention_sides(self, mentions: Sequence[Mention]) -> List[List[int]]:
         """The mention side of each pair: ``[CLS] left [M_s] mention [M_e] right [SEP]``."""
@@ -169,14 +165,19 @@ class CrossEncoder(torch.nn.Module):
 
     def runtime(self) -> torch.nn.Module:
         """What inference runs: this module, or with ``precision="int8"`` on a CPU and no gradient
-        wanted, a copy whose linear layers are dynamically quantised (int8 weights per channel)."""
+        wanted, a copy whose linear layers are dynamically quantised (int8 weights per channel), made
+        on first use and again whenever the weights have changed since (as the bi-encoder's)."""
         if torch.is_grad_enabled() or self.device_.type != "cpu" or self.config.precision != "int8":
             return self
-        if "int8" not in self._int8:
+        version = weights_version(self)
+        made = self._int8.get("int8")
+        if made is None or made[0] != version:
+            self._int8.clear()  # quantize_dynamic deep-copies this module: not its stale copy with it
             with warnings.catch_warnings():  # torch's notice that its quantised tensor types will move
                 warnings.simplefilter("ignore", UserWarning)
-                self._int8["int8"] = quantize_dynamic(self, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
-        return self._int8["int8"]
+                copy = quantize_dynamic(self, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+            made = self._int8["int8"] = (version, copy)
+        return made[1]
 
     def score(self, pairs: Sequence[Tuple[List[int], int]]) -> torch.Tensor:
         """Scores (logits) of one batch of pairs, keeping the graph (training uses it)."""

@@ -87,8 +87,6 @@ class RerankRule(LinkerPart):
         if self.model.config.precision != self.precision or str(self.model.device_) != self.device:
             self.model.config.precision = self.precision
             self.model.to_device(self.device)
-            self.model.train(True)  # drops an int8 copy made at another precision
-            self.model.train(False)
         return self.model
 
     def to_disk(self, path: Path) -> bool:
