@@ -92,13 +92,12 @@ def marked_mentions(
             raise ValueError(f"mention offsets ({m.start}, {m.end}) outside a text of {len(m.text)} chars")
     windows = [_window(m.text, m.start, m.end, reach) for m in mentions]
     chosen: List[Optional[List[int]]] = [None] * len(mentions)
-    pieces = _tokenise(tokenizer, [m.text[a:b] for m, (a, b) in zip(mentions, windows)])
-    for n, (m, (a, b)) in enumerate(zip(mentions, windows)):
-        ids, offs = pieces[n]
+    texts = [m.text[a:b] for m, (a, b) in zip(mentions, windows)]
+    for n, (m, (a, b), (ids, offs)) in enumerate(zip(mentions, windows, _tokenise(tokenizer, texts))):
         lo, hi = _mention_pieces(offs, m.start - a, m.end - a)
         rest = budget - min(hi - lo, budget)
-        whole_left = a == 0 or lo - _first_word_pieces(offs, m.text[a:b]) >= rest
-        whole_right = b == len(m.text) or len(ids) - hi - _last_word_pieces(offs, m.text[a:b]) >= rest
+        whole_left = a == 0 or lo - _first_word_pieces(offs, texts[n]) >= rest
+        whole_right = b == len(m.text) or len(ids) - hi - _last_word_pieces(offs, texts[n]) >= rest
         if whole_left and whole_right:
             chosen[n] = _assemble(tokenizer, marker_ids, ids, lo, hi, budget)
     again = [n for n, c in enumerate(chosen) if c is None]
