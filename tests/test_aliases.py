@@ -6,6 +6,7 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY
+from spacy_pel.kb import Entity
 from spacy_pel.pipeline.aliases import (
     AliasTable,
     mention_counts,
@@ -133,3 +134,14 @@ def test_decided_mentions_skip_the_encoder_with_the_same_ids(kb_dir, tmp_path, m
         for kb_id, cands in doc[:3] if doc is skipped[0] else doc[:2]:
             assert cands == [[kb_id, cands[0][1], DECIDED_SCORE]]
     assert skipped[1][3] == skipped[1][2] and skipped[1][4] == skipped[1][2]  # SE takes its long form's result
+
+
+def test_code_names_match_without_their_spaces():
+    """A text with a digit that is no KB name is looked up without spaces, both ways; words are not."""
+    entities = [Entity("C1", "KF 17837", [], ["Chemical"]), Entity("C2", "UMB24", [], ["Chemical"]),
+                Entity("C3", "heart attack", [], ["Disease"])]
+    index = EntityIndex(entities, np.eye(3, 4, dtype=np.float32), metric="ip", fingerprint="x")
+    table = AliasTable(index)
+    assert table.candidates("KF17837") == [0] and table.candidates("KF 17837") == [0]
+    assert table.candidates("UMB 24") == [1]  # the KB name has no space, the text has one
+    assert table.candidates("heartattack") is None and table.candidates("KF1783") is None

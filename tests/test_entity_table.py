@@ -9,7 +9,7 @@ import torch
 from spacy_pel.kb import Entity, normalize
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.search import FlatSearch, read_matrix
-from spacy_pel.retrieval.table import COLUMNS, EntityTable, NameIndex
+from spacy_pel.retrieval.table import COLUMNS, EntityTable, NameIndex, compact_key
 
 ENTITIES = [
     Entity("D1", "Lithium carbonate", ["Li2CO3", "lithium-carbonate"], ["Chemical"], "a salt", {"alt_ids": ["X1"]}),
@@ -163,3 +163,25 @@ def test_id_rows_find_every_id_without_a_dict(tmp_path):
     assert rows["NEW"] == 50 and len(rows) == 51
     with pytest.raises(KeyError):
         rows["missing"]
+
+
+CODES = [
+    Entity("C1", "KF 17837", [], ["Chemical"]),
+    Entity("C2", "Ro 15-1788", ["Ro15 1788"], ["Chemical"]),
+    Entity("C3", "RO151788", [], ["Chemical"]),
+    Entity("C4", "heart attack", [], ["Disease"]),
+]
+
+
+def test_compact_keys_join_code_names_written_with_and_without_spaces(tmp_path):
+    assert compact_key(normalize("KF17837")) == compact_key(normalize("KF 17837")) == "kf17837"
+    assert compact_key("heart attack") is None  # no digit: spaces matter
+    compact = NameIndex.build(CODES).compact()
+    assert compact.get("kf17837") == [0]
+    assert compact.get("ro151788") == [1]  # two spaced forms of C2 merged; C3's key has no space
+    assert compact.get("heartattack") is None and len(compact) == 2
+    EntityTable(CODES).write(tmp_path / "new")
+    assert EntityTable.read(tmp_path / "new").compact_index().keys == compact.keys
+    for name in ("compact_name_keys.bin", "compact_name_ptr.npy", "compact_name_rows.npy"):
+        (tmp_path / "new" / name).unlink()  # a KB folder from before: built on first use
+    assert EntityTable.read(tmp_path / "new").compact_index().get("kf17837") == [0]

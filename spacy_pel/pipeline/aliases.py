@@ -3,6 +3,8 @@
 Two sources of names, both keyed by :func:`normalize` (case-folded, punctuation runs → one space):
 
 * the KB's own names and synonyms (every entity of the index, built in memory when the linker loads);
+  a text with a digit that matches no name is also looked up without its spaces (:func:`compact_key`:
+  ``KF17837`` finds MeSH's ``KF 17837``, ``Ro15-1788`` its ``Ro 15-1788``);
 * surface forms seen in annotated text (``python -m spacy_pel.aliases TRAIN.spacy -o aliases.json``):
   ``{surface: {entity id: count}}``, saved with the pipeline.
 
@@ -24,6 +26,7 @@ from ..corpora import gold_ids, gold_spans
 from ..files import atomic_write
 from ..kb import normalize
 from ..retrieval.index import EntityIndex
+from ..retrieval.table import compact_key
 
 PathLike = Union[str, Path]
 
@@ -62,7 +65,11 @@ class AliasTable:
         if key in self.seen:
             best = max(c for _, c in self.seen[key])
             return [r for r, c in self.seen[key] if c == best]
-        return self.names.get(key)
+        found = self.names.get(key)
+        compact = compact_key(key) if found is None else None
+        if compact:  # a code name written with or without its spaces ("KF17837" for MeSH's "KF 17837")
+            found = self.index.entities.compact_index().get(compact) or self.names.get(compact)
+        return found
 
     def restrict(self, texts: Sequence[str], vectors: np.ndarray, scores: np.ndarray, rows: np.ndarray,
                  found: Optional[Set[int]] = None):

@@ -11,6 +11,8 @@ every record of ``entities.jsonl`` when a pipeline loads took 5.6 s for MeSH (35
     offsets.npy      byte offset of each record's line in entities.jsonl (int64, n + 1)
     name_keys.bin    the sorted normalised names and synonyms, the alias table's keys (+ .offsets.npy)
     name_rows.npy    CSR of those keys' KB rows: name_ptr.npy (int64, keys + 1) → name_rows.npy (int32)
+    compact_*        the same for the space-free forms of the keys with a digit and a space
+                     (:func:`compact_key`; a folder written before them builds them on first use)
 
 and :class:`EntityTable` reads a record (aliases, description, extra) from its line only when asked.
 A KB folder without these files (written before them) is read the old way, from entities.jsonl.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import bisect
 import json
 import mmap
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union, overload
@@ -38,6 +41,7 @@ OFFSETS = "offsets.npy"
 NAME_KEYS = "name_keys"
 NAME_PTR = "name_ptr.npy"
 NAME_ROWS = "name_rows.npy"
+COMPACT = "compact_"  # prefix of the compact name index's files
 LOOKUP_CACHE = 100_000  # names whose lookups a NameIndex remembers
 
 
@@ -83,6 +87,17 @@ class StringColumn(Sequence[str]):
         return cls((folder / f"{name}.bin").read_bytes(), np.load(folder / f"{name}.offsets.npy", allow_pickle=False))
 
 
+_DIGIT = re.compile(r"\d")
+
+
+def compact_key(key: str) -> Optional[str]:
+    """The space-free form of a normalised name or mention text with a digit (``"kf 17837"`` and
+    ``"kf17837"`` → ``"kf17837"``; ``"ro 15 1788"`` → ``"ro151788"``), else None: code names are
+    written with and without their spaces (MeSH's ``KF 17837``, ``Ro 15-1788`` are ``KF17837``,
+    ``Ro15-1788`` in text)."""
+    return key.replace(" ", "") if _DIGIT.search(key) else None
+
+
 def _find(ordered: Sequence[str], key: str) -> Optional[int]:
     """The position of ``key`` in the sorted sequence ``ordered``, or None."""
     i = bisect.bisect_left(ordered, key)
@@ -103,11 +118,24 @@ class NameIndex:
             for name in {normalize(n) for n in (entity.name, *entity.aliases)}:
                 if name:
                     names[name].append(row)
+        return cls.of(names)
+
+    @classmethod
+    def of(cls, names: Dict[str, List[int]]) -> "NameIndex":
+        """From ``{key: [row, ...]}``."""
         keys = sorted(names)
         sizes = np.array([len(names[k]) for k in keys], dtype=np.int64)
         ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         rows = np.fromiter((r for k in keys for r in names[k]), dtype=np.int32, count=int(ptr[-1]))
         return cls(StringColumn.of(keys), ptr, rows)
+
+    def compact(self) -> "NameIndex":
+        """The keys with a digit and a space by their :func:`compact_key` (their rows merged, sorted)."""
+        merged: Dict[str, set] = defaultdict(set)
+        for i, key in enumerate(self.keys):
+            if " " in key and _DIGIT.search(key):
+                merged[key.replace(" ", "")].update(self.rows[self.ptr[i] : self.ptr[i + 1]].tolist())
+        return NameIndex.of({k: sorted(v) for k, v in merged.items()})
 
     def get(self, key: str) -> Optional[List[int]]:
         """The rows of entities with this normalised name, or None."""
@@ -125,15 +153,20 @@ class NameIndex:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def write(self, folder: Path) -> None:
-        self.keys.write(folder, NAME_KEYS)
-        np.save(folder / NAME_PTR, self.ptr, allow_pickle=False)
-        np.save(folder / NAME_ROWS, self.rows, allow_pickle=False)
+    def write(self, folder: Path, prefix: str = "") -> None:
+        self.keys.write(folder, prefix + NAME_KEYS)
+        np.save(folder / (prefix + NAME_PTR), self.ptr, allow_pickle=False)
+        np.save(folder / (prefix + NAME_ROWS), self.rows, allow_pickle=False)
 
     @classmethod
-    def read(cls, folder: Path) -> "NameIndex":
-        keys = StringColumn.read(folder, NAME_KEYS)
-        return cls(keys, np.load(folder / NAME_PTR, allow_pickle=False), np.load(folder / NAME_ROWS, allow_pickle=False))
+    def exists(cls, folder: Path, prefix: str = "") -> bool:
+        return all((folder / (prefix + name)).exists() for name in (f"{NAME_KEYS}.bin", NAME_PTR, NAME_ROWS))
+
+    @classmethod
+    def read(cls, folder: Path, prefix: str = "") -> "NameIndex":
+        keys = StringColumn.read(folder, prefix + NAME_KEYS)
+        return cls(keys, np.load(folder / (prefix + NAME_PTR), allow_pickle=False),
+                   np.load(folder / (prefix + NAME_ROWS), allow_pickle=False))
 
 
 class TypeColumn(Sequence[List[str]]):
@@ -218,6 +251,7 @@ class EntityTable(Sequence[Entity]):
         self._mmap: Optional[mmap.mmap] = None
         self._added: List[Entity] = []
         self._names: Optional[NameIndex] = None
+        self._compact: Optional[NameIndex] = None
         self.extend(entities)
 
     # ------------------------------------------------------------------ reading
@@ -262,6 +296,13 @@ class EntityTable(Sequence[Entity]):
             self._names = NameIndex.build(self)
         return self._names
 
+    def compact_index(self) -> NameIndex:
+        """Space-free forms of the names with digits → rows (:func:`compact_key`; read with the table,
+        or built from :meth:`name_index` on first use)."""
+        if self._compact is None:
+            self._compact = self.name_index().compact()
+        return self._compact
+
     # ------------------------------------------------------------------ changing
     def extend(self, entities: Sequence[Entity]) -> None:
         entities = list(entities)
@@ -273,7 +314,7 @@ class EntityTable(Sequence[Entity]):
         self._order = None
         self.names.extend([e.name for e in entities])
         self.types.extend([e.types for e in entities])
-        self._names = None
+        self._names = self._compact = None
 
     # ------------------------------------------------------------------ disk
     def write(self, folder: Path) -> None:
@@ -298,11 +339,13 @@ class EntityTable(Sequence[Entity]):
         np.save(folder / TYPES, self.types.of, allow_pickle=False)
         (folder / COLUMNS).write_text(json.dumps(columns, ensure_ascii=False), encoding="utf8")
         self.name_index().write(folder)
+        self.compact_index().write(folder, COMPACT)
 
     @classmethod
     def read(cls, folder: PathLike) -> "EntityTable":
         folder = Path(folder)
-        if not all((folder / name).exists() for name in (COLUMNS, TYPES, OFFSETS, f"{IDS}.bin", ID_ORDER, f"{NAMES}.bin", f"{NAME_KEYS}.bin", NAME_PTR, NAME_ROWS)):
+        if not all((folder / name).exists() for name in (COLUMNS, TYPES, OFFSETS, f"{IDS}.bin", ID_ORDER, f"{NAMES}.bin")) \
+                or not NameIndex.exists(folder):
             with (folder / RECORDS).open(encoding="utf8") as f:  # a folder written before the columns
                 return cls([Entity.from_dict(json.loads(line)) for line in f])
         table = cls()
@@ -313,6 +356,8 @@ class EntityTable(Sequence[Entity]):
         table.alt_ids = columns.get("alt_ids", {})
         table._offsets = np.load(folder / OFFSETS, allow_pickle=False)
         table._names = NameIndex.read(folder)
+        if NameIndex.exists(folder, COMPACT):
+            table._compact = NameIndex.read(folder, COMPACT)
         size = (folder / RECORDS).stat().st_size
         sizes = {len(table.ids), len(table.names), len(table.types), len(table._offsets) - 1}
         if len(sizes) != 1 or table._offsets[-1] != size:
