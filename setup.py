@@ -51,6 +51,7 @@ setup(
             "spacy_pel.nil.top_score.v1 = spacy_pel.pipeline.nil:top_score_nil",
             "spacy_pel.nil.classifier.v1 = spacy_pel.pipeline.nil:classifier_nil",
             "spacy_pel.rules.name_rows.v1 = spacy_pel.pipeline.name_rows:name_rows_rule",
+            "spacy_pel.rules.alias_rows.v1 = spacy_pel.pipeline.alias_rows:alias_rows_rule",
             "spacy_pel.rules.label_types.v1 = spacy_pel.pipeline.label_types:label_types_rule",
         ]
     },

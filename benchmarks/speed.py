@@ -8,8 +8,9 @@ Every figure is measured in this one run, on this machine (run it alone: two tor
 more than halve each other). Writes benchmarks/speed.json and benchmarks/speed.md.
 
 Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, top_k 10,
-context 64, the trained retriever + abbreviation rule + alias table over MeSH names and BC5CDR train
-surface forms + label-type rule — the pipeline ``spacy project run all`` assembles):
+context 64, the trained retriever + the candidate rules of ``configs/linker_rules.cfg``, read from it:
+abbreviations, BC5CDR train surface forms as alias rows, the alias table over MeSH names and those
+forms, spelling variants, repeats, label types — the pipeline ``spacy project run all`` assembles):
 * ``fp32, encode every mention`` — round 1's path: every mention through the transformer in fp32;
 * ``+ precision auto`` — bf16 where the CPU has bf16 units;
 * ``+ rules decide first`` — mentions the alias table decides alone (one allowed entity) and defined
@@ -19,10 +20,9 @@ surface forms + label-type rule — the pipeline ``spacy project run all`` assem
   search stays bf16 here; on such a CPU it runs in float32, which measured about as fast: ~480 vs ~500
   queries/s over MeSH in batches of 256);
 * ``fast preset`` (``FAST``, ``FASTER``) — the rules-first pipeline with a ``context_window`` of 16 (12)
-  word pieces, the ``spacy_pel.rules.spelling_variants.v1`` rule (British spellings of a KB name of
-  one entity are decided) and the ``spacy_pel.rules.repeats.v1`` rule (a mention repeating an earlier
-  open mention of its document is encoded once): settings for the side-by-side with scispaCy; the
-  ``int8`` fast preset runs the encoder in ONNX Runtime with dynamic int8 (``FAST_INT8``).
+  word pieces: settings for the side-by-side with scispaCy; the ``int8`` fast preset runs the encoder
+  in ONNX Runtime with dynamic int8 (``FAST_INT8``). (Until session 9 the fast presets alone had the
+  spelling-variant and repeats rules; the default has them now.)
 
 Every pipeline first links 16 documents untimed (oneDNN builds its kernels on the first batches).
 ``--sections`` measures only some of kb_build, pipelines, load, medic; the others are copied from the
@@ -53,11 +53,11 @@ from spacy_pel.retrieval.build import build_kb
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data"
 SECTIONS = ("kb_build", "pipelines", "load", "medic")
-FAST = {"context_window": 16, "fast_rules": True}  # the fast presets (module doc)
-FASTER = {"context_window": 12, "fast_rules": True}
-FAST_INT8 = {"context_window": 16, "fast_rules": True, "precision": "int8"}
+FAST = {"context_window": 16}  # the fast presets (module doc)
+FASTER = {"context_window": 12}
+FAST_INT8 = {"context_window": 16, "precision": "int8"}
+RULES_CONFIG = HERE.parent / "configs" / "linker_rules.cfg"  # the candidate rules of every pipeline here
 WARMUP_DOCS = 16
-LABEL_TYPES = {"Chemical": ["Chemicals and Drugs"], "Disease": ["Diseases", "Psychiatry and Psychology"]}  # configs/linker_rules.cfg
 PREVIOUS_RUN = "2026-11-22 19:57 UTC, commit ada6794"  # the run before sections were stamped
 MEDIC_ROWS = [("spacy_pel, KB names only", None, {}),
               ("spacy_pel, + BC5CDR train surface forms", "aliases.json", {}),
@@ -82,16 +82,12 @@ def machine() -> dict:
 
 
 def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: str, decide: bool, vectors: str,
-                  context_window: int = 64, fast_rules: bool = False) -> dict:
-    """The pipeline's linker block (``aliases`` None: the alias table over KB names only)."""
-    alias_rule = {"@misc": "spacy_pel.rules.alias_table.v1", "decide_unique": decide}
-    if aliases is not None:
-        alias_rule["aliases"] = str(aliases)
-    rules = {"abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"}, "aliases": alias_rule,
-             "label_types": {"@misc": "spacy_pel.rules.label_types.v1", "label_types": LABEL_TYPES}}
-    if fast_rules:
-        rules["spelling_variants"] = {"@misc": "spacy_pel.rules.spelling_variants.v1"}
-        rules["repeats"] = {"@misc": "spacy_pel.rules.repeats.v1"}
+                  context_window: int = 64) -> dict:
+    """The pipeline's linker block: the candidate rules of configs/linker_rules.cfg (``aliases`` None:
+    the alias table over KB names only, no alias rows), ``decide`` the alias table's ``decide_unique``."""
+    cfg = spacy.util.load_config(RULES_CONFIG, overrides={"paths.aliases": str(aliases) if aliases else None}, interpolate=True)
+    rules = json.loads(json.dumps(cfg["components"]["pel_linker"]["rules"]))
+    rules["aliases"]["decide_unique"] = decide
     return {
         "kb": str(kb), "encoder": str(encoder), "top_k": 10, "context_window": context_window, "device": "cpu",
         "precision": precision, "vectors": {"@misc": f"spacy_pel.vectors.{vectors}.v1"}, "rules": rules,
@@ -261,9 +257,9 @@ def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, docs, t
             ("collective vectors, rules first", "auto", True, "collective", {}),
             ("int8 (for CPUs without bf16), rules first", "int8", True, "per_mention", {}),
             ("fp32 (for CPUs without bf16), rules first", "fp32", True, "per_mention", {}),
-            ("fast preset: context 16, + spelling variants and repeats rules", "auto", True, "per_mention", FAST),
-            ("fast preset: context 12, + spelling variants and repeats rules", "auto", True, "per_mention", FASTER),
-            ("fast preset: context 16, int8, + spelling variants and repeats rules", "int8", True, "per_mention", FAST)]
+            ("fast preset: context 16", "auto", True, "per_mention", FAST),
+            ("fast preset: context 12", "auto", True, "per_mention", FASTER),
+            ("fast preset: context 16, int8", "int8", True, "per_mention", FAST)]
     if skip_baseline:
         rows = rows[1:]
     if "pipelines" not in wanted:
@@ -367,12 +363,10 @@ def markdown(r: dict) -> str:
              f"Machine: {m['cpu']}, flags {', '.join(m['flags'])}; torch {m['torch']}, {m['torch_threads']} threads. "
              f"{r['note']}. Run: {r.get('run', PREVIOUS_RUN)}"
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
-             "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Fast presets: the "
-             "default rules-first pipeline with context_window 16 or 12 (default 64) and two more rules, "
-             "`spacy_pel.rules.spelling_variants.v1` (a British spelling, ae/oe → e, of the KB names of one entity "
-             "only is decided without encoding) and `spacy_pel.rules.repeats.v1` (a mention repeating an earlier "
-             "open mention of its document, same label and normalised text, is encoded once). int8: the towers run in "
-             "ONNX Runtime, dynamically quantised (the `int8` precision).", ""]
+             "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Every pipeline has the "
+             "candidate rules of `configs/linker_rules.cfg` (abbreviations, alias rows, alias table, spelling "
+             "variants, repeats, label types). Fast presets: the default with context_window 16 or 12 (default 64). "
+             "int8: the towers run in ONNX Runtime, dynamically quantised (the `int8` precision).", ""]
     if "kb_build" in r:
         b = r["kb_build"]
         lines += ran("kb_build") + [f"Full MeSH KB build ({b['entities']:,} records, precision {b['precision']}): "

@@ -99,6 +99,12 @@ class _NameTower:
         return self.encoder._encode(seqs, [len(s) for s in seqs], self.encoder.embed_entities, batch_size, "names", progress)
 
 
+def encode_names(encoder: BiEncoder, names: Sequence[str], max_length: int = MAX_LENGTH, batch_size: int = 256) -> np.ndarray:
+    """``[n, dim]`` entity-tower vectors of ``[CLS] name [SEP]`` inputs (``input="name"``)."""
+    seqs = name_inputs(encoder, names, [""] * len(names), "name", max_length)
+    return _NameTower(encoder).encode_entities(seqs, batch_size)
+
+
 class NameIndex:
     """Name vectors with the KB row of each; search returns entities (each once) by their best name."""
 
