@@ -5,6 +5,8 @@ from spacy_pel.pipeline.abbreviations import (
     abbreviations,
     best_long_form,
     short_form_links,
+    undefined_short_form,
+    undefined_short_form_links,
 )
 
 ABBREVIATIONS = {"@misc": "spacy_pel.rules.abbreviations.v1"}
@@ -74,3 +76,30 @@ def test_short_form_takes_the_mention_of_its_label_inside_its_long_form():
     spans, texts = mentions(("hemolytic anemia", "Disease", 0), ("RIHA", "Chemical", 0))
     lookup, copy_from = short_form_links([doc], spans, texts)
     assert copy_from == {} and lookup[1] == "Ribavirin-induced hemolytic anemia"  # no mention of its label in it
+
+
+def test_undefined_short_forms_take_their_long_form_mention(kb_dir):
+    """OAB, never defined in the text, is the long form of the one Disease mention overactive bladder."""
+    nlp = spacy.blank("en")
+    doc = nlp.make_doc("Women with overactive bladder improved ; OAB and OABs and Oab , ob and HF persisted ; "
+                       "heart failure , high fat and overactive bladder .")
+    words = [t.text for t in doc]
+
+    def span(text, label, nth=0):
+        n = len(text.split())
+        starts = [i for i in range(len(words)) if words[i : i + n] == text.split()]
+        return (starts[nth], starts[nth] + n, label)
+
+    spans = [[span("overactive bladder", "D"), span("OAB", "D"), span("OABs", "D"), span("Oab", "D"), span("ob", "D"),
+              span("HF", "D"), span("heart failure", "D"), span("high fat", "D"), span("overactive bladder", "D", 1)]]
+    assert undefined_short_form("OABs") == "OAB" and undefined_short_form("Oab") is None and undefined_short_form("ob") is None
+    # OAB, OABs → the first "overactive bladder" (the second has the same text); HF has two long forms: left alone
+    assert undefined_short_form_links([doc], spans, [True] * 9) == {1: 0, 2: 0}
+    assert undefined_short_form_links([doc], spans, [True, False, True] + [True] * 6) == {2: 0}  # decided: not touched
+    spans[0][0] = (spans[0][0][0], spans[0][0][1], "C")
+    assert undefined_short_form_links([doc], spans, [True] * 9) == {1: 8, 2: 8}  # the same label only
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3,
+                                       "rules": {"short": {"@misc": "spacy_pel.rules.undefined_short_forms.v1"}}})
+    doc.ents = [Span(doc, a, b, label=lab) for a, b, lab in spans[0] if (a, b) != (spans[0][0][0], spans[0][0][1])]
+    linked = nlp(doc).ents
+    assert linked[0]._.pel_candidates == linked[-1]._.pel_candidates != linked[4]._.pel_candidates

@@ -109,3 +109,43 @@ def _covering(chars: Sequence[Tuple[int, int, str]], lo: int, hi: int, label: st
         if key > best_key:
             best, best_key = first + n, key
     return best
+
+
+_UNDEFINED = re.compile(r"^[A-Za-z][A-Za-z0-9]{1,7}$")
+
+
+def undefined_short_form(text: str) -> Optional[str]:
+    """The short form a mention text looks like (2-8 letters and digits, at least two capitals; a plural
+    ``s`` after capitals dropped: ``VSDs`` → ``VSD``), or None."""
+    text = text.strip()
+    if not _UNDEFINED.match(text) or sum(c.isupper() for c in text) < 2:
+        return None
+    return text[:-1] if text.endswith("s") and text[:-1].isupper() else text
+
+
+def undefined_short_form_links(docs: Sequence, spans: Sequence[list], still_open: Sequence[bool]) -> Dict[int, int]:
+    """``{i: j}`` for the open mentions ``i`` that look like a short form (:func:`undefined_short_form`)
+    where some other mention of the same document and label is a long form of it — its whole text is the
+    Schwartz & Hearst long form of the short form (:func:`best_long_form`; more than one word or a
+    hyphen, at most two words more than the short form has characters) — and all such mentions have
+    one normalised text: ``j`` is the first of them. (An ``OAB`` in a text that never wrote
+    ``overactive bladder (OAB)`` but has the mention ``overactive bladder``.)"""
+    links, start = {}, 0
+    for doc, doc_spans in zip(docs, spans):
+        idx = range(start, start + len(doc_spans))
+        start += len(doc_spans)
+        texts = [doc[a:b].text.strip() for a, b, _ in doc_spans]
+        for g in idx:
+            short = undefined_short_form(texts[g - idx.start]) if still_open[g] else None
+            if short is None:
+                continue
+            label, found = doc_spans[g - idx.start][2], {}
+            for j in idx:
+                text = texts[j - idx.start]
+                if j == g or doc_spans[j - idx.start][2] != label or not (" " in text or "-" in text):
+                    continue
+                if len(text.split()) <= len(short) + 2 and best_long_form(short, text) == text:
+                    found.setdefault(normalize(text), j)
+            if len(found) == 1:
+                links[g] = next(iter(found.values()))
+    return links

@@ -22,11 +22,15 @@ These rules come with this module:
   mention's own context no longer counts (BC5CDR dev R@1 in benchmarks/speed.md);
 * ``spacy_pel.rules.spelling_variants.v1`` — a mention still open whose text is no KB name but
   whose British spelling folds (``ae``/``oe`` → ``e``, :mod:`.lexical`) to the folded names of one
-  entity only is decided as that entity before encoding.
+  entity only is decided as that entity before encoding;
+* ``spacy_pel.rules.undefined_short_forms.v1`` — a mention still open that looks like a short form
+  (``OAB``) in a document that never defines it takes the candidates of the one mention of its
+  document and label whose text is its Schwartz & Hearst long form (``overactive bladder``;
+  :func:`.abbreviations.undefined_short_form_links`); write it after the rules that decide.
 
 More rules live in their own modules: ``spacy_pel.rules.label_types.v1`` (:mod:`.label_types`: candidates
-whose KB types do not go with the span's label move down), ``spacy_pel.rules.name_rows.v1`` and
-``spacy_pel.rules.rerank.v1``.
+whose KB types do not go with the span's label move down), ``spacy_pel.rules.alias_rows.v1``
+(:mod:`.alias_rows`), ``spacy_pel.rules.name_rows.v1`` and ``spacy_pel.rules.rerank.v1``.
 
 A rule of your own is any callable ``rule(batch) -> None`` registered in ``spacy.util.registry.misc``
 (a :class:`.config.LinkerPart` if it needs the KB or holds data)::
@@ -55,7 +59,7 @@ from spacy.util import registry
 from ..kb import normalize
 from ..models.encoder import BiEncoder
 from ..retrieval.index import EntityIndex
-from .abbreviations import short_form_links
+from .abbreviations import short_form_links, undefined_short_form_links
 from .aliases import AliasTable, read_aliases, write_aliases
 from .config import LinkerPart
 from .lexical import VariantTable
@@ -182,6 +186,17 @@ class AliasRule(LinkerPart):
         batch.scores, batch.rows = self._table().restrict(texts, batch.vectors, batch.scores, batch.rows, found=batch.matched)
 
 
+class UndefinedShortFormRule:
+    """An open mention that looks like a short form takes the candidates of its long form's mention."""
+
+    def prepare(self, batch: CandidateBatch) -> None:
+        still_open = [batch.open(i) for i in range(len(batch.texts))]
+        batch.same_as.update(undefined_short_form_links(batch.docs, batch.spans, still_open))
+
+    def __call__(self, batch: CandidateBatch) -> None:
+        """Nothing to do after retrieval (``finish`` copies the long form's candidates)."""
+
+
 class RepeatRule:
     """A repeated mention takes the candidates of its first open occurrence in the document."""
 
@@ -237,6 +252,14 @@ def alias_table_rule(aliases: Optional[str] = None, decide_unique: bool = True) 
     """Exact-match alias table: KB names and synonyms, plus the surface forms of ``aliases``;
     ``decide_unique``: a text allowing one entity only is linked without running the encoder."""
     return AliasRule(aliases, decide_unique)
+
+
+@registry.misc("spacy_pel.rules.undefined_short_forms.v1")
+def undefined_short_form_rule() -> UndefinedShortFormRule:
+    """A mention still open that looks like a short form (``OAB``) takes the candidates of the one
+    mention of its document and label whose text is its long form (``overactive bladder``) when the
+    document never defines it. Put it after the rules that decide."""
+    return UndefinedShortFormRule()
 
 
 @registry.misc("spacy_pel.rules.repeats.v1")
