@@ -47,6 +47,7 @@ setup(
             "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules:alias_table_rule",
             "spacy_pel.rules.repeats.v1 = spacy_pel.pipeline.rules:repeat_rule",
             "spacy_pel.rules.undefined_short_forms.v1 = spacy_pel.pipeline.rules:undefined_short_form_rule",
+            "spacy_pel.rules.parenthetical_synonyms.v1 = spacy_pel.pipeline.parentheses:parenthetical_synonym_rule",
             "spacy_pel.rules.spelling_variants.v1 = spacy_pel.pipeline.rules:spelling_variant_rule",
             "spacy_pel.rules.rerank.v1 = spacy_pel.pipeline.rerank:rerank_rule",
             "spacy_pel.nil.top_score.v1 = spacy_pel.pipeline.nil:top_score_nil",
