@@ -1,6 +1,5 @@
 """``spacy_pel.rules.parenthetical_synonyms.v1``: mentions written ``A (B)`` name one entity."""
 import spacy
-from spacy.tokens import Span
 
 from spacy_pel.pipeline.parentheses import parenthetical_pairs
 
