@@ -24,6 +24,9 @@ def test_schwartz_hearst_pairs():
 def test_first_definition_wins_and_bad_short_forms_skipped():
     found = abbreviations("heart failure (HF) ... high fat (HF) diet (p < 0.05) and (1998)")
     assert found == {"HF": "heart failure"}
+    # a short form with more in its parentheses: two capitals or more ("morphine (mu, 3)" is no definition)
+    found = abbreviations("with diethylnitrosamine (DEN: 10 mg/kg/day) or alfentanil (ALF; n = 3), morphine (mu, 3 mg)")
+    assert found == {"DEN": "diethylnitrosamine", "ALF": "alfentanil"}
 
 
 def test_linker_short_form_takes_long_form_candidates(kb_dir):

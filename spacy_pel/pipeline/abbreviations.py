@@ -13,6 +13,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..kb import normalize
 
 _PAREN = re.compile(r"\(([^()]{1,12})\)")
+# ``(DEN: 10 mg/kg)``, ``(ALF; n = 8)``: a short form with two capitals or more, then more words
+_PAREN_MORE = re.compile(r"\(([^()\s;:,]{2,10})\s*[;:,][^()]*\)")
 _WORD = re.compile(r"\S+")
 
 
@@ -43,15 +45,17 @@ def best_long_form(short: str, words_before: str) -> Optional[str]:
 
 
 def definitions(text: str) -> Dict[str, Tuple[str, int, int]]:
-    """``{short form: (long form, start, end)}`` for each ``long form (SF)`` in ``text``, with the long
+    """``{short form: (long form, start, end)}`` for each ``long form (SF)`` in ``text`` — or ``long form
+    (SF: more)``, ``(SF; more)``, ``(SF, more)`` where SF has two capitals or more —, with the long
     form's character offsets in ``text`` (the first definition wins)."""
     found: Dict[str, Tuple[str, int, int]] = {}
-    for m in _PAREN.finditer(text):
-        short = m.group(1).strip()
+    matches = [(m.start(), m.group(1).strip()) for m in _PAREN.finditer(text)]
+    matches += [(m.start(), m.group(1)) for m in _PAREN_MORE.finditer(text) if sum(c.isupper() for c in m.group(1)) >= 2]
+    for at, short in sorted(matches):
         if not _valid_short(short) or short in found:
             continue
         n = min(len(short) + 5, 2 * len(short))
-        words = [w for w in _WORD.finditer(text, max(0, m.start() - 40 * n), m.start())][-n:]
+        words = [w for w in _WORD.finditer(text, max(0, at - 40 * n), at)][-n:]
         long = best_long_form(short, " ".join(w.group() for w in words))
         if long:  # the long form is the last words before the parenthesis (it starts at a word)
             found[short] = (long, words[-len(long.split())].start(), words[-1].end())
