@@ -5,8 +5,9 @@ on BC5CDR dev documents that chose neither γ, the training step nor the NIL thr
         --kb kbs/mesh --aliases training/aliases.json [--one-pass-model DIR]
 
 Every pipeline below finds its mentions with a span model of `train_e2e` (the transformer fine-tuned
-from the retriever; best step and γ chosen on dev docs 0-99) and applies the same candidate rules
-(abbreviations, alias table) and NIL rule (the threshold calibrated on the gold mentions of BC5CDR
+from the retriever; best step and γ chosen on dev docs 0-99) and applies candidate rules (the
+span-model pipelines: those of `configs/linker_e2e.cfg`, as `configs/linker_rules.cfg`; the one-pass
+row: abbreviations and alias table) and the NIL rule (the threshold calibrated on the gold mentions of BC5CDR
 train, since dev docs 0-99 have no NIL mention); they differ in how found spans are linked:
 
 * **span model + retriever** (`configs/linker_e2e.cfg`, the default): one marked-up input per found
