@@ -151,3 +151,12 @@ def test_bad_settings_fail_when_the_rule_is_made(kb_dir):
     for bad in ({"mode": "min"}, {"weight": 2}, {"names": 3}):
         with pytest.raises(ValueError, match="name_rows"):
             _nlp(kb_dir, {"names": {"@misc": "spacy_pel.rules.name_rows.v1", **bad}})
+
+
+def test_ids_digest_is_the_same_for_a_string_column_and_a_list():
+    from spacy_pel.retrieval.names import ids_digest
+    from spacy_pel.retrieval.table import StringColumn
+
+    ids = ["D1", "Ünï", "", "C22"]
+    assert ids_digest(StringColumn.of(ids)) == ids_digest(ids) != ids_digest(ids[::-1])
+    assert ids_digest(StringColumn.of(["D1D2"])) != ids_digest(["D1", "D2"])  # separators count

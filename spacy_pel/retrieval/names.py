@@ -35,6 +35,7 @@ from ..models.encoder import BiEncoder, EncoderMismatchError, tower_precision
 from .build import encode_resumable, load_encoder
 from .index import EntityIndex
 from .search import FlatSearch
+from .table import StringColumn
 
 PathLike = Union[str, Path]
 NAMES_DIR = "names"
@@ -58,8 +59,13 @@ def entity_names(entity: Entity) -> List[str]:
 
 
 def ids_digest(ids: Sequence[str]) -> str:
-    """SHA-256 of the KB's ids in row order (a name index belongs to one KB)."""
+    """SHA-256 of the KB's ids in row order (a name index belongs to one KB): of each id's UTF-8 bytes
+    followed by a record separator (a :class:`.table.StringColumn` is hashed from its blob at once)."""
     h = hashlib.sha256()
+    if isinstance(ids, StringColumn):
+        blob = np.frombuffer(ids.blob, np.uint8)
+        h.update(np.insert(blob, ids.offsets[1:], 0x1E).tobytes())
+        return h.hexdigest()
     for entity_id in ids:
         h.update(entity_id.encode("utf8", "surrogatepass") + b"\x1e")
     return h.hexdigest()
