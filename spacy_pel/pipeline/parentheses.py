@@ -28,12 +28,13 @@ def parenthetical_pairs(docs: Sequence, spans: Sequence[list]) -> List[Tuple[int
     has mention ``i``'s label and is written right after it in parentheses, ``A (B)``."""
     pairs, start = [], 0
     for doc, doc_spans in zip(docs, spans):
+        text = doc.text if doc_spans else ""  # Doc.text joins every token: once per doc
         chars = [(doc[a:b].start_char, doc[a:b].end_char, label) for a, b, label in doc_spans]
         by_start = {c[0]: n for n, c in enumerate(chars)}
         for n, (_, end, label) in enumerate(chars):
-            opened = _OPEN.match(doc.text, end)
-            m = by_start.get(opened.end()) if opened and opened.end() > end else None
-            if m is not None and chars[m][2] == label and _CLOSE.match(doc.text, chars[m][1]):
+            opened = _OPEN.match(text, end)
+            m = by_start.get(opened.end()) if opened else None
+            if m is not None and chars[m][2] == label and _CLOSE.match(text, chars[m][1]):
                 pairs.append((start + n, start + m))
         start += len(doc_spans)
     return pairs
