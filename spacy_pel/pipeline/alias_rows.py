@@ -2,7 +2,8 @@
 
 The alias table (:mod:`.aliases`) links a mention whose text is exactly a surface form seen in annotated
 text; this rule is its dense half. Every surface form of ``aliases`` (``python -m spacy_pel.aliases``)
-is encoded by the entity tower as a name (``[CLS] form [SEP]``, :mod:`..retrieval.names`), one row per
+is encoded by the entity tower as a name (``[CLS] form [SEP]``, :mod:`..retrieval.names`; the forms
+are the alias file's normalised keys: lower case, punctuation runs as one space), one row per
 (form, entity) pair. An open mention (not decided or tied by an earlier rule, with a vector) then also
 searches these rows, and its candidates become the top-k entities of the union of the retrieved entity
 rows and the forms' entities, each scored by the better of its entity-row score and its best form's
@@ -41,10 +42,9 @@ def alias_name_index(counts: Dict[str, Dict[str, int]], encoder: BiEncoder, inde
         for row in sorted({lookup[i] for i in ids if i in lookup}):
             forms.append(form)
             rows.append(row)
-    vectors = encode_names(encoder, forms)
     ids = index.entities.ids
-    return NameIndex(vectors, np.asarray(rows, np.int32), forms, entities=len(ids),
-                     ids_sha256=ids_digest([ids[i] for i in range(len(ids))]), fingerprint=encoder.fingerprint())
+    return NameIndex(encode_names(encoder, forms), np.asarray(rows, np.int32), forms, entities=len(ids),
+                     ids_sha256=ids_digest(ids), fingerprint=encoder.fingerprint())
 
 
 class AliasRowsRule(NameRowsRule):
