@@ -10,7 +10,8 @@ more than halve each other). Writes benchmarks/speed.json and benchmarks/speed.m
 Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, top_k 10,
 context 64, the trained retriever + the candidate rules of ``configs/linker_rules.cfg``, read from it:
 abbreviations, BC5CDR train surface forms as alias rows, the alias table over MeSH names and those
-forms, spelling variants, repeats, label types — the pipeline ``spacy project run all`` assembles):
+forms, spelling variants, repeats, parenthetical synonyms, undefined short forms, label types — the
+pipeline ``spacy project run all`` assembles):
 * ``fp32, encode every mention`` — round 1's path: every mention through the transformer in fp32;
 * ``+ precision auto`` — bf16 where the CPU has bf16 units;
 * ``+ rules decide first`` — mentions the alias table decides alone (one allowed entity) and defined
@@ -365,7 +366,7 @@ def markdown(r: dict) -> str:
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
              "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Every pipeline has the "
              "candidate rules of `configs/linker_rules.cfg` (abbreviations, alias rows, alias table, spelling "
-             "variants, repeats, label types). Fast presets: the default with context_window 16 or 12 (default 64). "
+             "variants, repeats, parenthetical synonyms, undefined short forms, label types). Fast presets: the default with context_window 16 or 12 (default 64). "
              "int8: the towers run in ONNX Runtime, dynamically quantised (the `int8` precision).", ""]
     if "kb_build" in r:
         b = r["kb_build"]
