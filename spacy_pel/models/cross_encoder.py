@@ -43,7 +43,7 @@ from .encoder import (
     pick_device,
     quiet_transformers,
     resolve_model_name,
-    weights_version,
+    versioned_copy,
 )
 from .pieces import Mention, entity_pieces, marked_mentions
 
@@ -69,6 +69,13 @@ class CrossEncoderConfig:
             raise ValueError(f"precision must be one of {', '.join(CROSS_PRECISIONS)}, not {self.precision!r}")
         if self.mention_max_length < 8 or self.entity_max_length < 8:
             raise ValueError("word-piece budgets must be at least 8")
+
+
+def _quantised(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` whose linear layers are dynamically quantised (int8 weights per channel)."""
+    with warnings.catch_warnings():  # torch's notice that its quantised tensor types will move
+        warnings.simplefilter("ignore", UserWarning)
+        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
 class CrossEncoder(torch.nn.Module):
@@ -169,15 +176,7 @@ class CrossEncoder(torch.nn.Module):
         on first use and again whenever the weights have changed since (as the bi-encoder's)."""
         if torch.is_grad_enabled() or self.device_.type != "cpu" or self.config.precision != "int8":
             return self
-        version = weights_version(self)
-        made = self._int8.get("int8")
-        if made is None or made[0] != version:
-            self._int8.clear()  # quantize_dynamic deep-copies this module: not its stale copy with it
-            with warnings.catch_warnings():  # torch's notice that its quantised tensor types will move
-                warnings.simplefilter("ignore", UserWarning)
-                copy = quantize_dynamic(self, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
-            made = self._int8["int8"] = (version, copy)
-        return made[1]
+        return versioned_copy(self._int8, "int8", self, _quantised)
 
     def score(self, pairs: Sequence[Tuple[List[int], int]]) -> torch.Tensor:
         """Scores (logits) of one batch of pairs, keeping the graph (training uses it)."""

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -134,6 +134,18 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(p._version for p in model.parameters())
 
 
+def versioned_copy(cache: Dict, key, model: torch.nn.Module, make: Callable[[torch.nn.Module], object]):
+    """``cache[key]``'s copy of ``model``, made by ``make(model)`` on first use and again whenever the
+    weights have changed since (:func:`weights_version`); the stale copy is dropped before the new one
+    is made (``quantize_dynamic`` deep-copies the module it is given, cache included)."""
+    version = weights_version(model)
+    made = cache.get(key)
+    if made is None or made[0] != version:
+        cache.pop(key, None)
+        made = cache[key] = (version, make(model))
+    return made[1]
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -209,11 +221,7 @@ class BiEncoder(torch.nn.Module):
         stays what is trained, saved and fingerprinted."""
         if torch.is_grad_enabled() or tower_precision(self.config.precision, self.device_) != "int8":
             return model
-        version = weights_version(model)
-        made = self._int8.get(id(model))
-        if made is None or made[0] != version:
-            made = self._int8[id(model)] = (version, OnnxTower(model))
-        return made[1]
+        return versioned_copy(self._int8, id(model), model, OnnxTower)
 
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)

@@ -67,6 +67,11 @@ def abbreviations(text: str) -> Dict[str, str]:
     return {short: long for short, (long, _, _) in definitions(text).items()}
 
 
+def span_chars(doc, doc_spans: Sequence[tuple]) -> List[Tuple[int, int, str]]:
+    """``(start_char, end_char, label)`` of a doc's mention spans, given as ``(start, end, label)`` tokens."""
+    return [(sp.start_char, sp.end_char, label) for sp, label in ((doc[a:b], label) for a, b, label in doc_spans)]
+
+
 def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str]) -> Tuple[List[str], Dict[int, int]]:
     """For the mentions of ``docs`` (``spans``: per doc ``(start, end, label)``; ``texts``: their texts,
     flat over the docs): the text to look up in an alias table (a defined short form's long form), and
@@ -84,7 +89,7 @@ def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str]) ->
         first: Dict[str, int] = {}
         for g in idx:
             first.setdefault(normalize(texts[g]), g)
-        chars = [(doc[a:b].start_char, doc[a:b].end_char, label) for a, b, label in doc_spans]
+        chars = span_chars(doc, doc_spans)
         for g in idx:
             found = defined.get(texts[g].strip())
             if found is None:

@@ -16,6 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from spacy.util import registry
 
+from .abbreviations import span_chars
 from .rules import CandidateBatch
 
 NAME = "spacy_pel.rules.parenthetical_synonyms.v1"
@@ -29,7 +30,7 @@ def parenthetical_pairs(docs: Sequence, spans: Sequence[list]) -> List[Tuple[int
     pairs, start = [], 0
     for doc, doc_spans in zip(docs, spans):
         text = doc.text if doc_spans else ""  # Doc.text joins every token: once per doc
-        chars = [(doc[a:b].start_char, doc[a:b].end_char, label) for a, b, label in doc_spans]
+        chars = span_chars(doc, doc_spans)
         by_start = {c[0]: n for n, c in enumerate(chars)}
         for n, (_, end, label) in enumerate(chars):
             opened = _OPEN.match(text, end)

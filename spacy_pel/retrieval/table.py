@@ -133,8 +133,9 @@ class NameIndex:
         """The keys with a digit and a space by their :func:`compact_key` (their rows merged, sorted)."""
         merged: Dict[str, set] = defaultdict(set)
         for i, key in enumerate(self.keys):
-            if " " in key and _DIGIT.search(key):
-                merged[key.replace(" ", "")].update(self.rows[self.ptr[i] : self.ptr[i + 1]].tolist())
+            compact = compact_key(key) if " " in key else None
+            if compact:
+                merged[compact].update(self.rows[self.ptr[i] : self.ptr[i + 1]].tolist())
         return NameIndex.of({k: sorted(v) for k, v in merged.items()})
 
     def get(self, key: str) -> Optional[List[int]]:
