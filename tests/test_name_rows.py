@@ -8,9 +8,11 @@ from spacy.tokens import Span
 
 from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
 from spacy_pel.pipeline.name_rows import NAMES_FOLDER, merge_candidates
-from spacy_pel.retrieval.build import STAMP_FILE
+from spacy_pel.retrieval.build import STAMP_FILE, build_kb
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex, build_names, entity_names
+
+from .conftest import KB_LINES
 
 # KB_LINES (conftest): D1 lithium carbonate / Li2CO3, D2 tricuspid regurgitation, D3 atrial flutter /
 # flutter, D4 aspirin / acetylsalicylic acid, D5 warfarin: 8 names of 5 entities
@@ -160,3 +162,69 @@ def test_ids_digest_is_the_same_for_a_string_column_and_a_list():
     ids = ["D1", "Ünï", "", "C22"]
     assert ids_digest(StringColumn.of(ids)) == ids_digest(ids) != ids_digest(ids[::-1])
     assert ids_digest(StringColumn.of(["D1D2"])) != ids_digest(["D1", "D2"])  # separators count
+
+
+def _sub_kb(tmp_path, tiny_encoder_dir, drop="D2"):
+    lines = [line for line in KB_LINES if f'"id": "{drop}"' not in line]
+    (tmp_path / "sub.jsonl").write_text("\n".join(lines) + "\n", encoding="utf8")
+    build_kb(tmp_path / "sub.jsonl", tmp_path / "sub", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
+    return tmp_path / "sub"
+
+
+def test_for_kb_equals_a_build_for_the_smaller_kb(kb_dir, names_dir, tiny_encoder_dir, tmp_path):
+    sub = _sub_kb(tmp_path, tiny_encoder_dir)
+    names, full, small = NameIndex.from_disk(names_dir), EntityIndex.from_disk(kb_dir), EntityIndex.from_disk(sub)
+    derived = names.for_kb(full.entities.ids, small.entities.ids)
+    build_names(sub, progress=False)
+    built = NameIndex.from_disk(sub / "names")
+    assert derived.names == built.names and derived.entity_rows.tolist() == built.entity_rows.tolist()
+    assert derived.ids_sha256 == built.ids_sha256 and derived.entities == built.entities == 4
+    np.testing.assert_allclose(derived.searcher.matrix.float().numpy(), built.searcher.matrix.float().numpy(), atol=1e-2)
+    encoder = BiEncoder.from_pretrained(small.encoder_source)
+    derived.check(encoder, small.entities.ids)  # accepted for the smaller KB
+    with pytest.raises(ValueError, match="old_ids"):
+        names.for_kb(small.entities.ids, full.entities.ids)
+    with pytest.raises(ValueError, match="not in the old one"):
+        derived.for_kb(small.entities.ids, full.entities.ids)
+
+
+def test_without_names_the_rule_is_off(kb_dir):
+    plain = _candidates(_nlp(kb_dir, {}))
+    assert _candidates(_nlp(kb_dir, {"names": {"@misc": "spacy_pel.rules.name_rows.v1"}})) == plain
+
+
+def test_a_saved_copy_for_another_kb_gives_way_to_the_configured_names(kb_dir, names_dir, tiny_encoder_dir, tmp_path):
+    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "mode": "names"}
+    nlp = _nlp(kb_dir, {"names": rule})
+    _candidates(nlp)
+    nlp.to_disk(tmp_path / "p")
+    sub = _sub_kb(tmp_path, tiny_encoder_dir)
+    with pytest.raises(ValueError, match="another KB"):  # the saved copy (full KB) does not fit the smaller KB
+        _candidates(spacy.load(tmp_path / "p", config={"components.pel_linker.kb": str(sub)}))
+    derived = NameIndex.from_disk(names_dir).for_kb(EntityIndex.from_disk(kb_dir).entities.ids,
+                                                    EntityIndex.from_disk(sub).entities.ids)
+    derived.to_disk(tmp_path / "sub_names")
+    again = spacy.load(tmp_path / "p", config={"components.pel_linker.kb": str(sub),
+                                               "components.pel_linker.rules.names.names": str(tmp_path / "sub_names")})
+    got = _candidates(again)[0]
+    assert all(c[0] != "D2" for _, cands in got for c in cands)  # nothing of the removed record
+    assert got == _candidates(_nlp(sub, {"names": {**rule, "names": str(tmp_path / "sub_names")}}))[0]
+
+
+def test_the_rules_config_assembles_with_and_without_a_name_index(kb_dir, names_dir, tmp_path):
+    """configs/linker_rules.cfg (the `all` pipeline): `paths.names` puts the name index in; null leaves the rule off."""
+    from pathlib import Path
+
+    config_path = Path(__file__).resolve().parent.parent / "configs" / "linker_rules.cfg"
+    got = {}
+    for names in (str(names_dir), None):
+        config = spacy.util.load_config(config_path, overrides={"paths.kb": str(kb_dir), "paths.names": names})
+        nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+        nlp.initialize()
+        rule = nlp.get_pipe("pel_linker").rules["names"]
+        assert (rule.names is not None) == (names is not None)
+        assert (rule.mode, rule.weight) == ("mean", 0.5)
+        got[names] = _candidates(nlp)
+        nlp.to_disk(tmp_path / str(names is None))
+        assert (tmp_path / str(names is None) / "pel_linker" / NAMES_FOLDER).exists() == (names is not None)
+    assert got[str(names_dir)] != got[None]

@@ -11,7 +11,10 @@ name — and its candidates become the top-k entities (each once) of the union b
 
 Both scores are computed exactly for every candidate of the union. ``names`` is a name index folder
 (``python -m spacy_pel build-names KB_DIR`` writes ``KB_DIR/names``); it is saved with the pipeline
-(``name_rows/``) and checked against the linker's entity encoder and KB when the linker sets up.
+(``name_rows/``) and checked against the linker's entity encoder and KB when the linker sets up; a saved
+copy made for another KB or encoder gives way to the ``names`` folder of the config (loading a pipeline
+with another KB: ``config={"components.pel_linker.kb": KB, "components.pel_linker.rules.names.names":
+KB_NAMES}``). With ``names`` null and no saved copy the rule is off, as ``alias_rows.v1`` is without aliases.
 Write the rule before ``alias_table.v1`` to let the alias table have the last word on the mentions
 whose text it knows.
 """
@@ -87,12 +90,18 @@ class NameRowsRule(LinkerPart):
         self.index: Optional[EntityIndex] = None
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
-        if self.names is None:
-            if not self.source:
-                raise ValueError(f"{NAME} has no name index: set `names` to a folder from `python -m spacy_pel build-names`")
-            self.names = NameIndex.from_disk(self.source)
-        self.names.check(encoder, index.entities.ids)
         self.index = index
+        if self.names is not None:  # the saved copy, unless it was built for another KB or encoder
+            try:
+                self.names.check(encoder, index.entities.ids)
+                return
+            except ValueError:
+                if not self.source:
+                    raise
+                self.names = None
+        if self.source:
+            self.names = NameIndex.from_disk(self.source)
+            self.names.check(encoder, index.entities.ids)
 
     def to_disk(self, path: Path) -> bool:
         if self.names is None:
@@ -107,8 +116,10 @@ class NameRowsRule(LinkerPart):
         return True
 
     def __call__(self, batch: CandidateBatch) -> None:
-        if self.names is None or self.index is None:
+        if self.index is None:
             raise ValueError(f"{NAME} is not set up (the linker does it when it loads its KB)")
+        if self.names is None:  # no name index given: the rule is off
+            return
         todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
         if len(todo) == 0:
             return

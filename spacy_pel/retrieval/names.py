@@ -168,6 +168,26 @@ class NameIndex:
             raise ValueError(f"this name index was built for another KB ({self.entities} entities, ids "
                              f"{self.ids_sha256[:12]}…), not this one ({len(ids)} entities); rebuild it")
 
+    def for_kb(self, old_ids: Sequence[str], new_ids: Sequence[str]) -> "NameIndex":
+        """This index for a KB made of part of its own (``old_ids``, the KB it was built for; ``new_ids``:
+        a KB with some records removed, as OKB does) without encoding again: the names of the kept
+        entities, their rows renumbered. Entities of ``new_ids`` that ``old_ids`` lacks are refused."""
+        if len(old_ids) != self.entities or ids_digest(old_ids) != self.ids_sha256:
+            raise ValueError("for_kb: old_ids are not the ids of the KB this name index was built for")
+        old_ids, new_ids = ([ids[i] for i in range(len(ids))] for ids in (old_ids, new_ids))
+        old_row = {i: r for r, i in enumerate(old_ids)}
+        missing = [i for i in new_ids if i not in old_row]
+        if missing:
+            raise ValueError(f"for_kb: {len(missing)} entities of the new KB are not in the old one ({missing[0]}, …); build its names")
+        remap = np.full(self.entities, -1, np.int64)
+        remap[[old_row[i] for i in new_ids]] = np.arange(len(new_ids))
+        mapped = remap[self.entity_rows]
+        keep = np.flatnonzero(mapped >= 0)
+        searcher = FlatSearch(self.searcher.matrix[torch.from_numpy(keep)].contiguous())
+        return NameIndex(None, mapped[keep], [self.names[i] for i in keep], entities=len(new_ids),
+                         ids_sha256=ids_digest(new_ids), fingerprint=self.fingerprint, input=self.input,
+                         max_length=self.max_length, searcher=searcher)
+
     # ------------------------------------------------------------------ searching
     def __len__(self) -> int:
         return len(self.entity_rows)
