@@ -32,7 +32,11 @@ from spacy_pel.corpora import NIL, convert, corpus_ids, read_docbin  # noqa: E40
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
 from spacy_pel.evaluation.nil import calibrate  # noqa: E402
 from spacy_pel.pipeline.linker import find_linker  # noqa: E402
+from spacy_pel.pipeline.name_rows import NAME as NAME_ROWS  # noqa: E402
+from spacy_pel.pipeline.name_rows import NAMES_FOLDER  # noqa: E402
 from spacy_pel.retrieval.build import build_kb  # noqa: E402
+from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
+from spacy_pel.retrieval.names import NameIndex, build_names  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
@@ -42,13 +46,41 @@ NIL_RUNS = [("top score, free threshold", "top_score", None), ("top score, ≤ 1
             ("NIL classifier, free threshold", "classifier", None), ("NIL classifier, ≤ 1 pt R@1 loss", "classifier", 0.01)]
 
 
-def load(pipeline: Path, kb: Optional[Path] = None):
-    nlp = spacy.load(pipeline, config={"components.pel_linker.kb": str(kb)} if kb else {})
+def name_rules(pipeline: Path) -> List[str]:
+    """Config paths of the pipeline's name-row rules (``spacy_pel.rules.name_rows.v1``)."""
+    config = spacy.util.load_config(pipeline / "config.cfg")
+    return [f"components.{c}.rules.{key}" for c, comp in config["components"].items() if comp.get("factory") == "pel_linker"
+            for key, rule in comp.get("rules", {}).items() if rule.get("@misc") == NAME_ROWS]
+
+
+def names_for(pipeline: Path, kb: Path, work: Path) -> Path:
+    """A name index for ``kb``: the pipeline's own, cut down to ``kb``'s entities where ``kb`` is part of
+    the pipeline's KB (OKB), else built with the pipeline's encoder (MEDIC)."""
+    out = work / f"names_{kb.name}"
+    if not (out / "meta.json").exists():
+        rule = name_rules(pipeline)[0].split(".")
+        own = NameIndex.from_disk(pipeline / rule[1] / NAMES_FOLDER)
+        try:
+            own.for_kb(EntityIndex.from_disk(pipeline / rule[1] / "kb").entities.ids,
+                       EntityIndex.from_disk(kb).entities.ids).to_disk(out)
+        except ValueError:
+            build_names(kb, out, progress=True)
+    return out
+
+
+def load(pipeline: Path, kb: Optional[Path] = None, work: Optional[Path] = None):
+    """The pipeline, linking against ``kb`` if given (its name-row rules get a name index for it)."""
+    config = {}
+    if kb:
+        config["components.pel_linker.kb"] = str(kb)
+        for rule in name_rules(pipeline):
+            config[f"{rule}.names"] = str(names_for(pipeline, kb, work))
+    nlp = spacy.load(pipeline, config=config)
     return nlp, find_linker(nlp)[1]
 
 
-def dev_section(pipeline: Path, kb: Optional[Path], dev: Path, train: Path) -> dict:
-    nlp, linker = load(pipeline, kb)
+def dev_section(pipeline: Path, kb: Optional[Path], dev: Path, train: Path, work: Optional[Path] = None) -> dict:
+    nlp, linker = load(pipeline, kb, work)
     linker.ensure_loaded()
     docs = read_docbin(nlp, dev)
     train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train)))
@@ -75,7 +107,7 @@ def nil_section(pipeline: Path, kb: Optional[Path], corpus: Path, work: Path) ->
     base = work / "pipeline"
     work.mkdir(parents=True, exist_ok=True)
     if not (base / "config.cfg").exists():
-        load(pipeline, kb)[0].to_disk(base)
+        load(pipeline, kb, work)[0].to_disk(base)
     out = {}
     for label, strategy, loss in NIL_RUNS:
         fitted = work / f"{strategy}_{loss}"
@@ -94,7 +126,7 @@ def ncbi_section(pipeline: Path, work: Path, train: Path) -> dict:
     kb = work / "medic_kb"
     if not (kb / "meta.json").exists():  # encoded by the pipeline's own encoder
         build_kb(medic, kb, "medic", str(pipeline / name / "encoder"), precision="auto", progress=True)
-    return dev_section(pipeline, kb, corpus, train)
+    return dev_section(pipeline, kb, corpus, train, work)
 
 
 def fmt_nil(r: dict) -> str:

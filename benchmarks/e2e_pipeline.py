@@ -2,7 +2,7 @@
 on BC5CDR dev documents that chose neither γ, the training step nor the NIL threshold.
 
     python benchmarks/e2e_pipeline.py --span-model training/e2e/best --retriever training/retriever/best \
-        --kb kbs/mesh --aliases training/aliases.json [--one-pass-model DIR]
+        --kb kbs/mesh --aliases training/aliases.json --names kbs/mesh_names [--one-pass-model DIR]
 
 Every pipeline below finds its mentions with a span model of `train_e2e` (the transformer fine-tuned
 from the retriever; best step and γ chosen on dev docs 0-99) and applies candidate rules (the
@@ -87,6 +87,7 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
          one_pass_model: Optional[Path] = typer.Option(None, help="A span model trained with the linking loss, for the one-pass row"),
          compare: List[Path] = typer.Option([], help="Other train_e2e output folders to tabulate (their dev docs 0-99 figures)"),
          kb: Path = typer.Option(Path("kbs/mesh")), aliases: Optional[Path] = typer.Option(Path("training/aliases.json")),
+         names: Optional[Path] = typer.Option(Path("kbs/mesh_names"), help="the KB's name index (build-names); none: no name rows"),
          dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
          nil_corpus: Path = typer.Option(Path("corpus/bc5cdr_train.spacy"), help="Gold corpus the NIL threshold is calibrated on (dev docs 0-99 have no NIL mention)"),
          work: Path = typer.Option(Path("training/bench/e2e_pipeline")),
@@ -98,7 +99,7 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
     nlp = spacy.blank("en")
     docs = read_docbin(nlp, dev)
     held_out = docs[tuned:]
-    report = {"machine": machine(), "nil_corpus": str(nil_corpus), "span_model": str(span_model), "retriever": str(retriever), "kb": str(kb),
+    report = {"machine": machine(), "nil_corpus": str(nil_corpus), "span_model": str(span_model), "retriever": str(retriever), "kb": str(kb), "names": str(names) if names else None,
               "tuning_docs": tuned, "held_out_docs": len(held_out), "span_report": span_report,
               "training": {k: log.get(k) for k in ("step", "best_step", "train_seconds", "wall_seconds") if k in log},
               "pipelines": {}, "span_models": [span_model_row(span_model.parent)] + [span_model_row(c) for c in compare]}
@@ -108,7 +109,8 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
     for folder, prop in ((default, propagate), (other, not propagate)):
         subprocess.run([sys.executable, "-m", "spacy", "assemble", str(config), str(folder),
                         "--paths.kb", str(kb), "--paths.encoder", str(retriever), "--paths.span_model", str(span_model),
-                        "--paths.aliases", str(aliases) if aliases else "null", "--components.pel_linker.mentions.propagate",
+                        "--paths.aliases", str(aliases) if aliases else "null", "--paths.names", str(names) if names else "null",
+                        "--components.pel_linker.mentions.propagate",
                         str(prop).lower(), "--components.pel_linker.context_window", str(context_window)], check=True)
     runs = [(f"span model + retriever, propagate {str(propagate).lower()} (default)", default),
             (f"span model + retriever, propagate {str(not propagate).lower()}", other)]

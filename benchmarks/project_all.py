@@ -2,7 +2,7 @@
 
     python benchmarks/project_all.py --project .        # a project folder where `all` has run
 
-Reads kbs/mesh/build_report.json, training/retriever/train_log.json, the calibrated pipeline's
+Reads kbs/mesh/build_report.json, kbs/mesh_names/build_report.json, training/retriever/train_log.json, the calibrated pipeline's
 nil_calibration.json and metrics/bc5cdr_dev.json. With ``--start`` (the epoch second `all` started),
 each step's wall time is the time between its outputs' modification times (weasel logs no times).
 """
@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 
 
 STEP_OUTPUTS = [("fetch_assets", "assets/mesh"), ("convert", "corpus/bc5cdr_dev.spacy"), ("build_kb", "kbs/mesh"),
-                ("train", "training/retriever/best"), ("aliases", "training/aliases.json"), ("pipeline", "training/pipeline"),
+                ("build_names", "kbs/mesh_names"), ("train", "training/retriever/best"), ("aliases", "training/aliases.json"), ("pipeline", "training/pipeline"),
                 ("calibrate", "training/pipeline_calibrated"), ("evaluate", "metrics/bc5cdr_dev.json"), ("package", "packages")]
 
 
@@ -29,6 +29,7 @@ def main(project: Path = typer.Option(Path("."), help="Project folder where `spa
          note: str = typer.Option("", help="A line about the machine / run conditions"),
          start: Optional[float] = typer.Option(None, help="epoch seconds when `spacy project run all` started")):
     build = json.loads((project / "kbs/mesh/build_report.json").read_text())
+    names = json.loads((project / "kbs/mesh_names/build_report.json").read_text())
     train = json.loads((project / "training/retriever/train_log.json").read_text())
     calib = json.loads((project / "training/pipeline_calibrated/nil_calibration.json").read_text())
     ev = json.loads((project / "metrics/bc5cdr_dev.json").read_text())
@@ -42,6 +43,7 @@ def main(project: Path = typer.Option(Path("."), help="Project folder where `spa
         "| step | figure |",
         "|---|---|",
         f"| build_kb (all {build['entities_total']:,} MeSH records, precision {build.get('precision')}) | {build['wall_s'] / 60:.1f} min, {build['entities_per_s']} entities/s |",
+        f"| build_names (every MeSH name and synonym, {names['names']:,} rows) | {names['wall_s'] / 60:.1f} min, {names['names_per_s']} names/s |",
         f"| train (project.yml's train_overrides, {train['step']} steps) | {train['train_seconds'] / 60:.1f} min; "
         f"dev R@1 on the eval docs by step: {', '.join(str(round(h.get('dev_r1', h.get('dev', float('nan'))), 3)) for h in train['history'] if 'dev_r1' in h or 'dev' in h)} |",
         f"| calibrate (NIL threshold, best NIL F1 on dev) | threshold {calib.get('threshold', float('nan')):.3f} |",
@@ -66,7 +68,7 @@ def main(project: Path = typer.Option(Path("."), help="Project folder where `spa
             previous = done
         md += [f"| **total** | **{(previous - start) / 60:.1f}** |", ""]
     (HERE / "project_all.md").write_text("\n".join(md))
-    (HERE / "project_all.json").write_text(json.dumps({"build": build, "train": {k: train[k] for k in ("step", "best", "best_step", "history", "train_seconds")},
+    (HERE / "project_all.json").write_text(json.dumps({"build": build, "names": names, "train": {k: train[k] for k in ("step", "best", "best_step", "history", "train_seconds")},
                                                        "calibration": {k: v for k, v in calib.items() if k != "points"}, "evaluate": ev}, indent=2))
     print("\n".join(md))
 

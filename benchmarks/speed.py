@@ -1,7 +1,7 @@
 """Speed on a CPU (the speed issue's table): whole-pipeline mentions/s and R@1 on BC5CDR dev gold spans,
 the full MeSH KB build, pipeline load time / peak RSS, and scispaCy's linker side by side on MEDIC.
 
-    python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh [--build-kb] \
+    python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh --names kbs/mesh_names [--build-kb] \
         [--scispacy-python /tmp/scispacy-venv/bin/python]
 
 Every figure is measured in this one run, on this machine (run it alone: two torch jobs on 2 cores
@@ -9,9 +9,9 @@ more than halve each other). Writes benchmarks/speed.json and benchmarks/speed.m
 
 Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, top_k 10,
 context 64, the trained retriever + the candidate rules of ``configs/linker_rules.cfg``, read from it:
-abbreviations, BC5CDR train surface forms as alias rows, the alias table over MeSH names and those
-forms, spelling variants, repeats, parenthetical synonyms, undefined short forms, label types — the
-pipeline ``spacy project run all`` assembles):
+abbreviations, BC5CDR train surface forms as alias rows, every MeSH name as a name row (``--names``),
+the alias table over MeSH names and those forms, spelling variants, repeats, parenthetical synonyms,
+undefined short forms, label types — the pipeline ``spacy project run all`` assembles):
 * ``fp32, encode every mention`` — round 1's path: every mention through the transformer in fp32;
 * ``+ precision auto`` — bf16 where the CPU has bf16 units;
 * ``+ rules decide first`` — mentions the alias table decides alone (one allowed entity) and defined
@@ -23,7 +23,8 @@ pipeline ``spacy project run all`` assembles):
 * ``fast preset`` (``FAST``, ``FASTER``) — the rules-first pipeline with a ``context_window`` of 16 (12)
   word pieces: settings for the side-by-side with scispaCy; the ``int8`` fast preset runs the encoder
   in ONNX Runtime with dynamic int8 (``FAST_INT8``). (Until session 9 the fast presets alone had the
-  spelling-variant and repeats rules; the default has them now.)
+  spelling-variant and repeats rules; the default has them now.) The last fast preset leaves the
+  name-row rule out (``FAST_NO_NAMES``): what the name rows cost.
 
 Every pipeline first links 16 documents untimed (oneDNN builds its kernels on the first batches).
 ``--sections`` measures only some of kb_build, pipelines, load, medic; the others are copied from the
@@ -50,6 +51,7 @@ from spacy_pel.corpora import GOLD_KEY, bare_doc, corpus_ids, gold_ids, gold_spa
 from spacy_pel.kb import read_kb
 from spacy_pel.pipeline.aliases import mention_counts, write_aliases
 from spacy_pel.retrieval.build import build_kb
+from spacy_pel.retrieval.names import build_names
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data"
@@ -57,12 +59,14 @@ SECTIONS = ("kb_build", "pipelines", "load", "medic")
 FAST = {"context_window": 16}  # the fast presets (module doc)
 FASTER = {"context_window": 12}
 FAST_INT8 = {"context_window": 16, "precision": "int8"}
+FAST_NO_NAMES = {"context_window": 16, "names": False}  # the fast preset without the name-row rule
 RULES_CONFIG = HERE.parent / "configs" / "linker_rules.cfg"  # the candidate rules of every pipeline here
 WARMUP_DOCS = 16
 PREVIOUS_RUN = "2026-11-22 19:57 UTC, commit ada6794"  # the run before sections were stamped
 MEDIC_ROWS = [("spacy_pel, KB names only", None, {}),
               ("spacy_pel, + BC5CDR train surface forms", "aliases.json", {}),
               ("spacy_pel fast preset (context 16), + BC5CDR train surface forms", "aliases.json", FAST),
+              ("spacy_pel fast preset (context 16), + BC5CDR train surface forms, no name rows", "aliases.json", FAST_NO_NAMES),
               ("spacy_pel fast preset (context 12), KB names only", None, FASTER),
               ("spacy_pel fast preset (context 12), + BC5CDR train surface forms", "aliases.json", FASTER),
               ("spacy_pel fast preset (context 16, int8), + BC5CDR train surface forms", "aliases.json", FAST_INT8)]
@@ -83,10 +87,12 @@ def machine() -> dict:
 
 
 def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: str, decide: bool, vectors: str,
-                  context_window: int = 64) -> dict:
+                  context_window: int = 64, names: Optional[Path] = None) -> dict:
     """The pipeline's linker block: the candidate rules of configs/linker_rules.cfg (``aliases`` None:
-    the alias table over KB names only, no alias rows), ``decide`` the alias table's ``decide_unique``."""
-    cfg = spacy.util.load_config(RULES_CONFIG, overrides={"paths.aliases": str(aliases) if aliases else None}, interpolate=True)
+    the alias table over KB names only, no alias rows; ``names`` None: no name rows), ``decide`` the
+    alias table's ``decide_unique``."""
+    overrides = {"paths.aliases": str(aliases) if aliases else None, "paths.names": str(names) if names else None}
+    cfg = spacy.util.load_config(RULES_CONFIG, overrides=overrides, interpolate=True)
     rules = json.loads(json.dumps(cfg["components"]["pel_linker"]["rules"]))
     rules["aliases"]["decide_unique"] = decide
     return {
@@ -191,6 +197,7 @@ print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1),
 def main(
     encoder: Path = typer.Option(..., help="trained encoder folder (training/retriever/best)"),
     kb: Path = typer.Option(Path("kbs/mesh"), help="full MeSH KB folder (rebuilt into it with --build-kb)"),
+    names: Optional[Path] = typer.Option(None, help="the KB's name index (kbs/mesh_names, from build-names); none: no name rows"),
     build: bool = typer.Option(False, "--build-kb", help="build the full MeSH KB in this run (timed)"),
     dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
     train: Path = typer.Option(Path("corpus/bc5cdr_train.spacy")),
@@ -221,13 +228,13 @@ def main(
     work = Path(tempfile.mkdtemp(prefix="pel_speed_"))
     write_aliases(mention_counts(train_docs), work / "aliases.json")
     if "pipelines" in wanted or "load" in wanted:
-        default_nlp = bc5cdr_pipelines(report, wanted, encoder, kb, docs, corpus_ids(train_docs), work / "aliases.json", skip_baseline)
+        default_nlp = bc5cdr_pipelines(report, wanted, encoder, kb, names, docs, corpus_ids(train_docs), work / "aliases.json", skip_baseline)
         if "load" in wanted:
             default_nlp.to_disk(work / "pipeline")
             report["load"] = measure_load(work / "pipeline", dev)
             save(report, partial=True)
     if "medic" in wanted:
-        report["medic"] = medic_side_by_side(encoder, docs, train_docs, work, scispacy_python)
+        report["medic"] = medic_side_by_side(encoder, docs, train_docs, work, scispacy_python, names is not None)
     save(report)
     typer.echo(markdown(report))
 
@@ -250,7 +257,8 @@ def keep_previous(report: dict, wanted: set) -> None:
             report.setdefault("runs", {})[section] = old.get("runs", {}).get(section) or old.get("run", PREVIOUS_RUN)
 
 
-def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, docs, train_ids, aliases: Path, skip_baseline: bool):
+def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, names: Optional[Path], docs, train_ids, aliases: Path,
+                     skip_baseline: bool):
     """The BC5CDR dev rows (module doc) into ``report["pipelines"]`` (if wanted); returns the default pipeline."""
     rows = [("fp32, encode every mention", "fp32", False, "per_mention", {}),
             ("+ precision auto", "auto", False, "per_mention", {}),
@@ -260,7 +268,8 @@ def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, docs, t
             ("fp32 (for CPUs without bf16), rules first", "fp32", True, "per_mention", {}),
             ("fast preset: context 16", "auto", True, "per_mention", FAST),
             ("fast preset: context 12", "auto", True, "per_mention", FASTER),
-            ("fast preset: context 16, int8", "int8", True, "per_mention", FAST)]
+            ("fast preset: context 16, int8", "int8", True, "per_mention", FAST),
+            ("fast preset: context 16, no name rows", "auto", True, "per_mention", FAST_NO_NAMES)]
     if skip_baseline:
         rows = rows[1:]
     if "pipelines" not in wanted:
@@ -270,7 +279,9 @@ def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, docs, t
     default_nlp = None
     for label, precision, decide, vectors, preset in rows:
         nlp = spacy.blank("en")
-        linker = nlp.add_pipe("pel_linker", config=linker_config(kb, encoder, aliases, precision, decide, vectors, **preset))
+        preset = dict(preset)
+        with_names = names if preset.pop("names", True) else None
+        linker = nlp.add_pipe("pel_linker", config=linker_config(kb, encoder, aliases, precision, decide, vectors, names=with_names, **preset))
         linker.ensure_loaded()
         if "pipelines" in wanted:
             report["pipelines"][label] = run_pipeline(nlp, docs, linker.index.row, train_ids)
@@ -298,13 +309,16 @@ def measure_load(pipeline: Path, dev: Path, kb: Optional[Path] = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_python: Optional[Path]) -> dict:
+def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_python: Optional[Path], names: bool) -> dict:
     """spacy_pel and scispaCy on the same KB file (MEDIC) and the same BC5CDR dev Disease mentions
-    (each linker's speed: the median of 3 timed passes)."""
+    (each linker's speed: the median of 3 timed passes); ``names``: MEDIC's name index is built (its
+    time counts in the index build) and the rows have name rows unless their preset says not."""
     medic = SHARED / "ncbi-disease" / "medic_06Jul2012.txt"
     entities = read_kb(medic, format="medic")
     t0 = time.perf_counter()
     build_kb(medic, work / "medic_kb", "medic", str(encoder), precision="auto")
+    if names:
+        build_names(work / "medic_kb", work / "medic_names", progress=False)
     build_s = time.perf_counter() - t0
     disease = only_label(docs, "Disease")
     out = {"kb_entities": len(entities), "spacy_pel_kb_build_seconds": round(build_s, 1)}
@@ -313,7 +327,9 @@ def medic_side_by_side(encoder: Path, docs, train_docs, work: Path, scispacy_pyt
         nlp = spacy.blank("en")
         settings = dict(preset)
         precision = settings.pop("precision", "auto")
-        cfg = linker_config(work / "medic_kb", encoder, work / aliases if aliases else None, precision, True, "per_mention", **settings)
+        with_names = work / "medic_names" if settings.pop("names", names) else None
+        cfg = linker_config(work / "medic_kb", encoder, work / aliases if aliases else None, precision, True, "per_mention",
+                            names=with_names, **settings)
         linker = nlp.add_pipe("pel_linker", config=cfg)
         linker.ensure_loaded()
         out[label] = run_pipeline(nlp, disease, linker.index.row, train_ids, passes=3)
@@ -359,14 +375,14 @@ def markdown(r: dict) -> str:
         return [f"*Section from an earlier run ({runs[section]}{how}).*", ""]
 
     lines = ["# Speed on a CPU: BC5CDR dev through the whole pipeline, MeSH KB build, scispaCy side by side", "",
-             "Reproduce: `python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh --build-kb "
+             "Reproduce: `python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh --names kbs/mesh_names --build-kb "
              "--scispacy-python VENV/bin/python` (after `spacy project run convert` and `train`).", "",
              f"Machine: {m['cpu']}, flags {', '.join(m['flags'])}; torch {m['torch']}, {m['torch_threads']} threads. "
              f"{r['note']}. Run: {r.get('run', PREVIOUS_RUN)}"
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
              "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Every pipeline has the "
-             "candidate rules of `configs/linker_rules.cfg` (abbreviations, alias rows, alias table, spelling "
-             "variants, repeats, parenthetical synonyms, undefined short forms, label types). Fast presets: the default with context_window 16 or 12 (default 64). "
+             "candidate rules of `configs/linker_rules.cfg` (abbreviations, alias rows, name rows, alias table, spelling "
+             "variants, repeats, parenthetical synonyms, undefined short forms, label types) unless its label says otherwise. Fast presets: the default with context_window 16 or 12 (default 64). "
              "int8: the towers run in ONNX Runtime, dynamically quantised (the `int8` precision).", ""]
     if "kb_build" in r:
         b = r["kb_build"]

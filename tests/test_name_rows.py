@@ -223,8 +223,40 @@ def test_the_rules_config_assembles_with_and_without_a_name_index(kb_dir, names_
         nlp.initialize()
         rule = nlp.get_pipe("pel_linker").rules["names"]
         assert (rule.names is not None) == (names is not None)
-        assert (rule.mode, rule.weight) == ("mean", 0.5)
+        assert (rule.mode, rule.weight, rule.search) == ("mean", 0.5, False)
+        assert names is None or (rule.names.file is not None and rule.names.searcher is None)  # vectors on disk
         got[names] = _candidates(nlp)
         nlp.to_disk(tmp_path / str(names is None))
         assert (tmp_path / str(names is None) / "pel_linker" / NAMES_FOLDER).exists() == (names is not None)
     assert got[str(names_dir)] != got[None]
+
+
+def test_an_index_on_disk_scores_as_in_memory_but_does_not_search(names_dir, tmp_path):
+    memory, disk = NameIndex.from_disk(names_dir), NameIndex.from_disk(names_dir, in_memory=False)
+    assert disk.searcher is None and disk.file is not None
+    rng = np.random.default_rng(2)
+    queries = rng.normal(size=(3, memory.searcher.matrix.shape[1])).astype(np.float32)
+    rows = np.array([[2, -1, 0], [4, 3, 1], [-1, -1, 1]])
+    # float16 on disk vs bf16 in memory: the same scores to bf16's precision
+    np.testing.assert_allclose(disk.best_name_scores(queries, rows), memory.best_name_scores(queries, rows), atol=0.05)
+    with pytest.raises(ValueError, match="does not search"):
+        disk.search(queries, 2)
+    disk.to_disk(tmp_path / "copy")  # the vectors file is copied as it is
+    assert (tmp_path / "copy" / "embeddings.npy").read_bytes() == (names_dir / "embeddings.npy").read_bytes()
+    assert NameIndex.from_disk(tmp_path / "copy").names == memory.names
+
+
+@pytest.mark.parametrize("mode", ["max", "names", "mean"])
+def test_without_search_the_retrieved_candidates_are_only_reordered(names_dir, kb_dir, mode):
+    names, index = NameIndex.from_disk(names_dir, in_memory=False), EntityIndex.from_disk(kb_dir)
+    rng = np.random.default_rng(3)
+    queries = rng.normal(size=(4, index.embeddings.shape[1])).astype(np.float32)
+    _, retrieved = index.search(queries, 3)
+    scores, rows = merge_candidates(names, index.embeddings, queries, retrieved, mode, 0.5, search=False)
+    entity = np.einsum("ncd,nd->nc", np.asarray(index.embeddings[rows], np.float32), queries)
+    best = names.best_name_scores(queries, rows)
+    want = {"max": np.maximum(entity, best), "names": best, "mean": 0.5 * best + 0.5 * entity}[mode]
+    for q in range(len(queries)):
+        assert sorted(rows[q].tolist()) == sorted(retrieved[q].tolist())  # nothing added, nothing dropped
+        assert list(scores[q]) == sorted(scores[q], reverse=True)
+        np.testing.assert_allclose(scores[q], want[q], atol=1e-5)

@@ -9,7 +9,11 @@ name — and its candidates become the top-k entities (each once) of the union b
 * ``mode = "names"``: the best-name score alone (the name index replaces the entity rows);
 * ``mode = "mean"``: ``weight`` × best-name score + (1 − ``weight``) × entity-row score.
 
-Both scores are computed exactly for every candidate of the union. ``names`` is a name index folder
+Both scores are computed exactly for every candidate of the union. With ``search = false`` the name
+index is not searched: only the retrieved candidates are re-scored by their names, and the name vectors
+stay on disk, read as candidates are scored (a few MB instead of ~580 MB for MeSH's 756,400 names, and
+~0.3 ms instead of ~3 ms an open mention). On BC5CDR dev and NCBI/MEDIC it gave the same R@1 as the
+search (``mode = "mean"``; benchmarks/accuracy.md), so the shipped configs use it. ``names`` is a name index folder
 (``python -m spacy_pel build-names KB_DIR`` writes ``KB_DIR/names``); it is saved with the pipeline
 (``name_rows/``) and checked against the linker's entity encoder and KB when the linker sets up; a saved
 copy made for another KB or encoder gives way to the ``names`` folder of the config (loading a pipeline
@@ -39,29 +43,35 @@ CHUNK = 256  # mentions merged at once ([CHUNK, 2k, dim] entity vectors gathered
 
 
 def merge_candidates(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray,
-                     mode: str = "max", weight: float = 0.5):
+                     mode: str = "max", weight: float = 0.5, search: bool = True):
     """The top-k ``(scores, rows)`` of the retrieved entity rows ``rows`` and the name index's entities
-    together, by the combined score of ``mode`` (see the module doc); each entity once, best first."""
-    parts = [_merge(names, embeddings, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight)
+    together (``search=False``: of ``rows`` alone, re-scored), by the combined score of ``mode`` (see the
+    module doc); each entity once, best first."""
+    parts = [_merge(names, embeddings, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight, search)
              for a in range(0, len(rows), CHUNK)]
     if not parts:
         return np.zeros(rows.shape, np.float32), np.full(rows.shape, -1, np.int64)
     return np.concatenate([s for s, _ in parts]), np.concatenate([r for _, r in parts])
 
 
-def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray, mode: str, weight: float):
+def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray, mode: str, weight: float,
+           search: bool):
     k = rows.shape[1]
-    name_scores, name_rows = names.search(vectors, k)
-    if mode == "names":
-        return name_scores, name_rows
-    both = np.concatenate([rows, name_rows], axis=1)
-    both = np.sort(both, axis=1)
+    if search:
+        name_scores, name_rows = names.search(vectors, k)
+        if mode == "names":
+            return name_scores, name_rows
+        both = np.sort(np.concatenate([rows, name_rows], axis=1), axis=1)
+    else:
+        both = np.sort(rows, axis=1)
     both[:, 1:][both[:, 1:] == both[:, :-1]] = -1  # each entity once
     valid = both >= 0
     entity = np.einsum("ncd,nd->nc", np.asarray(embeddings[np.where(valid, both, 0)], np.float32), vectors)
     best_name = names.best_name_scores(vectors, both)
     if mode == "max":
         combined = np.maximum(entity, best_name)
+    elif mode == "names":
+        combined = np.where(np.isfinite(best_name), best_name, entity)
     else:
         combined = weight * np.where(np.isfinite(best_name), best_name, entity) + (1 - weight) * entity
     combined = np.where(valid, combined, -np.inf).astype(np.float32)
@@ -77,15 +87,17 @@ class NameRowsRule(LinkerPart):
 
     data_name = "name_rows"
 
-    def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5):
+    def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True):
         if names is not None and not isinstance(names, (str, Path)):
             raise ValueError(f"{NAME}: `names` must be a path or null, not {names!r}")
         if mode not in MODES:
             raise ValueError(f"{NAME}: `mode` must be one of {', '.join(MODES)}, not {mode!r}")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
             raise ValueError(f"{NAME}: `weight` must be a number in [0, 1], not {weight!r}")
+        if not isinstance(search, bool):
+            raise ValueError(f"{NAME}: `search` must be true or false, not {search!r}")
         self.source = str(names) if names else None
-        self.mode, self.weight = mode, float(weight)
+        self.mode, self.weight, self.search = mode, float(weight), search
         self.names: Optional[NameIndex] = None
         self.index: Optional[EntityIndex] = None
 
@@ -100,7 +112,7 @@ class NameRowsRule(LinkerPart):
                     raise
                 self.names = None
         if self.source:
-            self.names = NameIndex.from_disk(self.source)
+            self.names = NameIndex.from_disk(self.source, in_memory=self.search)
             self.names.check(encoder, index.entities.ids)
 
     def to_disk(self, path: Path) -> bool:
@@ -112,7 +124,7 @@ class NameRowsRule(LinkerPart):
     def from_disk(self, path: Path) -> bool:
         if not (path / NAMES_FOLDER).exists():
             return False
-        self.names = NameIndex.from_disk(path / NAMES_FOLDER)
+        self.names = NameIndex.from_disk(path / NAMES_FOLDER, in_memory=self.search)
         return True
 
     def __call__(self, batch: CandidateBatch) -> None:
@@ -124,11 +136,12 @@ class NameRowsRule(LinkerPart):
         if len(todo) == 0:
             return
         scores, rows = merge_candidates(self.names, self.index.embeddings, batch.vectors[todo], batch.rows[todo],
-                                        self.mode, self.weight)
+                                        self.mode, self.weight, self.search)
         batch.scores[todo], batch.rows[todo] = scores, rows
 
 
 @registry.misc(NAME)
-def name_rows_rule(names: Optional[str] = None, mode: str = "max", weight: float = 0.5) -> NameRowsRule:
-    """Candidates from a name-level index (every KB name its own vector) merged with the entity rows."""
-    return NameRowsRule(names, mode, weight)
+def name_rows_rule(names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True) -> NameRowsRule:
+    """Candidates from a name-level index (every KB name its own vector) merged with the entity rows
+    (``search`` false: the retrieved candidates re-scored by their names, the vectors read from disk)."""
+    return NameRowsRule(names, mode, weight, search)

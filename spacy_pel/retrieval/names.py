@@ -34,7 +34,7 @@ from ..kb import Entity, normalize
 from ..models.encoder import BiEncoder, EncoderMismatchError, tower_precision
 from .build import encode_resumable, load_encoder
 from .index import EntityIndex
-from .search import FlatSearch
+from .search import FlatSearch, VectorFile
 from .table import StringColumn
 
 PathLike = Union[str, Path]
@@ -114,17 +114,23 @@ def encode_names(encoder: BiEncoder, names: Sequence[str], max_length: int = MAX
 class NameIndex:
     """Name vectors with the KB row of each; search returns entities (each once) by their best name."""
 
-    def __init__(self, vectors, entity_rows: np.ndarray, names: Sequence[str], *, entities: int, ids_sha256: str,
+    def __init__(self, vectors, entity_rows: np.ndarray, names: Union[Sequence[str], Path], *, entities: int, ids_sha256: str,
                  fingerprint: str, input: str = "name", max_length: int = MAX_LENGTH, precision: str = "auto",
-                 searcher: Optional[FlatSearch] = None):
+                 searcher: Optional[FlatSearch] = None, file: Optional[VectorFile] = None):
         entity_rows = np.asarray(entity_rows, dtype=np.int32)
-        if len(entity_rows) != len(names) or (searcher is None and len(vectors) != len(names)):
-            raise ValueError(f"{len(names)} names but {len(entity_rows)} entity rows / vectors")
+        # the names themselves, or the path of their JSON file, read when first wanted (scoring needs none)
+        self._names: Optional[List[str]] = None if isinstance(names, Path) else list(names)
+        self._names_file = names if isinstance(names, Path) else None
+        count = len(self._names) if self._names is not None else len(entity_rows)
+        if len(entity_rows) != count or (searcher is None and file is None and len(vectors) != len(names)):
+            raise ValueError(f"{count} names but {len(entity_rows)} entity rows / vectors")
         if len(entity_rows) and not 0 <= entity_rows.min() <= entity_rows.max() < entities:
             raise ValueError(f"name rows point outside the KB's {entities} entities")
-        self.entity_rows, self.names, self.entities = entity_rows, list(names), entities
+        self.entity_rows, self.entities = entity_rows, entities
         self.ids_sha256, self.fingerprint, self.input, self.max_length = ids_sha256, fingerprint, input, max_length
-        self.searcher = searcher or FlatSearch.from_array(np.asarray(vectors, dtype=np.float32), precision)
+        # the vectors in memory (searchable), or on disk, read as rows are scored (``from_disk(in_memory=False)``)
+        self.file = file
+        self.searcher = None if file is not None else searcher or FlatSearch.from_array(np.asarray(vectors, np.float32), precision)
         # each entity's name rows: by_entity[ptr[r]:ptr[r + 1]]
         self.by_entity = np.argsort(entity_rows, kind="stable")
         self.ptr = np.searchsorted(entity_rows[self.by_entity], np.arange(entities + 1)).astype(np.int64)
@@ -183,7 +189,7 @@ class NameIndex:
         remap[[old_row[i] for i in new_ids]] = np.arange(len(new_ids))
         mapped = remap[self.entity_rows]
         keep = np.flatnonzero(mapped >= 0)
-        searcher = FlatSearch(self.searcher.matrix[torch.from_numpy(keep)].contiguous())
+        searcher = FlatSearch(self.name_vectors(keep).to(self.searcher.matrix.dtype if self.searcher else torch.float32))
         return NameIndex(None, mapped[keep], [self.names[i] for i in keep], entities=len(new_ids),
                          ids_sha256=ids_digest(new_ids), fingerprint=self.fingerprint, input=self.input,
                          max_length=self.max_length, searcher=searcher)
@@ -195,6 +201,9 @@ class NameIndex:
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, KB rows) per query, each entity once with its best name's score; rows -1
         where fewer than k entities have names."""
+        if self.searcher is None:
+            raise ValueError("this name index was loaded with its vectors on disk (in_memory=False): it scores "
+                             "given entities (best_name_scores) but does not search")
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         scores = np.zeros((len(queries), k), np.float32)
         rows = np.full((len(queries), k), -1, np.int64)
@@ -231,46 +240,68 @@ class NameIndex:
         name_rows = self.by_entity[offsets]
         query_of = np.repeat(pairs // rows.shape[1], sizes)
         products = np.empty(len(name_rows), np.float32)
-        matrix, q = self.searcher.matrix, torch.from_numpy(queries)
+        q = torch.from_numpy(queries)
         with torch.inference_mode():
             for a in range(0, len(name_rows), PAIRS_PER_CALL):
                 b = a + PAIRS_PER_CALL
-                vec = matrix[torch.from_numpy(name_rows[a:b])].float()
+                vec = self.name_vectors(name_rows[a:b])
                 products[a:b] = (vec * q[torch.from_numpy(query_of[a:b])]).sum(1).numpy()
         flat = out.ravel()
         flat[pairs] = np.maximum.reduceat(products, np.concatenate([[0], np.cumsum(sizes)[:-1]]))
         return flat.reshape(rows.shape)
 
+    @property
+    def names(self) -> List[str]:
+        """The names, in row order."""
+        if self._names is None:
+            self._names = json.loads(self._names_file.read_text(encoding="utf8"))
+        return self._names
+
+    def name_vectors(self, rows: np.ndarray) -> torch.Tensor:
+        """float32 vectors of the name rows ``rows``, from memory or from disk."""
+        if self.file is not None:
+            return torch.from_numpy(self.file.rows(np.asarray(rows, np.int64)))
+        return self.searcher.matrix[torch.from_numpy(np.asarray(rows, np.int64))].float()
+
     # ------------------------------------------------------------------ disk
     def meta(self) -> dict:
-        return {"format_version": FORMAT_VERSION, "names": len(self), "entities": self.entities,
-                "dim": int(self.searcher.matrix.shape[1]), "input": self.input, "max_length": self.max_length,
+        dim = self.file.shape[1] if self.file is not None else self.searcher.matrix.shape[1]
+        return {"format_version": FORMAT_VERSION, "names": len(self), "entities": self.entities, "dim": int(dim), "input": self.input, "max_length": self.max_length,
                 "encoder_fingerprint": self.fingerprint, "kb_ids_sha256": self.ids_sha256}
 
     def to_disk(self, path: PathLike) -> None:
         with atomic_dir(path) as tmp:
-            vectors = self.searcher.matrix.float().numpy().astype(np.float16)
-            np.save(tmp / VECTORS, vectors, allow_pickle=False)
+            if self.file is not None:  # on disk already: copied as it is
+                shutil.copyfile(self.file.path, tmp / VECTORS)
+            else:
+                np.save(tmp / VECTORS, self.searcher.matrix.float().numpy().astype(np.float16), allow_pickle=False)
             np.save(tmp / ROWS, self.entity_rows, allow_pickle=False)
-            (tmp / TEXTS).write_text(json.dumps(self.names, ensure_ascii=False), encoding="utf8")
+            if self._names is None:
+                shutil.copyfile(self._names_file, tmp / TEXTS)
+            else:
+                (tmp / TEXTS).write_text(json.dumps(self._names, ensure_ascii=False), encoding="utf8")
             (tmp / META).write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
 
     @classmethod
-    def from_disk(cls, path: PathLike, precision: str = "auto") -> "NameIndex":
+    def from_disk(cls, path: PathLike, precision: str = "auto", in_memory: bool = True) -> "NameIndex":
+        """``in_memory=False``: the vectors stay on disk and are read as name rows are scored (a few MB
+        of memory instead of ~580 MB for MeSH's 756,400 names); such an index does not search."""
         path = Path(path)
         if not (path / META).exists():
             raise FileNotFoundError(f"{path} is not a name index folder (no {META}); build one with build-names")
         meta = json.loads((path / META).read_text(encoding="utf8"))
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{path}: name index format {meta.get('format_version')} is not {FORMAT_VERSION}")
-        searcher = FlatSearch.from_npy(path / VECTORS, precision)
-        names = json.loads((path / TEXTS).read_text(encoding="utf8"))
+        searcher = FlatSearch.from_npy(path / VECTORS, precision) if in_memory else None
+        file = None if in_memory else VectorFile(path / VECTORS)
+        names = json.loads((path / TEXTS).read_text(encoding="utf8")) if in_memory else (path / TEXTS).resolve()
         rows = np.load(path / ROWS, allow_pickle=False)
-        if not searcher.ntotal == len(names) == len(rows) == meta["names"]:
+        counts = {searcher.ntotal if in_memory else len(file), len(rows), meta["names"]} | ({len(names)} if in_memory else set())
+        if len(counts) != 1:
             raise ValueError(f"{path}: {META}, {VECTORS}, {ROWS} and {TEXTS} disagree on the name count")
         return cls(None, rows, names, entities=meta["entities"], ids_sha256=meta["kb_ids_sha256"],
                    fingerprint=meta["encoder_fingerprint"], input=meta["input"], max_length=meta["max_length"],
-                   searcher=searcher)
+                   searcher=searcher, file=file)
 
 
 def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Optional[str] = None, input: str = "name",
