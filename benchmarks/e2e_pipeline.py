@@ -2,7 +2,7 @@
 on BC5CDR dev documents that chose neither γ, the training step nor the NIL threshold.
 
     python benchmarks/e2e_pipeline.py --span-model training/e2e/best --retriever training/retriever/best \
-        --kb kbs/mesh --aliases training/aliases.json --names kbs/mesh_names [--one-pass-model DIR]
+        --kb kbs/mesh --aliases training/aliases.json [--names kbs/mesh_names] [--one-pass-model DIR]
 
 Every pipeline below finds its mentions with a span model of `train_e2e` (the transformer fine-tuned
 from the retriever; best step and γ chosen on dev docs 0-99) and applies candidate rules (the
@@ -87,7 +87,8 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
          one_pass_model: Optional[Path] = typer.Option(None, help="A span model trained with the linking loss, for the one-pass row"),
          compare: List[Path] = typer.Option([], help="Other train_e2e output folders to tabulate (their dev docs 0-99 figures)"),
          kb: Path = typer.Option(Path("kbs/mesh")), aliases: Optional[Path] = typer.Option(Path("training/aliases.json")),
-         names: Optional[Path] = typer.Option(Path("kbs/mesh_names"), help="the KB's name index (build-names); none: no name rows"),
+         names: Optional[Path] = typer.Option(None, help="a name index of the KB (build-names), for configs/linker_e2e.cfg's paths.names "
+                                             "(read only if a name-row rule is added to it)"),
          dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
          nil_corpus: Path = typer.Option(Path("corpus/bc5cdr_train.spacy"), help="Gold corpus the NIL threshold is calibrated on (dev docs 0-99 have no NIL mention)"),
          work: Path = typer.Option(Path("training/bench/e2e_pipeline")),
