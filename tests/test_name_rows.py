@@ -223,7 +223,7 @@ def test_the_rules_config_assembles_with_and_without_a_name_index(kb_dir, names_
         nlp.initialize()
         rule = nlp.get_pipe("pel_linker").rules["names"]
         assert (rule.names is not None) == (names is not None)
-        assert (rule.mode, rule.weight, rule.search) == ("mean", 0.5, False)
+        assert (rule.mode, rule.weight, rule.search, rule.text_weight) == ("mean", 0.5, False, 0.33)
         assert names is None or (rule.names.file is not None and rule.names.searcher is None)  # vectors on disk
         got[names] = _candidates(nlp)
         nlp.to_disk(tmp_path / str(names is None))
@@ -260,3 +260,23 @@ def test_without_search_the_retrieved_candidates_are_only_reordered(names_dir, k
         assert sorted(rows[q].tolist()) == sorted(retrieved[q].tolist())  # nothing added, nothing dropped
         assert list(scores[q]) == sorted(scores[q], reverse=True)
         np.testing.assert_allclose(scores[q], want[q], atol=1e-5)
+
+
+def test_the_text_weight_mixes_in_the_mention_texts_own_name_similarity(names_dir, kb_dir):
+    names, index = NameIndex.from_disk(names_dir, in_memory=False), EntityIndex.from_disk(kb_dir)
+    n = len(names)
+    texts = _vectors(NameIndex.from_disk(names_dir), range(n))  # each name's own vector as the mention text's
+    rng = np.random.default_rng(4)
+    queries = rng.normal(size=(n, texts.shape[1])).astype(np.float32)  # contexts pointing anywhere
+    rows = np.tile(np.arange(5), (n, 1))  # every entity retrieved
+    base_s, base_r = merge_candidates(names, index.embeddings, queries, rows, "mean", 0.5, search=False)
+    scores, got = merge_candidates(names, index.embeddings, queries, rows, "mean", 0.5, search=False,
+                                   texts=texts, text_weight=0.9)
+    assert got[:, 0].tolist() == names.entity_rows.tolist()  # the entity whose name the text is comes first
+    for q in range(n):
+        text_best = names.best_name_scores(texts[[q]], got[[q]])[0]
+        base = dict(zip(base_r[q].tolist(), base_s[q].tolist()))
+        want = [0.1 * base[r] + 0.9 * t for r, t in zip(got[q].tolist(), text_best)]
+        np.testing.assert_allclose(scores[q], want, atol=1e-5)
+    with pytest.raises(ValueError, match="text_weight"):
+        _nlp(kb_dir, {"names": {"@misc": "spacy_pel.rules.name_rows.v1", "text_weight": 1.5}})

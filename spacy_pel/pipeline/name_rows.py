@@ -13,7 +13,14 @@ Both scores are computed exactly for every candidate of the union. With ``search
 index is not searched: only the retrieved candidates are re-scored by their names, and the name vectors
 stay on disk, read as candidates are scored (a few MB instead of ~580 MB for MeSH's 756,400 names, and
 ~0.3 ms instead of ~3 ms an open mention). On BC5CDR dev and NCBI/MEDIC it gave the same R@1 as the
-search (``mode = "mean"``; benchmarks/accuracy.md), so the shipped configs use it. ``names`` is a name index folder
+search (``mode = "mean"``; benchmarks/accuracy.md), so the shipped configs use it.
+
+``text_weight`` (default 0): the mention's own text (the lookup text: a defined short form's long form)
+is also encoded by the entity tower as a name, without context — SapBERT's synonym match — and the
+final score is ``(1 − text_weight)`` × the score above + ``text_weight`` × the text's best-name score
+against each candidate (the name vectors are gathered once for both). The mention tower's vector
+carries the context; the text's vector compares like with like (a name with names), which the trained
+mention tower no longer does for text it was not trained on. ``names`` is a name index folder
 (``python -m spacy_pel build-names KB_DIR`` writes ``KB_DIR/names``); it is saved with the pipeline
 (``name_rows/``) and checked against the linker's entity encoder and KB when the linker sets up; a saved
 copy made for another KB or encoder gives way to the ``names`` folder of the config (loading a pipeline
@@ -32,7 +39,7 @@ from spacy.util import registry
 
 from ..models.encoder import BiEncoder
 from ..retrieval.index import EntityIndex
-from ..retrieval.names import NameIndex
+from ..retrieval.names import NameIndex, encode_names
 from .config import LinkerPart
 from .rules import CandidateBatch
 
@@ -43,11 +50,14 @@ CHUNK = 256  # mentions merged at once ([CHUNK, 2k, dim] entity vectors gathered
 
 
 def merge_candidates(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray,
-                     mode: str = "max", weight: float = 0.5, search: bool = True):
+                     mode: str = "max", weight: float = 0.5, search: bool = True,
+                     texts: Optional[np.ndarray] = None, text_weight: float = 0.0):
     """The top-k ``(scores, rows)`` of the retrieved entity rows ``rows`` and the name index's entities
     together (``search=False``: of ``rows`` alone, re-scored), by the combined score of ``mode`` (see the
-    module doc); each entity once, best first."""
-    parts = [_merge(names, embeddings, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight, search)
+    module doc); each entity once, best first. ``texts``: the mentions' own texts encoded as names
+    (``[n, dim]``), whose best-name scores count ``text_weight`` of the final score."""
+    parts = [_merge(names, embeddings, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight, search,
+                    None if texts is None else texts[a : a + CHUNK], text_weight)
              for a in range(0, len(rows), CHUNK)]
     if not parts:
         return np.zeros(rows.shape, np.float32), np.full(rows.shape, -1, np.int64)
@@ -55,11 +65,11 @@ def merge_candidates(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarr
 
 
 def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray, mode: str, weight: float,
-           search: bool):
+           search: bool, texts: Optional[np.ndarray], text_weight: float):
     k = rows.shape[1]
     if search:
         name_scores, name_rows = names.search(vectors, k)
-        if mode == "names":
+        if mode == "names" and texts is None:
             return name_scores, name_rows
         both = np.sort(np.concatenate([rows, name_rows], axis=1), axis=1)
     else:
@@ -67,13 +77,18 @@ def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: 
     both[:, 1:][both[:, 1:] == both[:, :-1]] = -1  # each entity once
     valid = both >= 0
     entity = np.einsum("ncd,nd->nc", np.asarray(embeddings[np.where(valid, both, 0)], np.float32), vectors)
-    best_name = names.best_name_scores(vectors, both)
+    if texts is None:
+        best_name = names.best_name_scores(vectors, both)
+    else:
+        best_name, text_name = names.best_name_scores(vectors, both, texts)
     if mode == "max":
         combined = np.maximum(entity, best_name)
     elif mode == "names":
         combined = np.where(np.isfinite(best_name), best_name, entity)
     else:
         combined = weight * np.where(np.isfinite(best_name), best_name, entity) + (1 - weight) * entity
+    if texts is not None:
+        combined = (1 - text_weight) * combined + text_weight * np.where(np.isfinite(text_name), text_name, 0.0)
     combined = np.where(valid, combined, -np.inf).astype(np.float32)
     order = np.argsort(-combined, axis=1, kind="stable")[:, :k]
     out_s, out_r = np.take_along_axis(combined, order, 1), np.take_along_axis(both, order, 1)
@@ -87,7 +102,8 @@ class NameRowsRule(LinkerPart):
 
     data_name = "name_rows"
 
-    def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True):
+    def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True,
+                 text_weight: float = 0.0):
         if names is not None and not isinstance(names, (str, Path)):
             raise ValueError(f"{NAME}: `names` must be a path or null, not {names!r}")
         if mode not in MODES:
@@ -96,13 +112,17 @@ class NameRowsRule(LinkerPart):
             raise ValueError(f"{NAME}: `weight` must be a number in [0, 1], not {weight!r}")
         if not isinstance(search, bool):
             raise ValueError(f"{NAME}: `search` must be true or false, not {search!r}")
+        if isinstance(text_weight, bool) or not isinstance(text_weight, (int, float)) or not 0.0 <= text_weight < 1.0:
+            raise ValueError(f"{NAME}: `text_weight` must be a number in [0, 1), not {text_weight!r}")
+        self.text_weight = float(text_weight)
+        self.encoder: Optional[BiEncoder] = None
         self.source = str(names) if names else None
         self.mode, self.weight, self.search = mode, float(weight), search
         self.names: Optional[NameIndex] = None
         self.index: Optional[EntityIndex] = None
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
-        self.index = index
+        self.index, self.encoder = index, encoder
         if self.names is not None:  # the saved copy, unless it was built for another KB or encoder
             try:
                 self.names.check(encoder, index.entities.ids)
@@ -135,13 +155,16 @@ class NameRowsRule(LinkerPart):
         todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
         if len(todo) == 0:
             return
+        texts = encode_names(self.encoder, [batch.texts[i] for i in todo]) if self.text_weight else None
         scores, rows = merge_candidates(self.names, self.index.embeddings, batch.vectors[todo], batch.rows[todo],
-                                        self.mode, self.weight, self.search)
+                                        self.mode, self.weight, self.search, texts, self.text_weight)
         batch.scores[todo], batch.rows[todo] = scores, rows
 
 
 @registry.misc(NAME)
-def name_rows_rule(names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True) -> NameRowsRule:
+def name_rows_rule(names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True,
+                   text_weight: float = 0.0) -> NameRowsRule:
     """Candidates from a name-level index (every KB name its own vector) merged with the entity rows
-    (``search`` false: the retrieved candidates re-scored by their names, the vectors read from disk)."""
-    return NameRowsRule(names, mode, weight, search)
+    (``search`` false: the retrieved candidates re-scored by their names, the vectors read from disk;
+    ``text_weight``: the share of the mention text's own best-name similarity in the score)."""
+    return NameRowsRule(names, mode, weight, search, text_weight)

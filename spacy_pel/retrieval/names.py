@@ -224,31 +224,33 @@ class NameIndex:
             todo, fetch = np.asarray(short, np.int64), min(len(self), fetch * 2)
         return scores, rows
 
-    def best_name_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``[n, c]`` the best name score of KB row ``rows[i, j]`` for query ``i`` (-inf: row -1 or no names)."""
-        queries = np.ascontiguousarray(queries, dtype=np.float32)
-        out = np.full(rows.shape, -np.inf, np.float32)
+    def best_name_scores(self, queries: np.ndarray, rows: np.ndarray, *more: np.ndarray):
+        """``[n, c]`` the best name score of KB row ``rows[i, j]`` for query ``i`` (-inf: row -1 or no
+        names). With ``more`` query arrays (each ``[n, dim]``), a tuple of one such array per query
+        array: the name vectors are gathered once for all of them."""
+        sets = [torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32)) for q in (queries, *more)]
+        outs = [np.full(rows.shape, -np.inf, np.float32) for _ in sets]
         valid = rows >= 0
         safe = np.where(valid, rows, 0)
         counts = np.where(valid, self.ptr[safe + 1] - self.ptr[safe], 0).ravel()
         pairs = np.flatnonzero(counts)
-        if len(pairs) == 0:
-            return out
-        sizes = counts[pairs]
-        starts = self.ptr[safe.ravel()[pairs]]
-        offsets = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
-        name_rows = self.by_entity[offsets]
-        query_of = np.repeat(pairs // rows.shape[1], sizes)
-        products = np.empty(len(name_rows), np.float32)
-        q = torch.from_numpy(queries)
-        with torch.inference_mode():
-            for a in range(0, len(name_rows), PAIRS_PER_CALL):
-                b = a + PAIRS_PER_CALL
-                vec = self.name_vectors(name_rows[a:b])
-                products[a:b] = (vec * q[torch.from_numpy(query_of[a:b])]).sum(1).numpy()
-        flat = out.ravel()
-        flat[pairs] = np.maximum.reduceat(products, np.concatenate([[0], np.cumsum(sizes)[:-1]]))
-        return flat.reshape(rows.shape)
+        if len(pairs):
+            sizes = counts[pairs]
+            starts = self.ptr[safe.ravel()[pairs]]
+            offsets = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+            name_rows = self.by_entity[offsets]
+            query_of = np.repeat(pairs // rows.shape[1], sizes)
+            products = np.empty((len(sets), len(name_rows)), np.float32)
+            with torch.inference_mode():
+                for a in range(0, len(name_rows), PAIRS_PER_CALL):
+                    b = a + PAIRS_PER_CALL
+                    vec, of = self.name_vectors(name_rows[a:b]), torch.from_numpy(query_of[a:b])
+                    for m, q in enumerate(sets):
+                        products[m, a:b] = (vec * q[of]).sum(1).numpy()
+            bounds = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            for m, out in enumerate(outs):
+                out.ravel()[pairs] = np.maximum.reduceat(products[m], bounds)
+        return outs[0] if not more else tuple(outs)
 
     @property
     def names(self) -> List[str]:
