@@ -223,7 +223,7 @@ def test_the_rules_config_assembles_with_and_without_a_name_index(kb_dir, names_
         nlp.initialize()
         rule = nlp.get_pipe("pel_linker").rules["names"]
         assert (rule.names is not None) == (names is not None)
-        assert (rule.mode, rule.weight, rule.search, rule.text_weight) == ("mean", 0.5, False, 0.33)
+        assert (rule.mode, rule.weight, rule.search, rule.text_weight) == ("mean", 0.5, False, 0.0)
         assert names is None or (rule.names.file is not None and rule.names.searcher is None)  # vectors on disk
         got[names] = _candidates(nlp)
         nlp.to_disk(tmp_path / str(names is None))
