@@ -1,5 +1,6 @@
 """Name-level retrieval (spacy_pel/retrieval/names.py) and the ``spacy_pel.rules.name_rows.v1`` rule."""
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -241,6 +242,9 @@ def test_an_index_on_disk_scores_as_in_memory_but_does_not_search(names_dir, tmp
     np.testing.assert_allclose(disk.best_name_scores(queries, rows), memory.best_name_scores(queries, rows), atol=0.05)
     with pytest.raises(ValueError, match="does not search"):
         disk.search(queries, 2)
+    again = pickle.loads(pickle.dumps(disk.file))  # spawned processes get a file of their own, opened by path
+    assert again.fd != disk.file.fd
+    np.testing.assert_array_equal(again.rows(np.array([3, 0])), disk.file.rows(np.array([3, 0])))
     disk.to_disk(tmp_path / "copy")  # the vectors file is copied as it is
     assert (tmp_path / "copy" / "embeddings.npy").read_bytes() == (names_dir / "embeddings.npy").read_bytes()
     assert NameIndex.from_disk(tmp_path / "copy").names == memory.names

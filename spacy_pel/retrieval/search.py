@@ -115,6 +115,13 @@ class VectorFile:
             out[j] = np.frombuffer(raw, dtype=self.dtype)
         return out
 
+    def __getstate__(self) -> dict:
+        """Pickled by path (``nlp.pipe(n_process=…)`` with spawned processes): each process opens its own file."""
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
     def __del__(self):
         fd = getattr(self, "fd", None)
         if fd is not None:
