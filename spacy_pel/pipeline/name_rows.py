@@ -97,6 +97,13 @@ def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: 
     return out_s, out_r.astype(np.int64)
 
 
+def _check_share(setting: str, value, below_one: bool = False) -> None:
+    """Refuse a setting that is not a number in [0, 1] (``below_one``: in [0, 1))."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not number or not (0.0 <= value < 1.0 if below_one else 0.0 <= value <= 1.0):
+        raise ValueError(f"{NAME}: `{setting}` must be a number in [0, {'1)' if below_one else '1]'}, not {value!r}")
+
+
 class NameRowsRule(LinkerPart):
     """Merges name-level candidates into the open mentions' candidates (see the module doc)."""
 
@@ -108,12 +115,10 @@ class NameRowsRule(LinkerPart):
             raise ValueError(f"{NAME}: `names` must be a path or null, not {names!r}")
         if mode not in MODES:
             raise ValueError(f"{NAME}: `mode` must be one of {', '.join(MODES)}, not {mode!r}")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
-            raise ValueError(f"{NAME}: `weight` must be a number in [0, 1], not {weight!r}")
+        _check_share("weight", weight)
         if not isinstance(search, bool):
             raise ValueError(f"{NAME}: `search` must be true or false, not {search!r}")
-        if isinstance(text_weight, bool) or not isinstance(text_weight, (int, float)) or not 0.0 <= text_weight < 1.0:
-            raise ValueError(f"{NAME}: `text_weight` must be a number in [0, 1), not {text_weight!r}")
+        _check_share("text_weight", text_weight, below_one=True)
         self.text_weight = float(text_weight)
         self.encoder: Optional[BiEncoder] = None
         self.source = str(names) if names else None

@@ -122,7 +122,7 @@ class NameIndex:
         self._names: Optional[List[str]] = None if isinstance(names, Path) else list(names)
         self._names_file = names if isinstance(names, Path) else None
         count = len(self._names) if self._names is not None else len(entity_rows)
-        if len(entity_rows) != count or (searcher is None and file is None and len(vectors) != len(names)):
+        if len(entity_rows) != count or (searcher is None and file is None and len(vectors) != count):
             raise ValueError(f"{count} names but {len(entity_rows)} entity rows / vectors")
         if len(entity_rows) and not 0 <= entity_rows.min() <= entity_rows.max() < entities:
             raise ValueError(f"name rows point outside the KB's {entities} entities")
@@ -268,8 +268,9 @@ class NameIndex:
     # ------------------------------------------------------------------ disk
     def meta(self) -> dict:
         dim = self.file.shape[1] if self.file is not None else self.searcher.matrix.shape[1]
-        return {"format_version": FORMAT_VERSION, "names": len(self), "entities": self.entities, "dim": int(dim), "input": self.input, "max_length": self.max_length,
-                "encoder_fingerprint": self.fingerprint, "kb_ids_sha256": self.ids_sha256}
+        return {"format_version": FORMAT_VERSION, "names": len(self), "entities": self.entities, "dim": int(dim),
+                "input": self.input, "max_length": self.max_length, "encoder_fingerprint": self.fingerprint,
+                "kb_ids_sha256": self.ids_sha256}
 
     def to_disk(self, path: PathLike) -> None:
         with atomic_dir(path) as tmp:
