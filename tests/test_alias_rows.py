@@ -30,7 +30,7 @@ def test_one_row_per_form_and_kb_entity_and_each_form_finds_its_entity(kb_dir):
     assert [index.entities.ids[r] for r in names.entity_rows] == ["D2", "D3", "D5"]
     queries = names.searcher.matrix[[0]].float().numpy()  # the form's own vector
     _, retrieved = index.search(queries, 2)
-    scores, rows = merge_candidates(names, index.embeddings, queries, retrieved, "max")
+    scores, rows = merge_candidates(names, index.vectors, queries, retrieved, "max")
     assert index.entities.ids[rows[0, 0]] == "D2" and scores[0, 0] == pytest.approx(1.0, abs=0.02)
     assert len(set(rows[0].tolist())) == 2  # top-k, each entity once
 

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_pel.cli.build_kb import app
+from spacy_pel.kb import read_kb
 from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
 from spacy_pel.retrieval.build import build_kb
 from spacy_pel.retrieval.index import EntityIndex
@@ -21,6 +22,19 @@ def test_build_writes_complete_kb(kb_dir, tiny_encoder_dir):
     scores, rows = index.search(index.embeddings.astype(np.float32), 1)
     assert rows[:, 0].tolist() == [0, 1, 2, 3, 4]
     assert not list(kb_dir.parent.glob("*.partial")) and not list(kb_dir.parent.glob(".kb.tmp-*"))
+
+
+def test_vectors_read_rows_from_the_saved_file_and_follow_added_entities(kb_dir, tiny_encoder_dir, tmp_path):
+    index = EntityIndex.from_disk(kb_dir)
+    rows = np.array([[4, 0], [2, 2]])
+    got = index.vectors(rows)
+    assert got.shape == (2, 2, 32) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.asarray(index.embeddings, np.float32)[rows])
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"id": "N1", "name": "famotidine"}\n')
+    index.add(list(read_kb(new, format="jsonl")), BiEncoder.from_pretrained(tiny_encoder_dir))
+    # an added entity is read from memory, not from the file saved before it existed
+    np.testing.assert_array_equal(index.vectors(np.array([5, 1])), np.asarray(index.embeddings[[5, 1]], np.float32))
 
 
 def test_add_appends_without_reencoding(kb_dir, tiny_encoder_dir, tmp_path):

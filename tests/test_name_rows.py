@@ -72,7 +72,7 @@ def test_a_vector_equal_to_a_name_finds_its_entity_first(names_dir, kb_dir, mode
     names, index = NameIndex.from_disk(names_dir), EntityIndex.from_disk(kb_dir)
     queries = _vectors(names, range(len(names)))  # each name's own vector (norm 1)
     _, retrieved = index.search(queries, 3)
-    scores, rows = merge_candidates(names, index.embeddings, queries, retrieved, mode, 0.9)
+    scores, rows = merge_candidates(names, index.vectors, queries, retrieved, mode, 0.9)
     assert rows[:, 0].tolist() == names.entity_rows.tolist()
     for r in rows:
         kept = r[r >= 0].tolist()
@@ -256,7 +256,7 @@ def test_without_search_the_retrieved_candidates_are_only_reordered(names_dir, k
     rng = np.random.default_rng(3)
     queries = rng.normal(size=(4, index.embeddings.shape[1])).astype(np.float32)
     _, retrieved = index.search(queries, 3)
-    scores, rows = merge_candidates(names, index.embeddings, queries, retrieved, mode, 0.5, search=False)
+    scores, rows = merge_candidates(names, index.vectors, queries, retrieved, mode, 0.5, search=False)
     entity = np.einsum("ncd,nd->nc", np.asarray(index.embeddings[rows], np.float32), queries)
     best = names.best_name_scores(queries, rows)
     want = {"max": np.maximum(entity, best), "names": best, "mean": 0.5 * best + 0.5 * entity}[mode]
@@ -273,8 +273,8 @@ def test_the_text_weight_mixes_in_the_mention_texts_own_name_similarity(names_di
     rng = np.random.default_rng(4)
     queries = rng.normal(size=(n, texts.shape[1])).astype(np.float32)  # contexts pointing anywhere
     rows = np.tile(np.arange(5), (n, 1))  # every entity retrieved
-    base_s, base_r = merge_candidates(names, index.embeddings, queries, rows, "mean", 0.5, search=False)
-    scores, got = merge_candidates(names, index.embeddings, queries, rows, "mean", 0.5, search=False,
+    base_s, base_r = merge_candidates(names, index.vectors, queries, rows, "mean", 0.5, search=False)
+    scores, got = merge_candidates(names, index.vectors, queries, rows, "mean", 0.5, search=False,
                                    texts=texts, text_weight=0.9)
     assert got[:, 0].tolist() == names.entity_rows.tolist()  # the entity whose name the text is comes first
     for q in range(n):

@@ -78,14 +78,14 @@ class AliasTable:
         the other candidates follow in retrieval order (the last one drops off). ``found``, if given,
         receives the indices of the mentions the table knew."""
         scores, rows = scores.copy(), rows.copy()
-        table, k = self.index.embeddings, rows.shape[1]
+        k = rows.shape[1]
         for i, text in enumerate(texts):
             allowed = self.candidates(text)
             if not allowed:
                 continue
             if found is not None:
                 found.add(i)
-            allowed_scores = table[allowed].astype(np.float32) @ vectors[i].astype(np.float32)
+            allowed_scores = self.index.vectors(np.asarray(allowed)) @ vectors[i].astype(np.float32)
             j = int(np.argmax(allowed_scores))
             best_row, best_score = allowed[j], float(allowed_scores[j])
             keep = rows[i] != best_row

@@ -32,7 +32,7 @@ whose text it knows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from spacy.util import registry
@@ -49,14 +49,17 @@ NAME = "spacy_pel.rules.name_rows.v1"
 CHUNK = 256  # mentions merged at once ([CHUNK, 2k, dim] entity vectors gathered)
 
 
-def merge_candidates(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray,
+EntityVectors = Callable[[np.ndarray], np.ndarray]  # KB rows → their float32 vectors (EntityIndex.vectors)
+
+
+def merge_candidates(names: NameIndex, entity_vectors: EntityVectors, vectors: np.ndarray, rows: np.ndarray,
                      mode: str = "max", weight: float = 0.5, search: bool = True,
                      texts: Optional[np.ndarray] = None, text_weight: float = 0.0):
     """The top-k ``(scores, rows)`` of the retrieved entity rows ``rows`` and the name index's entities
-    together (``search=False``: of ``rows`` alone, re-scored), by the combined score of ``mode`` (see the
-    module doc); each entity once, best first. ``texts``: the mentions' own texts encoded as names
+    together (``search=False``: of ``rows`` alone, re-scored; ``entity_vectors`` reads the entity rows'
+    vectors), by the combined score of ``mode`` (see the module doc); each entity once, best first. ``texts``: the mentions' own texts encoded as names
     (``[n, dim]``), whose best-name scores count ``text_weight`` of the final score."""
-    parts = [_merge(names, embeddings, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight, search,
+    parts = [_merge(names, entity_vectors, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight, search,
                     None if texts is None else texts[a : a + CHUNK], text_weight)
              for a in range(0, len(rows), CHUNK)]
     if not parts:
@@ -64,8 +67,8 @@ def merge_candidates(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarr
     return np.concatenate([s for s, _ in parts]), np.concatenate([r for _, r in parts])
 
 
-def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: np.ndarray, mode: str, weight: float,
-           search: bool, texts: Optional[np.ndarray], text_weight: float):
+def _merge(names: NameIndex, entity_vectors: EntityVectors, vectors: np.ndarray, rows: np.ndarray, mode: str,
+           weight: float, search: bool, texts: Optional[np.ndarray], text_weight: float):
     k = rows.shape[1]
     if search:
         name_scores, name_rows = names.search(vectors, k)
@@ -76,7 +79,7 @@ def _merge(names: NameIndex, embeddings: np.ndarray, vectors: np.ndarray, rows: 
         both = np.sort(rows, axis=1)
     both[:, 1:][both[:, 1:] == both[:, :-1]] = -1  # each entity once
     valid = both >= 0
-    entity = np.einsum("ncd,nd->nc", np.asarray(embeddings[np.where(valid, both, 0)], np.float32), vectors)
+    entity = np.einsum("ncd,nd->nc", entity_vectors(np.where(valid, both, 0)), vectors)
     if texts is None:
         best_name = names.best_name_scores(vectors, both)
     else:
@@ -160,8 +163,11 @@ class NameRowsRule(LinkerPart):
         todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
         if len(todo) == 0:
             return
-        texts = encode_names(self.encoder, [batch.texts[i] for i in todo]) if self.text_weight else None
-        scores, rows = merge_candidates(self.names, self.index.embeddings, batch.vectors[todo], batch.rows[todo],
+        texts = None
+        if self.text_weight:  # each distinct text encoded once
+            distinct, where = np.unique(np.array([batch.texts[i] for i in todo], dtype=object), return_inverse=True)
+            texts = encode_names(self.encoder, list(distinct))[where.ravel()]
+        scores, rows = merge_candidates(self.names, self.index.vectors, batch.vectors[todo], batch.rows[todo],
                                         self.mode, self.weight, self.search, texts, self.text_weight)
         batch.scores[todo], batch.rows[todo] = scores, rows
 

@@ -73,6 +73,7 @@ class EntityIndex:
         kind: str = "flat",
         searcher=None,
         precision: str = "auto",
+        rows_from=None,
     ):
         if embeddings.ndim != 2 or len(entities) != len(embeddings):
             raise ValueError(f"{len(entities)} entities but vectors of shape {embeddings.shape}")
@@ -81,6 +82,9 @@ class EntityIndex:
         self.entities = entities if isinstance(entities, EntityTable) else EntityTable(entities)
         # float16: what is saved, and what the rules and --add read (memory-mapped when loaded)
         self.embeddings = np.asarray(embeddings, dtype=np.float16)
+        # where :meth:`vectors` reads rows: the saved file (``os.pread``, so the rows read stay in the OS
+        # page cache rather than in this process's memory, as memory-mapped pages would), else the array
+        self.rows_from = rows_from if rows_from is not None else InMemoryVectors(self.embeddings)
         self.metric, self.fingerprint, self.encoder_source, self.kind = metric, fingerprint, encoder_source, kind
         self.row = self.entities.id_rows()  # id → row (a Mapping; primary ids only)
         if searcher is None and kind == "flat":
@@ -125,6 +129,11 @@ class EntityIndex:
                 "(python -m spacy_pel.build_kb) or use the encoder that built it."
             )
 
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """float32 vectors of the KB rows ``rows`` (any shape; every row valid): ``rows.shape + (dim,)``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return self.rows_from.rows(rows.ravel()).reshape(*rows.shape, self.embeddings.shape[1])
+
     def add(self, entities: Sequence[Entity], encoder: BiEncoder, batch_size: int = 128, progress: bool = False):
         """Append new entities, encoding only them (the existing vectors are kept as they are)."""
         self.check_encoder(encoder)
@@ -138,6 +147,7 @@ class EntityIndex:
         self.entities.extend(entities)
         self.row.update({e.id: start + i for i, e in enumerate(entities)})
         self.embeddings = np.concatenate([self.embeddings, vectors.astype(np.float16)])
+        self.rows_from = InMemoryVectors(self.embeddings)
         self.searcher.add(np.ascontiguousarray(vectors, dtype=np.float32))
 
     def subset(self, rows: Sequence[int]) -> "EntityIndex":
@@ -229,4 +239,5 @@ class EntityIndex:
             encoder_source=meta.get("encoder_source", ""),
             kind=kind,
             searcher=index,
+            rows_from=VectorFile(path / "embeddings.npy"),
         )
