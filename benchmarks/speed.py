@@ -22,9 +22,11 @@ undefined short forms, label types — the pipeline ``spacy project run all`` as
   queries/s over MeSH in batches of 256);
 * ``fast preset`` (``FAST``, ``FASTER``) — the rules-first pipeline with a ``context_window`` of 16 (12)
   word pieces: settings for the side-by-side with scispaCy; the ``int8`` fast preset runs the encoder
-  in ONNX Runtime with dynamic int8 (``FAST_INT8``). (Until session 9 the fast presets alone had the
-  spelling-variant and repeats rules; the default has them now.) The last fast preset leaves the
-  name-row rule out (``FAST_NO_NAMES``): what the name rows cost.
+  in ONNX Runtime with dynamic int8 (``FAST_INT8``). The fast presets leave the name rows' text pass
+  off (``text_weight`` 0: a second transformer pass over the close calls' texts), as does the row
+  ``rules first, no text pass`` (what the text pass costs the default). (Until session 9 the fast
+  presets alone had the spelling-variant and repeats rules; the default has them now.) The last fast
+  preset leaves the name-row rule out (``FAST_NO_NAMES``): what the name rows cost.
 
 Every pipeline first links 16 documents untimed (oneDNN builds its kernels on the first batches).
 ``--sections`` measures only some of kb_build, pipelines, load, medic; the others are copied from the
@@ -56,10 +58,11 @@ from spacy_pel.retrieval.names import build_names
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data"
 SECTIONS = ("kb_build", "pipelines", "load", "medic")
-FAST = {"context_window": 16}  # the fast presets (module doc)
-FASTER = {"context_window": 12}
-FAST_INT8 = {"context_window": 16, "precision": "int8"}
+FAST = {"context_window": 16, "text": False}  # the fast presets (module doc)
+FASTER = {"context_window": 12, "text": False}
+FAST_INT8 = {"context_window": 16, "precision": "int8", "text": False}
 FAST_NO_NAMES = {"context_window": 16, "names": False}  # the fast preset without the name-row rule
+NO_TEXT = {"text": False}  # the default without the name rows' text pass
 RULES_CONFIG = HERE.parent / "configs" / "linker_rules.cfg"  # the candidate rules of every pipeline here
 WARMUP_DOCS = 16
 PREVIOUS_RUN = "2026-11-22 19:57 UTC, commit ada6794"  # the run before sections were stamped
@@ -87,14 +90,16 @@ def machine() -> dict:
 
 
 def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: str, decide: bool, vectors: str,
-                  context_window: int = 64, names: Optional[Path] = None) -> dict:
+                  context_window: int = 64, names: Optional[Path] = None, text: bool = True) -> dict:
     """The pipeline's linker block: the candidate rules of configs/linker_rules.cfg (``aliases`` None:
-    the alias table over KB names only, no alias rows; ``names`` None: no name rows), ``decide`` the
-    alias table's ``decide_unique``."""
+    the alias table over KB names only, no alias rows; ``names`` None: no name rows; ``text`` False: the
+    name rows' text pass off), ``decide`` the alias table's ``decide_unique``."""
     overrides = {"paths.aliases": str(aliases) if aliases else None, "paths.names": str(names) if names else None}
     cfg = spacy.util.load_config(RULES_CONFIG, overrides=overrides, interpolate=True)
     rules = json.loads(json.dumps(cfg["components"]["pel_linker"]["rules"]))
     rules["aliases"]["decide_unique"] = decide
+    if not text:
+        rules["names"]["text_weight"] = 0.0
     return {
         "kb": str(kb), "encoder": str(encoder), "top_k": 10, "context_window": context_window, "device": "cpu",
         "precision": precision, "vectors": {"@misc": f"spacy_pel.vectors.{vectors}.v1"}, "rules": rules,
@@ -263,6 +268,7 @@ def bc5cdr_pipelines(report: dict, wanted: set, encoder: Path, kb: Path, names: 
     rows = [("fp32, encode every mention", "fp32", False, "per_mention", {}),
             ("+ precision auto", "auto", False, "per_mention", {}),
             ("+ rules decide first (default)", "auto", True, "per_mention", {}),
+            ("rules first, no text pass", "auto", True, "per_mention", NO_TEXT),
             ("collective vectors, rules first", "auto", True, "collective", {}),
             ("int8 (for CPUs without bf16), rules first", "int8", True, "per_mention", {}),
             ("fp32 (for CPUs without bf16), rules first", "fp32", True, "per_mention", {}),
@@ -382,7 +388,9 @@ def markdown(r: dict) -> str:
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
              "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Every pipeline has the "
              "candidate rules of `configs/linker_rules.cfg` (abbreviations, alias rows, name rows, alias table, spelling "
-             "variants, repeats, parenthetical synonyms, undefined short forms, label types) unless its label says otherwise. Fast presets: the default with context_window 16 or 12 (default 64). "
+             "variants, repeats, parenthetical synonyms, undefined short forms, label types) unless its label says otherwise. The default's name rows include the text pass (the mention text "
+             "encoded as a name for the close calls: `text_weight`, `text_margin`). Fast presets: the default with "
+             "context_window 16 or 12 (default 64) and the text pass off. "
              "int8: the towers run in ONNX Runtime, dynamically quantised (the `int8` precision).", ""]
     if "kb_build" in r:
         b = r["kb_build"]
