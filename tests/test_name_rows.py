@@ -8,8 +8,7 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
-from spacy_pel.pipeline import name_rows
-from spacy_pel.pipeline.name_rows import NAMES_FOLDER, NameRowsRule, merge_candidates
+from spacy_pel.pipeline.name_rows import NAMES_FOLDER, merge_candidates
 from spacy_pel.retrieval.build import STAMP_FILE, build_kb
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex, build_names, entity_names
@@ -225,7 +224,7 @@ def test_the_rules_config_assembles_with_and_without_a_name_index(kb_dir, names_
         nlp.initialize()
         rule = nlp.get_pipe("pel_linker").rules["names"]
         assert (rule.names is not None) == (names is not None)
-        assert (rule.mode, rule.weight, rule.search, rule.text_weight, rule.text_margin) == ("mean", 0.5, False, 0.33, 0.1)
+        assert (rule.mode, rule.weight, rule.search, rule.text_weight) == ("mean", 0.5, False, 0.33)
         assert names is None or (rule.names.file is not None and rule.names.searcher is None)  # vectors on disk
         got[names] = _candidates(nlp)
         nlp.to_disk(tmp_path / str(names is None))
@@ -287,41 +286,27 @@ def test_the_text_weight_mixes_in_the_mention_texts_own_name_similarity(names_di
         _nlp(kb_dir, {"names": {"@misc": "spacy_pel.rules.name_rows.v1", "text_weight": 1.5}})
 
 
-def test_the_text_margin_encodes_only_the_texts_of_close_calls(names_dir, kb_dir, monkeypatch):
-    names, index = NameIndex.from_disk(names_dir, in_memory=False), EntityIndex.from_disk(kb_dir)
-    n = len(names)
-    table = dict(zip(names.names, _vectors(NameIndex.from_disk(names_dir), range(n))))
-    encoded = []
+def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_its_own(kb_dir, names_dir, monkeypatch):
+    from spacy_pel.pipeline import name_rows
 
-    def encode(encoder, texts):  # the name's own vector stands for the text's
-        encoded.extend(texts)
-        return np.stack([table[t] for t in texts])
+    vocab, encoded, merged = ["flutter", "Li2CO3", "warfarin"], [], []
 
-    monkeypatch.setattr(name_rows, "encode_names", encode)
-    queries = np.random.default_rng(5).normal(size=(n, len(table[names.names[0]]))).astype(np.float32)
-    rows = np.tile(np.arange(5), (n, 1))
-    base_s, base_r = merge_candidates(names, index.vectors, queries, rows, "mean", 0.5, search=False)
-    margins = base_s[:, 0] - base_s[:, 1]
+    def one_hot(encoder, texts):  # a vector that says which text it is
+        encoded.append(list(texts))
+        return np.eye(len(vocab), 32, dtype=np.float32)[[vocab.index(t) for t in texts]]
 
-    def run(margin):
-        rule = NameRowsRule(mode="mean", weight=0.5, search=False, text_weight=0.6, text_margin=margin)
-        rule.names, rule.index = names, index
-        encoded.clear()
-        return rule._with_texts(list(names.names), queries, rows)
+    def capture(*args, **kwargs):
+        merged.append(args[7])  # the texts' vectors, one row per open mention
+        return merge_candidates(*args, **kwargs)
 
-    every_s, every_r = run(None)
-    assert sorted(encoded) == sorted(set(names.names))  # each distinct text once
-    wide_s, wide_r = run(float(margins.max()))  # every mention a close call: the same as no margin
-    np.testing.assert_array_equal(wide_r, every_r)
-    np.testing.assert_allclose(wide_s, every_s, atol=1e-6)
-    cut = float(np.median(margins))
-    close = margins <= cut
-    some_s, some_r = run(cut)
-    assert sorted(encoded) == sorted(np.array(names.names, dtype=object)[close].tolist())
-    np.testing.assert_array_equal(some_r[close], every_r[close])
-    np.testing.assert_allclose(some_s[close], every_s[close], atol=1e-6)
-    # a clear call keeps its order without the text; its scores are mixed with the top score instead
-    np.testing.assert_array_equal(some_r[~close], base_r[~close])
-    np.testing.assert_allclose(some_s[~close], 0.4 * base_s[~close] + 0.6 * base_s[~close][:, :1], atol=1e-6)
-    with pytest.raises(ValueError, match="text_margin"):
-        NameRowsRule(text_weight=0.3, text_margin=-0.1)
+    monkeypatch.setattr(name_rows, "encode_names", one_hot)
+    monkeypatch.setattr(name_rows, "merge_candidates", capture)
+    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "mode": "mean", "search": False,
+            "text_weight": 0.5}
+    nlp = _nlp(kb_dir, {"names": rule})
+    doc = nlp.make_doc("flutter , Li2CO3 and flutter again , then warfarin")
+    doc.ents = [Span(doc, 0, 1, label="Disease"), Span(doc, 2, 3, label="Chemical"), Span(doc, 4, 5, label="Disease"),
+                Span(doc, 8, 9, label="Chemical")]
+    nlp(doc)
+    assert [sorted(batch) for batch in encoded] == [sorted(vocab)]  # "flutter" encoded once
+    assert [vocab[int(np.argmax(row))] for row in merged[0]] == ["flutter", "Li2CO3", "flutter", "warfarin"]

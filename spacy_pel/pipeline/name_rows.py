@@ -20,10 +20,9 @@ is also encoded by the entity tower as a name, without context — SapBERT's syn
 final score is ``(1 − text_weight)`` × the score above + ``text_weight`` × the text's best-name score
 against each candidate (the name vectors are gathered once for both). The mention tower's vector
 carries the context; the text's vector compares like with like (a name with names), which the trained
-mention tower no longer does for text it was not trained on. The text pass is a second transformer pass
-(~0.7–1 ms an open mention on 2 CPU cores); ``text_margin`` (null: every open mention) limits it to the
-close calls — the mentions whose top two candidates, scored without the text, are within that margin;
-the others keep that order. ``names`` is a name index folder
+mention tower no longer does for text it was not trained on; it is also what tells a mention whose
+entity the KB lacks (no name like it). The text pass is a second transformer pass over short inputs
+(~0.7 ms an open mention on 2 CPU cores). ``names`` is a name index folder
 (``python -m spacy_pel build-names KB_DIR`` writes ``KB_DIR/names``); it is saved with the pipeline
 (``name_rows/``) and checked against the linker's entity encoder and KB when the linker sets up; a saved
 copy made for another KB or encoder gives way to the ``names`` folder of the config (loading a pipeline
@@ -35,7 +34,7 @@ whose text it knows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 import numpy as np
 from spacy.util import registry
@@ -116,7 +115,7 @@ class NameRowsRule(LinkerPart):
     data_name = "name_rows"
 
     def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True,
-                 text_weight: float = 0.0, text_margin: Optional[float] = None):
+                 text_weight: float = 0.0):
         if names is not None and not isinstance(names, (str, Path)):
             raise ValueError(f"{NAME}: `names` must be a path or null, not {names!r}")
         if mode not in MODES:
@@ -126,10 +125,6 @@ class NameRowsRule(LinkerPart):
             raise ValueError(f"{NAME}: `search` must be true or false, not {search!r}")
         _check_share("text_weight", text_weight, below_one=True)
         self.text_weight = float(text_weight)
-        if text_margin is not None and (isinstance(text_margin, bool) or not isinstance(text_margin, (int, float))
-                                        or text_margin < 0):
-            raise ValueError(f"{NAME}: `text_margin` must be a number ≥ 0 or null, not {text_margin!r}")
-        self.text_margin = None if text_margin is None else float(text_margin)
         self.encoder: Optional[BiEncoder] = None
         self.source = str(names) if names else None
         self.mode, self.weight, self.search = mode, float(weight), search
@@ -174,40 +169,18 @@ class NameRowsRule(LinkerPart):
         if not self.text_weight:
             scores, rows = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight, self.search)
         else:
-            scores, rows = self._with_texts([batch.texts[i] for i in todo], vectors, rows)
+            # each distinct text encoded once
+            distinct, where = np.unique(np.array([batch.texts[i] for i in todo], dtype=object), return_inverse=True)
+            texts = encode_names(self.encoder, list(distinct))[where.ravel()]
+            scores, rows = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight, self.search,
+                                            texts, self.text_weight)
         batch.scores[todo], batch.rows[todo] = scores, rows
-
-    def _with_texts(self, texts: List[str], vectors: np.ndarray, rows: np.ndarray):
-        """The merge with the mention texts' best-name scores mixed in (``text_weight``). With a
-        ``text_margin``, the texts are encoded only for the mentions whose top two candidates, scored
-        without them, are within that margin; the others keep the top candidate of that scoring and
-        every candidate's score becomes ``(1 − text_weight)`` × its score + ``text_weight`` × the top
-        score (so a score means the same on both paths, with the text taken to agree with the top)."""
-        todo = np.arange(len(texts))
-        if self.text_margin is not None:
-            scores, merged = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight, self.search)
-            runner_up = np.where(merged[:, 1] >= 0, scores[:, 1], -np.inf) if scores.shape[1] > 1 else -np.inf
-            todo = np.flatnonzero((merged[:, 0] >= 0) & (scores[:, 0] - runner_up <= self.text_margin))
-            scores = (1 - self.text_weight) * scores + self.text_weight * scores[:, :1]
-            scores[merged < 0] = 0.0
-            if len(todo) == 0:
-                return scores, merged
-        # each distinct text encoded once
-        distinct, where = np.unique(np.array([texts[i] for i in todo], dtype=object), return_inverse=True)
-        encoded = encode_names(self.encoder, list(distinct))[where.ravel()]
-        got_s, got_r = merge_candidates(self.names, self.index.vectors, vectors[todo], rows[todo], self.mode, self.weight,
-                                        self.search, encoded, self.text_weight)
-        if self.text_margin is None:
-            return got_s, got_r
-        scores[todo], merged[todo] = got_s, got_r
-        return scores, merged
 
 
 @registry.misc(NAME)
 def name_rows_rule(names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True,
-                   text_weight: float = 0.0, text_margin: Optional[float] = None) -> NameRowsRule:
+                   text_weight: float = 0.0) -> NameRowsRule:
     """Candidates from a name-level index (every KB name its own vector) merged with the entity rows
     (``search`` false: the retrieved candidates re-scored by their names, the vectors read from disk;
-    ``text_weight``: the share of the mention text's own best-name similarity in the score; ``text_margin``:
-    the texts encoded only where the top two candidates without them are this close; null: always)."""
-    return NameRowsRule(names, mode, weight, search, text_weight, text_margin)
+    ``text_weight``: the share of the mention text's own best-name similarity in the score)."""
+    return NameRowsRule(names, mode, weight, search, text_weight)
