@@ -17,6 +17,7 @@ Sections (``--sections``; the others are copied from the previous report):
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -105,7 +106,13 @@ def held_out(pipeline: Path, corpus: Path) -> dict:
 def nil_section(pipeline: Path, kb: Optional[Path], corpus: Path, work: Path) -> dict:
     """Fit each NIL run on docs 0-249 of ``corpus`` and measure it on docs 250-499."""
     base = work / "pipeline"
+    # what this folder's work was made from: another pipeline, KB or corpus → the old work is discarded
+    inputs = json.dumps({"config": (pipeline / "config.cfg").read_text(encoding="utf8"), "kb": str(kb), "corpus": str(corpus)})
+    stamp = work / "inputs.json"
+    if work.exists() and (not stamp.exists() or stamp.read_text(encoding="utf8") != inputs):
+        shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(inputs, encoding="utf8")
     if not (base / "config.cfg").exists():
         load(pipeline, kb, work)[0].to_disk(base)
     out = {}
