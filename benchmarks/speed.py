@@ -23,7 +23,7 @@ undefined short forms, label types — the pipeline ``spacy project run all`` as
 * ``fast preset`` (``FAST``, ``FASTER``) — the rules-first pipeline with a ``context_window`` of 16 (12)
   word pieces: settings for the side-by-side with scispaCy; the ``int8`` fast preset runs the encoder
   in ONNX Runtime with dynamic int8 (``FAST_INT8``). The fast presets leave the name rows' text pass
-  off (``text_weight`` 0: a second transformer pass over the close calls' texts), as does the row
+  off (``text_weight`` 0: a second transformer pass over the open mentions' texts), as does the row
   ``rules first, no text pass`` (what the text pass costs the default). (Until session 9 the fast
   presets alone had the spelling-variant and repeats rules; the default has them now.) The last fast
   preset leaves the name-row rule out (``FAST_NO_NAMES``): what the name rows cost.
@@ -388,8 +388,8 @@ def markdown(r: dict) -> str:
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
              "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Every pipeline has the "
              "candidate rules of `configs/linker_rules.cfg` (abbreviations, alias rows, name rows, alias table, spelling "
-             "variants, repeats, parenthetical synonyms, undefined short forms, label types) unless its label says otherwise. The default's name rows include the text pass (the mention text "
-             "encoded as a name for the close calls: `text_weight`, `text_margin`). Fast presets: the default with "
+             "variants, repeats, parenthetical synonyms, undefined short forms, label types) unless its label says otherwise. The default's name rows include the text pass (each open mention's "
+             "text encoded as a name: `text_weight` 0.33). Fast presets: the default with "
              "context_window 16 or 12 (default 64) and the text pass off. "
              "int8: the towers run in ONNX Runtime, dynamically quantised (the `int8` precision).", ""]
     if "kb_build" in r:
