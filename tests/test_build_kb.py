@@ -119,3 +119,17 @@ def test_hnsw_index_and_cli(kb_file, tiny_encoder_dir, tmp_path):
     result = CliRunner().invoke(app, ["--kb", str(bad), "--output", str(tmp_path / "x"), "--encoder", str(tiny_encoder_dir)])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {bad}:2: duplicate entity id 'A'")
     assert not (tmp_path / "x").exists()
+
+
+def test_vector_file_reads_any_rows_in_any_order(tmp_path):
+    from spacy_pel.retrieval.search import VectorFile
+
+    matrix = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float16)
+    np.save(tmp_path / "m.npy", matrix)
+    file = VectorFile(tmp_path / "m.npy")
+    rng = np.random.default_rng(1)
+    for idx in ([], [7], [3, 4, 5, 9, 4, 0, 49, 48, 3], rng.integers(0, 50, 200), np.arange(50)[::-1]):
+        idx = np.asarray(idx, dtype=np.int64)
+        got = file.rows(idx)
+        assert got.shape == (len(idx), 8) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, matrix[idx].astype(np.float32))

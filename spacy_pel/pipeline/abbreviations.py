@@ -72,18 +72,19 @@ def span_chars(doc, doc_spans: Sequence[tuple]) -> List[Tuple[int, int, str]]:
     return [(sp.start_char, sp.end_char, label) for sp, label in ((doc[a:b], label) for a, b, label in doc_spans)]
 
 
-def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str]) -> Tuple[List[str], Dict[int, int]]:
+def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str],
+                     doc_texts: Optional[Sequence[str]] = None) -> Tuple[List[str], Dict[int, int]]:
     """For the mentions of ``docs`` (``spans``: per doc ``(start, end, label)``; ``texts``: their texts,
-    flat over the docs): the text to look up in an alias table (a defined short form's long form), and
+    flat over the docs; ``doc_texts``: the docs' texts, if already made): the text to look up in an alias table (a defined short form's long form), and
     ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j`` of the same doc: a mention
     with the long form's text, or else the mention of the short form's label inside the long form where
     it is defined, its head first (``ribavirin-induced hemolytic anemia (RIHA)``: the Disease mention
     ``hemolytic anemia``)."""
     lookup, copy_from, start = list(texts), {}, 0
-    for doc, doc_spans in zip(docs, spans):
+    for d, (doc, doc_spans) in enumerate(zip(docs, spans)):
         idx = range(start, start + len(doc_spans))
         start += len(doc_spans)
-        defined = definitions(doc.text) if doc_spans else {}
+        defined = definitions(doc.text if doc_texts is None else doc_texts[d]) if doc_spans else {}
         if not defined:
             continue
         first: Dict[str, int] = {}

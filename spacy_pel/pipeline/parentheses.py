@@ -12,7 +12,7 @@ Write it after the rules that decide.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from spacy.util import registry
 
@@ -24,12 +24,15 @@ _OPEN = re.compile(r"\s*\(\s*")
 _CLOSE = re.compile(r"\s*\)")
 
 
-def parenthetical_pairs(docs: Sequence, spans: Sequence[list]) -> List[Tuple[int, int]]:
+def parenthetical_pairs(docs: Sequence, spans: Sequence[list], doc_texts: Optional[Sequence[str]] = None) -> List[Tuple[int, int]]:
     """``(i, j)`` (flat indices over the docs' ``spans``, per doc ``(start, end, label)``): mention ``j``
-    has mention ``i``'s label and is written right after it in parentheses, ``A (B)``."""
+    has mention ``i``'s label and is written right after it in parentheses, ``A (B)`` (``doc_texts``:
+    the docs' texts, if already made)."""
     pairs, start = [], 0
-    for doc, doc_spans in zip(docs, spans):
-        text = doc.text if doc_spans else ""  # Doc.text joins every token: once per doc
+    for d, (doc, doc_spans) in enumerate(zip(docs, spans)):
+        if not doc_spans:
+            continue
+        text = doc.text if doc_texts is None else doc_texts[d]
         chars = span_chars(doc, doc_spans)
         by_start = {c[0]: n for n, c in enumerate(chars)}
         for n, (_, end, label) in enumerate(chars):
@@ -46,7 +49,7 @@ class ParentheticalSynonymRule:
 
     def prepare(self, batch: CandidateBatch) -> None:
         ties: Dict[int, int] = {}
-        for i, j in parenthetical_pairs(batch.docs, batch.spans):
+        for i, j in parenthetical_pairs(batch.docs, batch.spans, batch.doc_texts):
             if i in batch.decided and batch.open(j):
                 ties[j] = i
             elif j in batch.decided and batch.open(i):

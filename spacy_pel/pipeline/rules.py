@@ -92,6 +92,15 @@ class CandidateBatch:
     same_as: Dict[int, int] = field(default_factory=dict)
     decided: Dict[int, int] = field(default_factory=dict)
     matched: Set[int] = field(default_factory=set)
+    _doc_texts: Optional[List[str]] = field(default=None, repr=False)
+
+    @property
+    def doc_texts(self) -> List[str]:
+        """Each doc's text ("" for a doc without mentions), made once a batch for all the rules
+        (``Doc.text`` joins a Token object per token each time it is read)."""
+        if self._doc_texts is None:
+            self._doc_texts = [doc.text if sp else "" for doc, sp in zip(self.docs, self.spans)]
+        return self._doc_texts
 
     def open(self, i: int) -> bool:
         """Whether mention ``i`` is still to be encoded and retrieved (neither decided nor tied)."""
@@ -124,7 +133,7 @@ class AbbreviationRule:
     """A defined short form is linked as its long form (see the module doc)."""
 
     def prepare(self, batch: CandidateBatch) -> None:
-        lookup, copy_from = short_form_links(batch.docs, batch.spans, batch.texts)
+        lookup, copy_from = short_form_links(batch.docs, batch.spans, batch.texts, batch.doc_texts)
         batch.texts = lookup
         batch.same_as.update(copy_from)
 

@@ -31,9 +31,10 @@ def per_mention_vectors(
     encoder: BiEncoder, docs: Sequence[Doc], spans: Sequence[list], batch_size: int, hidden: Optional[list] = None
 ) -> np.ndarray:
     """One marked-up input per mention (``hidden`` is not used)."""
-    mentions = [
-        Mention(d.text, d[a].idx, d[b - 1].idx + len(d[b - 1])) for d, sp in zip(docs, spans) for a, b, _ in sp
-    ]
+    mentions = []
+    for d, sp in zip(docs, spans):
+        text = d.text if sp else ""  # once per doc: Doc.text joins a Token object per token
+        mentions.extend(Mention(text, d[a].idx, d[b - 1].idx + len(d[b - 1])) for a, b, _ in sp)
     return encoder.encode_mentions(mentions, batch_size=batch_size)
 
 

@@ -109,10 +109,24 @@ class VectorFile:
         return self.shape[0]
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
+        """float32 rows ``idx`` (any order, repeats allowed); one read per run of adjacent rows (an
+        entity's names lie side by side in a name index)."""
+        idx = np.asarray(idx, dtype=np.int64)
         out = np.empty((len(idx), self.shape[1]), np.float32)
-        for j, i in enumerate(idx.tolist()):
-            raw = os.pread(self.fd, self.row_bytes, self.offset + i * self.row_bytes)
-            out[j] = np.frombuffer(raw, dtype=self.dtype)
+        if not len(idx):
+            return out
+        order = np.argsort(idx, kind="stable")
+        wanted = idx[order]
+        cuts = np.flatnonzero(np.diff(wanted) > 1) + 1
+        rows, places = wanted.tolist(), order.tolist()
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)]):
+            lo, hi = rows[a], rows[b - 1]
+            raw = os.pread(self.fd, (hi - lo + 1) * self.row_bytes, self.offset + lo * self.row_bytes)
+            if b - a == 1:
+                out[places[a]] = np.frombuffer(raw, dtype=self.dtype)
+                continue
+            block = np.frombuffer(raw, dtype=self.dtype).reshape(hi - lo + 1, self.shape[1])
+            out[order[a:b]] = block[wanted[a:b] - lo]
         return out
 
     def __getstate__(self) -> dict:
