@@ -77,6 +77,24 @@ def test_kb_ids_persist_on_fresh_ents(nlp):
     assert [e.label_ for e in doc.ents] == ["Chemical", "Disease", "Disease"]
 
 
+def test_the_garbage_collector_is_paused_while_a_batch_is_linked_and_left_as_it_was(nlp, monkeypatch):
+    import gc
+
+    linker, during = nlp.get_pipe("pel_linker"), []
+    predict = linker.predict
+    monkeypatch.setattr(linker, "predict", lambda docs: during.append(gc.isenabled()) or predict(docs))
+    assert gc.isenabled()
+    nlp(make_doc(nlp))
+    list(nlp.pipe([make_doc(nlp), make_doc(nlp)]))
+    assert during == [False, False] and gc.isenabled()
+    gc.disable()  # a caller's own setting stays
+    try:
+        nlp(make_doc(nlp))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_threshold_gives_nil(nlp):
     linker = nlp.get_pipe("pel_linker")
     doc = nlp(make_doc(nlp))
