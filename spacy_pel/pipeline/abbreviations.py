@@ -75,10 +75,10 @@ def span_chars(doc, doc_spans: Sequence[tuple]) -> List[Tuple[int, int, str]]:
 def short_form_links(docs: Sequence, spans: Sequence[list], texts: List[str],
                      doc_texts: Optional[Sequence[str]] = None) -> Tuple[List[str], Dict[int, int]]:
     """For the mentions of ``docs`` (``spans``: per doc ``(start, end, label)``; ``texts``: their texts,
-    flat over the docs; ``doc_texts``: the docs' texts, if already made): the text to look up in an alias table (a defined short form's long form), and
-    ``{i: j}`` — mention ``i`` is a short form whose long form is mention ``j`` of the same doc: a mention
-    with the long form's text, or else the mention of the short form's label inside the long form where
-    it is defined, its head first (``ribavirin-induced hemolytic anemia (RIHA)``: the Disease mention
+    flat over the docs; ``doc_texts``: the docs' texts, if already made): the text to look up in an
+    alias table (a defined short form's long form), and ``{i: j}`` — mention ``i`` is a short form
+    whose long form is mention ``j`` of the same doc: a mention with the long form's text, or else the
+    mention of the short form's label inside the long form where it is defined, its head first (``ribavirin-induced hemolytic anemia (RIHA)``: the Disease mention
     ``hemolytic anemia``)."""
     lookup, copy_from, start = list(texts), {}, 0
     for d, (doc, doc_spans) in enumerate(zip(docs, spans)):

@@ -59,8 +59,9 @@ def merge_candidates(names: NameIndex, entity_vectors: EntityVectors, vectors: n
                      texts: Optional[np.ndarray] = None, text_weight: float = 0.0):
     """The top-k ``(scores, rows)`` of the retrieved entity rows ``rows`` and the name index's entities
     together (``search=False``: of ``rows`` alone, re-scored; ``entity_vectors`` reads the entity rows'
-    vectors), by the combined score of ``mode`` (see the module doc); each entity once, best first. ``texts``: the mentions' own texts encoded as names
-    (``[n, dim]``), whose best-name scores count ``text_weight`` of the final score."""
+    vectors), by the combined score of ``mode`` (see the module doc); each entity once, best first.
+    ``texts``: the mentions' own texts encoded as names (``[n, dim]``), whose best-name scores count
+    ``text_weight`` of the final score."""
     parts = [_merge(names, entity_vectors, vectors[a : a + CHUNK], rows[a : a + CHUNK], mode, weight, search,
                     None if texts is None else texts[a : a + CHUNK], text_weight)
              for a in range(0, len(rows), CHUNK)]
@@ -172,8 +173,8 @@ class NameRowsRule(LinkerPart):
             # each distinct text encoded once
             distinct, where = np.unique(np.array([batch.texts[i] for i in todo], dtype=object), return_inverse=True)
             texts = encode_names(self.encoder, list(distinct))[where.ravel()]
-            scores, rows = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight, self.search,
-                                            texts, self.text_weight)
+            scores, rows = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight,
+                                            self.search, texts, self.text_weight)
         batch.scores[todo], batch.rows[todo] = scores, rows
 
 
