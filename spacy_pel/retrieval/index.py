@@ -80,7 +80,7 @@ class EntityIndex:
         if kind not in INDEX_KINDS:
             raise ValueError(f"index kind must be one of {INDEX_KINDS}, not {kind!r}")
         self.entities = entities if isinstance(entities, EntityTable) else EntityTable(entities)
-        # float16: what is saved, and what the rules and --add read (memory-mapped when loaded)
+        # float16: what is saved, and what training and --add read (memory-mapped when loaded)
         self.embeddings = np.asarray(embeddings, dtype=np.float16)
         # where :meth:`vectors` reads rows: the saved file (``os.pread``, so the rows read stay in the OS
         # page cache rather than in this process's memory, as memory-mapped pages would), else the array
@@ -219,7 +219,7 @@ class EntityIndex:
         if meta.get("format_version") not in READABLE_VERSIONS:
             raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
         entities = EntityTable.read(path)
-        # memory-mapped: only the rows read (alias re-ranking, training) are paged in
+        # memory-mapped: only the rows read (training, subsets) are paged in; the rules read rows with pread
         embeddings = np.load(path / "embeddings.npy", allow_pickle=False, mmap_mode="r")
         kind = meta.get("index", "flat")
         if kind == "flat":  # exact search from the saved vectors (a version-1 index.faiss is not read)
