@@ -166,16 +166,13 @@ class NameRowsRule(LinkerPart):
         todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
         if len(todo) == 0:
             return
-        vectors, rows = batch.vectors[todo], batch.rows[todo]
-        if not self.text_weight:
-            scores, rows = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight, self.search)
-        else:
-            # each distinct text encoded once
+        texts = None
+        if self.text_weight:  # each distinct text encoded once
             distinct, where = np.unique(np.array([batch.texts[i] for i in todo], dtype=object), return_inverse=True)
             texts = encode_names(self.encoder, list(distinct))[where.ravel()]
-            scores, rows = merge_candidates(self.names, self.index.vectors, vectors, rows, self.mode, self.weight,
-                                            self.search, texts, self.text_weight)
-        batch.scores[todo], batch.rows[todo] = scores, rows
+        batch.scores[todo], batch.rows[todo] = merge_candidates(
+            self.names, self.index.vectors, batch.vectors[todo], batch.rows[todo], self.mode, self.weight, self.search,
+            texts, self.text_weight)
 
 
 @registry.misc(NAME)
