@@ -4,6 +4,7 @@ from spacy.tokens import Span
 from spacy_pel.pipeline.abbreviations import (
     abbreviations,
     best_long_form,
+    initials_long_form,
     short_form_links,
     undefined_short_form,
     undefined_short_form_links,
@@ -19,6 +20,15 @@ def test_schwartz_hearst_pairs():
     assert found == {"RA": "retinoic acid", "5-FU": "5-fluorouracil"}  # NH3's letters are not in "ammonia"
     assert best_long_form("BP", "we measured blood pressure") == "blood pressure"
     assert best_long_form("XYZ", "nothing matches here") is None
+
+
+def test_short_form_of_the_long_forms_initials_in_another_order():
+    """``myotonic dystrophy (DM)`` (Latin *dystrophia myotonica*): Schwartz & Hearst find no long form;
+    the words' initials match the short form's letters, so it is a definition; other letters are not."""
+    assert best_long_form("DM", "in 1990 Myotonic dystrophy") is None
+    assert abbreviations("in 1990 Myotonic dystrophy (DM) and DM kinase") == {"DM": "Myotonic dystrophy"}
+    assert abbreviations("in 1990 Myotonic dystrophy (DX)") == {}  # other letters
+    assert initials_long_form("dm", "in 1990 Myotonic dystrophy") is None  # two capitals or more
 
 
 def test_first_definition_wins_and_bad_short_forms_skipped():
