@@ -3,7 +3,8 @@ workflow assembles it (optionally with more candidate rules appended: name-level
 
 Sections (``--sections``; the others are copied from the previous report):
 
-* ``dev`` — BC5CDR dev gold mentions vs all MeSH: R@1, R@64, seen / unseen-entity R@1, mentions/s;
+* ``dev`` — BC5CDR dev gold mentions vs all MeSH: R@1, R@64, seen / unseen-entity R@1, mentions/s
+  (R@1 and NIL as the pipeline links, with its ``top_k``; R@64 from a deeper second pass);
 * ``nil`` — NIL decision fitted on dev docs 0-249 and applied to docs 250-499, both on BC5CDR dev
   (its real NIL mentions) and in the OKB C10 setting (every MeSH record under C10 removed from the KB,
   its mentions relabelled NIL): NIL P/R/F1 and auPR on the held-out docs, with the in-KB R@1 that the
@@ -172,7 +173,9 @@ def markdown(report: dict) -> str:
             clf = nil[key].get("NIL classifier, free threshold", {}).get("classifier")
             if clf:
                 lines.append(f"\nClassifier weights (fitted): {clf['weights']}, bias {clf['bias']}; label types: {clf['label_types']}.")
-    lines += ["", report.get("notes", "")]
+    lines += ["", "R@1 and the NIL decisions are the pipeline's own (its `top_k` candidates, as `nlp(doc)` links); "
+              "R@64 adds the candidates of a second pass with 64 (`spacy_pel.evaluation.linking.mention_table`).",
+              "", report.get("notes", "")]
     return "\n".join(lines) + "\n"
 
 

@@ -8,8 +8,10 @@ from typer.testing import CliRunner
 
 from spacy_pel.cli.evaluate import app
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.evaluation.linking import evaluate
+from spacy_pel.evaluation.linking import evaluate, mention_table
 from spacy_pel.evaluation.metrics import average_precision
+from spacy_pel.pipeline.depth import deepen
+from spacy_pel.pipeline.linker import Linked
 
 
 def gold_doc(nlp, spans):
@@ -43,3 +45,39 @@ def test_groups_and_recall(kb_dir, tmp_path):
     result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["counts"]["in_kb"] == 2 and "R@64" in result.output
+
+
+@spacy.registry.misc("test.reverse_candidates.v1")
+def reverse_candidates():
+    """A rule whose first candidate depends on how many it is given: it reverses each open mention's list."""
+    def rule(batch):
+        for i in range(len(batch.texts)):
+            keep = batch.rows[i] >= 0
+            if batch.open(i) and keep.any():
+                batch.rows[i][keep], batch.scores[i][keep] = batch.rows[i][keep][::-1], batch.scores[i][keep][::-1]
+    return rule
+
+
+def test_table_links_as_the_pipeline_does_and_looks_deeper(kb_dir):
+    """R@1 is what ``nlp(doc)`` sets: the rows' first candidate comes from the pipeline's own ``top_k``
+    (here 2, with a rule that puts the last candidate it gets first), and a deeper pass only appends."""
+    nlp = spacy.blank("en")
+    rules = {"reverse": {"@misc": "test.reverse_candidates.v1"}}
+    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 2, "rules": rules})
+    spans = [(0, 2, "D1"), (4, 6, "D2"), (7, 9, "D3")]
+    rows, _ = mention_table(linker, [gold_doc(nlp, spans)])
+    linked = nlp(gold_doc(nlp, spans))
+    assert [r[1][0] for r in rows] == [e.kb_id_ for e in linked.ents]
+    found = [[c for c in r[1] if c is not None] for r in rows]
+    assert all(sorted(f) == ["D1", "D2", "D3", "D4", "D5"] for f in found)  # the KB's 5 entities, once each
+    five, _ = mention_table(linker, [gold_doc(nlp, spans)], k=5)  # one pass with 5: another first candidate
+    assert [r[1][0] for r in five] != [r[1][0] for r in rows]
+
+
+def test_deepen_keeps_the_pipelines_ranks_and_appends_what_it_lacks():
+    first = Linked(np.array([[0.9, 0.8, 0.0]], np.float32), np.array([[2, 0, -1]]), np.array([0.5]), np.zeros((1, 4)))
+    further = Linked(np.array([[0.95, 0.9, 0.7, 0.6]], np.float32), np.array([[0, 3, 2, 1]]), np.array([0.1]), np.ones((1, 4)))
+    out = deepen(first, further)
+    assert out.rows.tolist() == [[2, 0, 3, 1]]
+    assert out.scores[0].tolist() == pytest.approx([0.9, 0.8, 0.9, 0.6])
+    assert out.confidence is first.confidence and out.features is first.features

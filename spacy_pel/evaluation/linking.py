@@ -19,6 +19,7 @@ from spacy.tokens import Doc
 from tqdm.auto import tqdm
 
 from ..corpora import NIL, gold_ids, gold_spans
+from ..pipeline.depth import deepen
 from ..pipeline.linker import PELLinker
 from .metrics import average_precision, prf
 
@@ -26,21 +27,27 @@ KS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def mention_table(
-    linker: PELLinker, docs: Sequence[Doc], k: int = max(KS), docs_per_step: int = 8, progress: bool = False
+    linker: PELLinker, docs: Sequence[Doc], k: Optional[int] = None, docs_per_step: int = 8, progress: bool = False,
+    deep: int = max(KS),
 ):
     """Link the gold mentions of ``docs`` (whatever mention source the linker has); returns rows
     (gold ids — an entity's alternative id given as its primary id —, candidate ids, scores, NIL
     confidence, NIL evidence features) and seconds. ``docs_per_step`` documents go to the linker at a
-    time (it pools their mentions into its batches); the progress bar counts mentions."""
+    time (it pools their mentions into its batches); the progress bar counts mentions.
+
+    With ``k`` None the rows are what the pipeline does: its own ``top_k`` candidates, in its order
+    (the rules re-score the candidates they are given, so a deeper search can change the first one),
+    with the NIL evidence it decides on and its time; where ``deep`` is larger, a second pass with
+    ``deep`` candidates appends the ones the first lacks, for recall@k beyond ``top_k`` (untimed;
+    :func:`~spacy_pel.pipeline.depth.deepen`).
+    With ``k`` given: one pass with ``k`` candidates."""
     spans = [[(s.start, s.end, s.label) for s in gold_spans(doc)] for doc in docs]
     linker.ensure_loaded()
-    predictions, seconds = [], 0.0
-    with tqdm(total=sum(map(len, spans)), desc="linking", unit=" mentions", disable=not progress, smoothing=0.05) as bar:
-        for i in range(0, len(docs), docs_per_step):
-            t0 = time.perf_counter()
-            predictions.extend(linker.candidates(docs[i : i + docs_per_step], spans[i : i + docs_per_step], k=k))
-            seconds += time.perf_counter() - t0
-            bar.update(sum(map(len, spans[i : i + docs_per_step])))
+    first = k or linker.top_k
+    predictions, seconds = _link(linker, docs, spans, first, docs_per_step, progress, "linking")
+    if k is None and deep > first:
+        further, _ = _link(linker, docs, spans, deep, docs_per_step, progress, f"top {deep} candidates")
+        predictions = [deepen(a, b) for a, b in zip(predictions, further)]
     ids = linker.index.entities.ids
     rows = []
     for doc, linked in zip(docs, predictions):
@@ -48,6 +55,18 @@ def mention_table(
             gold = [linker.index.canonical(i) for i in gold_ids(span.kb_id_)]  # alternative ids → primary
             rows.append((gold, [ids[j] if j >= 0 else None for j in r], s, float(c), f))
     return rows, seconds
+
+
+def _link(linker: PELLinker, docs: Sequence[Doc], spans: list, k: int, docs_per_step: int, progress: bool, desc: str):
+    """The linker's top-``k`` candidates for the given spans, ``docs_per_step`` docs at a time, and seconds."""
+    predictions, seconds = [], 0.0
+    with tqdm(total=sum(map(len, spans)), desc=desc, unit=" mentions", disable=not progress, smoothing=0.05) as bar:
+        for i in range(0, len(docs), docs_per_step):
+            t0 = time.perf_counter()
+            predictions.extend(linker.candidates(docs[i : i + docs_per_step], spans[i : i + docs_per_step], k=k))
+            seconds += time.perf_counter() - t0
+            bar.update(sum(map(len, spans[i : i + docs_per_step])))
+    return predictions, seconds
 
 
 def evaluate(

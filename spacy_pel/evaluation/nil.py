@@ -121,7 +121,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     linker.ensure_loaded()
     if nil == "classifier":  # the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))
-    rows, _ = mention_table(linker, gold_docs, k=2, progress=True)
+    # the evidence as the pipeline decides on it: its own top_k candidates (the rules re-score what they get)
+    rows, _ = mention_table(linker, gold_docs, progress=True, deep=0)
     is_nil = np.array([row[0] == [NIL] for row in rows])
     correct = np.array([row[1][0] in row[0] for row in rows])
     confidence = np.array([row[3] for row in rows])

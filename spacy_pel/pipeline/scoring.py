@@ -4,7 +4,8 @@ spaCy's ``Language.evaluate`` runs the pipeline on the predicted docs, then asks
 its scores. A linker-only pipeline has no entities there, so nothing would be linked or scored. With
 ``use_gold_ents`` (the default, as spaCy's own ``entity_linker``) the linker scores new examples whose
 predicted docs hold the reference's tokens and mentions, linked by the linker itself as ``python -m
-spacy_pel evaluate`` links them (64 candidates each, 8 documents at a time): its gold spans
+spacy_pel evaluate`` links them (with its own ``top_k``, then 64 candidates each for recall@k:
+:mod:`.depth`; 8 documents at a time): its gold spans
 (``corpora.gold_spans``: overlapping ones included) as the span group ``GOLD_KEY`` and its
 ``doc.ents`` as ``doc.ents``. (The reference's tokens, not the pipeline's: a gold mention that does
 not fall on the pipeline's token boundaries is still scored.) Without it the predicted docs are scored as
@@ -22,6 +23,7 @@ from spacy.scorer import Scorer
 from spacy.training import Example
 
 from ..corpora import GOLD_KEY, bare_doc, gold_spans
+from .depth import deepen
 from .mentions import DocSpans
 
 DOCS_PER_STEP = 8  # documents linked at a time, as `python -m spacy_pel evaluate` links them
@@ -44,7 +46,9 @@ def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
     for i in range(0, len(todo), DOCS_PER_STEP):
         chunk = todo[i : i + DOCS_PER_STEP]
         docs, spans = [d for d, _, _ in chunk], [sp for _, sp, _ in chunk]
-        found = linker.candidates(docs, spans, k=max(GOLD_K, linker.cfg.top_k))
+        found = linker.candidates(docs, spans)  # what the pipeline links, then deeper candidates for R@k
+        if GOLD_K > linker.cfg.top_k:
+            found = [deepen(a, b) for a, b in zip(found, linker.candidates(docs, spans, k=GOLD_K))]
         linker.set_annotations(docs, list(zip(spans, found)), target=group)
     for doc, _, ents in todo:
         linked = {(s.start, s.end, s.label): s for s in group.spans(doc)}
