@@ -7,8 +7,8 @@ the full MeSH KB build, pipeline load time / peak RSS, and scispaCy's linker sid
 Every figure is measured in this one run, on this machine (run it alone: two torch jobs on 2 cores
 more than halve each other). Writes benchmarks/speed.json and benchmarks/speed.md.
 
-Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, top_k 10,
-context 64, the trained retriever + the candidate rules of ``configs/linker_rules.cfg``, read from it:
+Pipelines (all: BC5CDR dev, the 9,591 gold spans set as ``doc.ents``, ``nlp.pipe`` end to end, the config's
+top_k (10), context 64, the trained retriever + the candidate rules of ``configs/linker_rules.cfg``, read from it:
 abbreviations, BC5CDR train surface forms as alias rows, every MeSH name as a name row (``--names``),
 the alias table over MeSH names and those forms, spelling variants, repeats, parenthetical synonyms,
 undefined short forms, label types — the pipeline ``spacy project run all`` assembles):
@@ -93,7 +93,7 @@ def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: s
                   context_window: int = 64, names: Optional[Path] = None, text: bool = True) -> dict:
     """The pipeline's linker block: the candidate rules of configs/linker_rules.cfg (``aliases`` None:
     the alias table over KB names only, no alias rows; ``names`` None: no name rows; ``text`` False: the
-    name rows' text pass off), ``decide`` the alias table's ``decide_unique``."""
+    name rows' text pass off), ``decide`` the alias table's ``decide_unique``; ``top_k`` is the config's."""
     overrides = {"paths.aliases": str(aliases) if aliases else None, "paths.names": str(names) if names else None}
     cfg = spacy.util.load_config(RULES_CONFIG, overrides=overrides, interpolate=True)
     rules = json.loads(json.dumps(cfg["components"]["pel_linker"]["rules"]))
@@ -101,7 +101,8 @@ def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: s
     if not text:
         rules["names"]["text_weight"] = 0.0
     return {
-        "kb": str(kb), "encoder": str(encoder), "top_k": 10, "context_window": context_window, "device": "cpu",
+        "kb": str(kb), "encoder": str(encoder), "top_k": cfg["components"]["pel_linker"]["top_k"],
+        "context_window": context_window, "device": "cpu",
         "precision": precision, "vectors": {"@misc": f"spacy_pel.vectors.{vectors}.v1"}, "rules": rules,
     }
 
