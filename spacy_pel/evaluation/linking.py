@@ -8,6 +8,10 @@ Every gold mention falls in one of three groups, reported separately and never d
   ``recall@k (all linkable)`` counts them as misses;
 * ``nil``: gold ``NIL`` — used for NIL precision / recall / F1 (with the component's threshold) and
   the threshold-free NIL average precision.
+
+The mentions are linked as the pipeline links them, with its own ``top_k``: recall@1, the NIL
+figures and mentions/s are what ``nlp(doc)`` gives. Recall@k beyond ``top_k`` adds the candidates of a
+second, untimed pass with 64 (:mod:`spacy_pel.pipeline.depth`).
 """
 from __future__ import annotations
 
