@@ -288,22 +288,27 @@ def test_the_text_weight_mixes_in_the_mention_texts_own_name_similarity(names_di
 
 def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_its_own(kb_dir, names_dir, monkeypatch):
     from spacy_pel.pipeline import name_rows
+    from spacy_pel.retrieval import names
 
     vocab, encoded, merged = ["flutter", "Li2CO3", "warfarin"], [], []
+    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "mode": "mean", "search": False,
+            "text_weight": 0.5}
+    nlp = _nlp(kb_dir, {"names": rule})
+    linker = nlp.get_pipe("pel_linker")
+    linker.ensure_loaded()
+    encoder = linker.encoder
+    text_of = {tuple(s): t for t, s in zip(vocab, names.name_inputs(encoder, vocab, [""] * 3, "name", names.MAX_LENGTH))}
 
-    def one_hot(encoder, texts):  # a vector that says which text it is
-        encoded.append(list(texts))
-        return np.eye(len(vocab), 32, dtype=np.float32)[[vocab.index(t) for t in texts]]
+    def one_hot(tower, seqs, batch_size=256, progress=False):  # the tower's input → a vector that says which text it is
+        encoded.append([text_of[tuple(s)] for s in seqs])
+        return np.eye(len(vocab), 32, dtype=np.float32)[[vocab.index(t) for t in encoded[-1]]]
 
     def capture(*args, **kwargs):
         merged.append(args[7])  # the texts' vectors, one row per open mention
         return merge_candidates(*args, **kwargs)
 
-    monkeypatch.setattr(name_rows, "encode_names", one_hot)
+    monkeypatch.setattr(names._NameTower, "encode_entities", one_hot)
     monkeypatch.setattr(name_rows, "merge_candidates", capture)
-    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "mode": "mean", "search": False,
-            "text_weight": 0.5}
-    nlp = _nlp(kb_dir, {"names": rule})
     doc = nlp.make_doc("flutter , Li2CO3 and flutter again , then warfarin")
     doc.ents = [Span(doc, 0, 1, label="Disease"), Span(doc, 2, 3, label="Chemical"), Span(doc, 4, 5, label="Disease"),
                 Span(doc, 8, 9, label="Chemical")]

@@ -166,10 +166,7 @@ class NameRowsRule(LinkerPart):
         todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
         if len(todo) == 0:
             return
-        texts = None
-        if self.text_weight:  # each distinct text encoded once
-            distinct, where = np.unique(np.array([batch.texts[i] for i in todo], dtype=object), return_inverse=True)
-            texts = encode_names(self.encoder, list(distinct))[where.ravel()]
+        texts = encode_names(self.encoder, [batch.texts[i] for i in todo]) if self.text_weight else None
         batch.scores[todo], batch.rows[todo] = merge_candidates(
             self.names, self.index.vectors, batch.vectors[todo], batch.rows[todo], self.mode, self.weight, self.search,
             texts, self.text_weight)

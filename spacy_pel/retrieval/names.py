@@ -24,7 +24,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -106,9 +106,12 @@ class _NameTower:
 
 
 def encode_names(encoder: BiEncoder, names: Sequence[str], max_length: int = MAX_LENGTH, batch_size: int = 256) -> np.ndarray:
-    """``[n, dim]`` entity-tower vectors of ``[CLS] name [SEP]`` inputs (``input="name"``)."""
+    """``[n, dim]`` entity-tower vectors of ``[CLS] name [SEP]`` inputs (``input="name"``); identical
+    inputs are encoded once (a batch's mention texts repeat), as :meth:`BiEncoder.encode_mentions` does."""
     seqs = name_inputs(encoder, names, [""] * len(names), "name", max_length)
-    return _NameTower(encoder).encode_entities(seqs, batch_size)
+    where: Dict[tuple, int] = {}
+    slot = [where.setdefault(tuple(s), len(where)) for s in seqs]
+    return _NameTower(encoder).encode_entities([list(s) for s in where], batch_size)[slot]
 
 
 class NameIndex:
