@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from . import (
+    adapt,
     aliases,
     build_kb,
     build_names,
@@ -27,6 +28,7 @@ from . import (
 
 COMMANDS = {
     "convert": convert,
+    "adapt": adapt,
     "build-kb": build_kb,
     "build-names": build_names,
     "train": train,

@@ -7,6 +7,9 @@ gold row, the negatives come from the strategy chosen by ``[negatives] kind``:
 * ``"sampled"`` -- ``count`` per mention, ``hard_fraction`` of them the top-scoring wrong entities of
   a FAISS search (:class:`~spacy_pel.models.negatives.HardNegativeMiner`), the rest uniform;
 * ``"in_batch"`` -- the other mentions' positives;
+* ``"shared"`` -- the batch's pool for every mention: the other mentions' positives and every
+  mention's ``count`` sampled (random / hard) rows (:func:`~spacy_pel.models.negatives.shared`): with a
+  trained entity tower each row is encoded once a step, so ``B × count`` rows serve every mention;
 * ``"kb"`` -- every KB row that is not gold: an exact softmax over the KB's stored vectors (a
   frozen entity tower only; one ``[B, d] × [d, N]`` product).
 
@@ -32,12 +35,12 @@ import torch
 import torch.nn.functional as F
 
 from .losses import Loss
-from .negatives import HardNegativeMiner, in_batch
+from .negatives import HardNegativeMiner, in_batch, shared
 
 Tensor = torch.Tensor
 ENTITY_SPACES = ("raw", "centred")
 AdversarialTerm = Callable[[Tensor, Tensor, Sequence[int], np.ndarray, Tensor], Tensor]  # FGSM
-NEGATIVE_KINDS = ("sampled", "in_batch", "kb")
+NEGATIVE_KINDS = ("sampled", "in_batch", "kb", "shared")
 
 
 def whole_kb_scores(m: Tensor, table: Tensor, gold: Sequence[Set[int]], kind: str) -> Tuple[Tensor, Tensor]:
@@ -98,10 +101,12 @@ class LinkingLoss:
         self.entity_vectors = entity_vectors or table_lookup(table)
 
     def negatives(self, m: Tensor, gold: Sequence[Set[int]], positives: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
-        """``[B, N]`` negative KB rows and which of them count (``"sampled"`` or ``"in_batch"``)."""
+        """``[B, N]`` negative KB rows and which of them count (``"sampled"``, ``"in_batch"``, ``"shared"``)."""
         if self.kind == "in_batch":
             return in_batch(gold, positives)
         rows = self.miner.sample(m.detach().float().cpu().numpy(), gold)
+        if self.kind == "shared":
+            return shared(gold, positives, rows)
         return rows, np.ones(rows.shape, dtype=bool)
 
     def __call__(self, m: Tensor, gold: Sequence[Set[int]]) -> Tensor:

@@ -137,6 +137,23 @@ def in_batch(gold_rows: GoldRows, positives: Sequence[int], dedupe: bool = True)
     return rows, mask
 
 
+def shared(gold_rows: GoldRows, positives: Sequence[int], sampled: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Shared negatives: every mention gets the batch's whole pool -- the other mentions' positives and
+    every mention's ``sampled`` rows (``[B, k]``, e.g. hard ones), each distinct row once.
+
+    Returns ``rows [B, P]`` (the same pool on every line) and ``mask [B, P]`` (``False`` where the row
+    is gold for that mention). With a trained entity tower each pool row is encoded once a step, so a
+    mention sees ``P`` negatives for the price of ``k`` of its own.
+    """
+    batch = len(positives)
+    if len(gold_rows) != batch or sampled.shape[0] != batch:
+        raise ValueError(f"{len(gold_rows)} gold sets and {sampled.shape[0]} sampled lines for {batch} positives")
+    pool = np.unique(np.concatenate([np.asarray(positives, np.int64).reshape(-1), sampled.reshape(-1).astype(np.int64)]))
+    rows = np.broadcast_to(pool, (batch, len(pool))).copy()
+    mask = np.array([~np.isin(pool, np.fromiter(g, np.int64, len(g))) for g in gold_rows]).reshape(rows.shape)
+    return rows, mask
+
+
 class HardNegativeMiner:
     """Mixed-p negatives: ``round(k · hard_fraction)`` hard ones, the rest random.
 

@@ -42,7 +42,7 @@ PRECISIONS = ("fp32", "bf16")
 SCHEDULES = ("linear", "constant")
 OBJECTIVES = ("linking", "arborescence")
 MENTION_SPACES = ("raw", "batch_centred")
-NEGATIVE_KINDS = ("sampled", "in_batch", "kb")  # "kb": softmax over every KB row (frozen tower only)
+NEGATIVE_KINDS = ("sampled", "in_batch", "kb", "shared")  # "kb": softmax over every KB row (frozen tower only)
 
 
 class ConfigError(InputError):

@@ -172,6 +172,7 @@ class TrainingLoop:
         bar = tqdm(total=total, initial=state["step"], desc=task.description, disable=not progress)
         parts: Dict[str, List[float]] = defaultdict(list)
         t0 = time.perf_counter()
+        evaluated = state["step"]
         for step, batch in enumerate(task.batches(state["step"]), start=state["step"]):
             task.before_step(step, batch)
             for group, lr in zip(self.optimizer.param_groups, self.base_lrs):
@@ -194,9 +195,12 @@ class TrainingLoop:
             if (eval_every and done % eval_every == 0) or done == total:
                 means = {k: float(np.mean(parts[k][-eval_every:])) for k in task.loss_parts}
                 self.evaluate_and_save(means, time.perf_counter() - t0)
-                t0 = time.perf_counter()
+                t0, evaluated = time.perf_counter(), done
         bar.close()
-        if not self.has_best:  # no step ran (e.g. 0 steps): the start is the best
+        if state["step"] != evaluated:  # the task's batches ended early (a time budget): evaluate where it stopped
+            tail = state["step"] - evaluated
+            self.evaluate_and_save({k: float(np.mean(parts[k][-tail:])) for k in task.loss_parts}, time.perf_counter() - t0)
+        elif not self.has_best:  # no step ran (e.g. 0 steps): the start is the best
             self.evaluate_and_save({k: float("nan") for k in task.loss_parts}, 0.0)
         task.finish(self.output, state)
         self.write_log()

@@ -13,7 +13,10 @@ Two modes for the entity tower (``[training] train_entity_encoder``):
   vectors, so the KB built with the base encoder stays valid (same fingerprint), hard negatives come
   from the full KB index at no cost, and no 354k-entity re-encoding is ever needed;
 * ``true`` (the paper): both towers learn; negatives' vectors are re-encoded each step and the
-  hard-negative index over ``negatives.pool`` entities is refreshed every ``refresh_every`` steps.
+  hard-negative index over ``negatives.pool`` entities is refreshed every ``refresh_every`` steps
+  (``0``: never -- the KB's stored vectors, which must be the starting encoder's, are the index).
+  ``negatives.kind = "shared"`` makes that affordable on a CPU: each row is encoded once a step and
+  every mention of the batch is scored against all of them.
 
 KB synonym pre-alignment (``[synonyms] steps``) treats KB synonyms as mentions of their entity,
 before the mention steps (or alone, with ``paths.train = null``); the encoder at the end of that
@@ -173,6 +176,8 @@ class RetrieverTask(Task):
         if not self.train_entities:
             self.index.check_encoder(self.encoder)
             self.encoder.entity_model.requires_grad_(False)
+        elif checkpoint is None and not cfg.negatives.refresh_every:
+            self.index.check_encoder(self.encoder)  # its vectors are the hard-negative index: the start's own
         self.centre: Optional[np.ndarray] = None
         if t.entity_space == "centred":  # every later use of the KB's vectors sees the centred ones
             self.centre = entity_centre(self.index.embeddings)
@@ -317,7 +322,9 @@ class RetrieverTask(Task):
         of ``negatives.pool`` random KB entities (the others are zero vectors, never found)."""
         if self.miner.hard_fraction <= 0:
             return
-        if not self.train_entities:
+        if not self.train_entities or not self.cfg.negatives.refresh_every:
+            # frozen tower: the KB's own vectors; trained tower without refreshes: the KB as the starting
+            # encoder wrote it (a stale index, as BLINK's and arboEL's between refreshes), never re-encoded
             self.miner.refresh(self.index.embeddings.astype(np.float32))
             return
         n = len(self.index)

@@ -1,0 +1,53 @@
+"""``python -m spacy_pel adapt``: the command line over :mod:`spacy_pel.training.adapt`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from confection import ConfigValidationError
+from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key value parser
+
+from ..files import InputError
+from ..kb import READERS
+from ..training.adapt import __doc__ as LIBRARY_DOC
+from ..training.adapt import adapt
+from ._errors import cli_errors, fail, one_line, require_file, require_writable_parent
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@cli_errors
+def main(
+    ctx: typer.Context,
+    kb: Path = typer.Argument(..., help="KB file or folder (as build-kb reads it)"),
+    output: Path = typer.Option(..., "--output", "-o", help="Encoder folder to write (its resumable state: OUTPUT.work/)"),
+    format: str = typer.Option("jsonl", "--format", help=f"KB format: {', '.join(READERS)}"),
+    config: Optional[Path] = typer.Option(None, "--config", help="Settings file (configs/adapt.cfg; default: the same values built in)"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder to start from (default: the config's)"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step budget"),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Time budget in minutes (0 = none)"),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda"),
+):
+    """Teach an encoder the KB's own synonyms (no annotated text needed). Any setting of the config
+    can be overridden as in spaCy: --loss.name info_nce --training.batch_pairs 128."""
+    if format not in READERS:
+        fail(f"unknown KB format {format!r}; known: {', '.join(READERS)}")
+    if not kb.exists():
+        fail(f"KB not found: {kb}")
+    if config is not None:
+        require_file(config, "adapt config")
+    require_writable_parent(output, "output")
+    overrides = {"kb.path": str(kb), "kb.format": format, **parse_config_overrides(ctx.args)}
+    for key, value in (("encoder.base", encoder), ("training.max_steps", max_steps),
+                       ("training.max_minutes", max_minutes), ("training.device", device)):
+        if value is not None:
+            overrides[key] = value
+    try:
+        state = adapt(config, output, overrides)
+    except ConfigValidationError as err:
+        raise InputError(one_line(err)) from None
+    keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities")
+    typer.echo(json.dumps({k: state[k] for k in keys if k in state}, indent=2))

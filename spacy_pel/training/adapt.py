@@ -1,0 +1,302 @@
+"""KB self-alignment (``python -m spacy_pel adapt KB -o ENCODER``): teach the encoder the KB's own
+names, as SapBERT does, before (or instead of) any annotated text.
+
+An entity's names and synonyms are positives of each other; every other name in the batch is a
+negative. A batch draws ``batch_pairs`` entities (by their number of names, or all alike), two of
+each one's names, then adds ``negatives.per_batch`` hard names: for each anchor, the nearest names of
+other entities in a pool of KB names encoded by the encoder as it was at the last refresh (every
+``negatives.refresh_every`` steps). The pair loss (multi-similarity or InfoNCE,
+:mod:`spacy_pel.models.pair_losses`) runs over the batch's cosine matrix.
+
+One transformer learns -- the entity tower, on ``[CLS] name [SEP]`` inputs like the name rows'. The
+encoder written at the end has it as **both** towers (the mention tower keeps its marker rows), so it
+is a starting point for mention training (``train``, both towers learning) and a retriever on its own.
+
+Held out: ``eval_entities`` entities with two or more names; the evaluation scores how often one of
+their synonyms finds its entity's name first among those names and ``eval_pool`` other KB names
+(``synonym_r1``); the best model so far is the one written. The loop (:mod:`.loop`) resumes from
+``ENCODER.work/last``; a work folder made from another KB file or config is discarded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..evaluation.evaluators import Evaluator
+from ..files import InputError, atomic_dir, atomic_write
+from ..kb import Entity, kb_files, read_kb
+from ..models.encoder import BiEncoder
+from ..retrieval.names import encode_names, entity_names, name_inputs
+from .adapt_config import AdaptConfig
+from .config import PathLike, load_config
+from .loop import STATE_FILE, StepOutput, Task, TrainingLoop, checkpoint_to_resume
+
+log = logging.getLogger(__name__)
+WORK_SUFFIX = ".work"
+STAMP_FILE = "inputs.json"
+LOG_FILE = "adapt_log.json"
+
+
+# ------------------------------------------------------------------ the KB's names
+class KBNames:
+    """Every entity's distinct names (:func:`~spacy_pel.retrieval.names.entity_names`), flattened:
+    ``names[i]`` belongs to entity ``label[i]``; ``first[e]`` is entity ``e``'s first name's slot."""
+
+    def __init__(self, entities: List[Entity]):
+        per = [entity_names(e) for e in entities]
+        self.counts = np.array([len(n) for n in per], np.int64)
+        self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        self.names = [n for names in per for n in names]
+        self.label = np.repeat(np.arange(len(per)), self.counts)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def multi(self) -> np.ndarray:
+        """Entities with at least two names (those that give a positive pair)."""
+        return np.flatnonzero(self.counts >= 2)
+
+
+class SynonymEvaluator(Evaluator):
+    """Held-out synonym retrieval: a synonym of each held-out entity against their first names and
+    ``pool`` other names (the entity tower, ``[CLS] name [SEP]``)."""
+
+    primary_metric = "synonym_r1"
+
+    def __init__(self, names: KBNames, held_out: np.ndarray, pool: int, max_length: int, seed: int):
+        rng = np.random.default_rng(seed + 7)
+        self.max_length = max_length
+        self.queries = [names.names[names.first[e] + 1 + rng.integers(names.counts[e] - 1)] for e in held_out]
+        self.query_labels = held_out
+        others = np.setdiff1d(np.arange(len(names)), np.concatenate([names.first[held_out] + k for k in range(2)]))
+        extra = rng.choice(others, min(pool, len(others)), replace=False) if len(others) else others
+        slots = np.concatenate([names.first[held_out], extra]).astype(np.int64)
+        self.targets = [names.names[i] for i in slots]
+        self.target_labels = names.label[slots]
+
+    def __call__(self, encoder: BiEncoder) -> Dict[str, Any]:
+        q = torch.from_numpy(encode_names(encoder, self.queries, self.max_length))
+        t = torch.from_numpy(encode_names(encoder, self.targets, self.max_length))
+        best = (q @ t.T).argmax(1).numpy()
+        return {"synonym_r1": float(np.mean(self.target_labels[best] == self.query_labels))}
+
+
+# ------------------------------------------------------------------ the task
+class AdaptTask(Task):
+    """KB self-alignment as a :class:`~spacy_pel.training.loop.Task` (module doc)."""
+
+    description = "adapting"
+    loss_parts = ("loss", "names_per_s")
+
+    def __init__(self, cfg: AdaptConfig, entities: List[Entity], checkpoint: Optional[Path] = None):
+        self.cfg, t = cfg, cfg.training
+        torch.manual_seed(t.seed)
+        source = str(checkpoint / "encoder") if checkpoint else cfg.encoder.base
+        self.encoder = BiEncoder.from_pretrained(source).to_device(t.device)
+        if checkpoint is None:
+            self.encoder.config.base = cfg.encoder.base
+        self.encoder.mention_model.requires_grad_(False)
+        self.device = self.encoder.device_
+        self.loss = cfg.loss.build()
+        self.names = KBNames(entities)
+        multi = self.names.multi()
+        if len(multi) < 2:
+            raise InputError(f"{cfg.kb.path}: {len(multi)} entities have two or more names; self-alignment needs synonyms")
+        rng = np.random.default_rng(t.seed)
+        n_eval = min(t.eval_entities, len(multi) // 10 or 1)
+        held = rng.choice(multi, n_eval, replace=False)
+        self.train_entities = np.setdiff1d(multi, held)
+        weights = self.names.counts[self.train_entities].astype(np.float64) if t.entity_weight == "names" else None
+        self.p = None if weights is None else weights / weights.sum()
+        self.evaluator = SynonymEvaluator(self.names, np.sort(held), t.eval_pool, cfg.encoder.max_length, t.seed)
+        self.total_steps = t.max_steps
+        self.spent = 0.0  # seconds of training in earlier runs of this work folder
+        if checkpoint is not None:
+            self.spent = float(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf8")).get("train_seconds", 0.0))
+        self.started = time.perf_counter()
+        self.pool: Optional[Tuple[torch.Tensor, np.ndarray]] = None  # (pool vectors, pool name slots)
+        self.last_step = time.perf_counter()
+
+    @property
+    def model(self) -> BiEncoder:
+        return self.encoder
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        t = self.cfg.training
+        return torch.optim.AdamW(self.encoder.entity_model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+    def train_mode(self) -> None:
+        self.encoder.entity_model.train()
+        self.encoder.mention_model.eval()
+
+    def out_of_time(self) -> bool:
+        budget = self.cfg.training.max_minutes * 60
+        return bool(budget) and self.spent + time.perf_counter() - self.started >= budget
+
+    def batches(self, start: int) -> Iterator[np.ndarray]:
+        """Per step: ``[batch_pairs, 2]`` name slots (two names of one entity a row), the same for a
+        seed however often the run resumes; stops early when the time budget is spent."""
+        t = self.cfg.training
+        n = min(t.batch_pairs, len(self.train_entities))
+        for step in range(start, self.total_steps):
+            if self.out_of_time():
+                log.info("adapt: time budget of %.1f min spent at step %d", t.max_minutes, step)
+                return
+            rng = np.random.default_rng([t.seed, step])
+            ents = rng.choice(self.train_entities, n, replace=False, p=self.p)
+            counts = self.names.counts[ents]
+            a = rng.integers(counts)
+            b = (a + 1 + rng.integers(counts - 1)) % counts  # another name of the same entity
+            first = self.names.first[ents]
+            yield np.stack([first + a, first + b], 1)
+
+    def start(self, step: int) -> None:
+        self.refresh_pool(step)
+
+    def before_step(self, step: int, batch) -> None:
+        every = self.cfg.negatives.refresh_every
+        if every and step and step % every == 0:
+            self.refresh_pool(step)
+
+    def refresh_pool(self, step: int) -> None:
+        neg = self.cfg.negatives
+        if not neg.per_batch:
+            return
+        n = len(self.names)
+        rng = np.random.default_rng([self.cfg.training.seed, step, 1])
+        slots = np.arange(n) if not neg.pool or neg.pool >= n else np.sort(rng.choice(n, neg.pool, replace=False))
+        vectors = encode_names(self.encoder, [self.names.names[i] for i in slots], self.cfg.encoder.max_length)
+        self.pool = (torch.from_numpy(vectors).to(self.device), slots)
+
+    def hard_slots(self, anchors: torch.Tensor, labels: np.ndarray) -> np.ndarray:
+        """Up to ``per_batch`` pool names nearest the anchors whose entity is another's."""
+        want = self.cfg.negatives.per_batch
+        if not want or self.pool is None:
+            return np.zeros(0, np.int64)
+        vectors, slots = self.pool
+        k = min(len(slots), 2 * -(-want // len(labels)) + 4)
+        with torch.no_grad():
+            top = (anchors.detach().float() @ vectors.T).topk(k, dim=1).indices.cpu().numpy()
+        per = -(-want // len(labels))
+        chosen: List[int] = []
+        seen = set()
+        for row, label in zip(top, labels):
+            found = [int(slots[j]) for j in row if self.names.label[slots[j]] != label][:per]
+            for s in found:
+                if s not in seen:
+                    seen.add(s)
+                    chosen.append(s)
+        return np.array(chosen[:want], np.int64)
+
+    def embed(self, slots: np.ndarray) -> torch.Tensor:
+        names = [self.names.names[i] for i in slots]
+        seqs = name_inputs(self.encoder, names, [""] * len(names), "name", self.cfg.encoder.max_length)
+        return self.encoder.embed_entities(seqs)
+
+    def step(self, batch: np.ndarray) -> StepOutput:
+        slots = batch.reshape(-1)
+        x = self.embed(slots)
+        labels = self.names.label[slots]
+        hard = self.hard_slots(x[0::2], labels[0::2])
+        if len(hard):
+            x = torch.cat([x, self.embed(hard)])
+            labels = np.concatenate([labels, self.names.label[hard]])
+        loss = self.loss(x, torch.from_numpy(labels).to(x.device))
+        now = time.perf_counter()
+        rate, self.last_step = len(labels) / max(now - self.last_step, 1e-9), now
+        return StepOutput(loss, {"loss": float(loss.detach()), "names_per_s": rate})
+
+    def save(self, folder: Path) -> None:
+        shared_tower_encoder(self.encoder).save(folder)
+
+    def save_checkpoint(self, folder: Path) -> None:
+        self.save(folder / "encoder")
+
+
+def shared_tower_encoder(encoder: BiEncoder) -> BiEncoder:
+    """``encoder`` with its mention tower set to the entity tower's weights (the mention tower's
+    extra marker rows of the word-piece embeddings are kept): one adapted transformer as both towers."""
+    source = encoder.entity_model.state_dict()
+    target = encoder.mention_model.state_dict()
+    with torch.no_grad():
+        for key, value in source.items():
+            if target[key].shape == value.shape:
+                target[key].copy_(value)
+            else:  # the word-piece embeddings: the mention tower has the [M_s]/[M_e] rows too
+                target[key][: value.shape[0]].copy_(value)
+    return encoder
+
+
+# ------------------------------------------------------------------ running it
+def inputs_stamp(cfg: AdaptConfig) -> Dict[str, Any]:
+    """What a work folder was made from: the settings and the KB files' content hash."""
+    h = hashlib.sha256()
+    for path in kb_files(cfg.kb.path, cfg.kb.format):
+        h.update(path.name.encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    settings = asdict(cfg)
+    for key in ("max_minutes", "resume", "device", "eval_every"):
+        settings["training"].pop(key, None)
+    return {"kb_sha256": h.hexdigest(), "settings": settings}
+
+
+def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:
+    """Keep ``work`` only when it was made from the same inputs (and resuming is asked for)."""
+    path = work / STAMP_FILE
+    if work.exists():
+        same = path.is_file() and json.loads(path.read_text(encoding="utf8")) == stamp
+        if not (same and resume):
+            log.warning("adapt: %s was made from other inputs (or resume is off): starting over", work)
+            shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))
+
+
+def run_adapt(cfg: AdaptConfig, output: PathLike, entities: Optional[List[Entity]] = None,
+              progress: bool = True) -> Dict[str, Any]:
+    """Self-align ``cfg.encoder.base`` on the KB's names; write the encoder to ``output`` (its work
+    folder, ``output.work``, keeps the resumable state). Returns the loop's final state."""
+    output = Path(output)
+    work = output.with_name(output.name + WORK_SUFFIX)
+    prepare_work(work, inputs_stamp(cfg), cfg.training.resume)
+    if entities is None:
+        entities = read_kb(cfg.kb.path, cfg.kb.format)
+    checkpoint = checkpoint_to_resume(work, cfg.training.resume)
+    task = AdaptTask(cfg, entities, checkpoint)
+    state = TrainingLoop(task, cfg.training, work, checkpoint).run(progress)
+    state["names"], state["entities"] = len(task.names), len(entities)
+    state["train_pairs_entities"] = int(len(task.train_entities))
+    with atomic_dir(output) as tmp:
+        for item in (work / "best").iterdir():
+            (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
+        (tmp / LOG_FILE).write_text(json.dumps(state, indent=2), encoding="utf8")
+    return state
+
+
+def nested(overrides: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """``{"kb.path": x}`` → ``{"kb": {"path": x}}``."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def adapt(config: Optional[PathLike], output: PathLike, overrides: Optional[dict] = None,
+          progress: bool = True) -> Dict[str, Any]:
+    """Self-align as the config file ``config`` (``None``: the defaults of
+    :class:`~.adapt_config.AdaptConfig`) with ``overrides`` (``{"kb.path": …}``) says."""
+    raw = load_config(config, overrides) if config is not None else nested(dict(overrides or {}))
+    cfg = AdaptConfig.from_config(raw, str(config or "adapt settings"))
+    return run_adapt(cfg, output, progress=progress)

@@ -1,0 +1,152 @@
+"""KB self-alignment (spacy_pel.training.adapt), its pair losses and the shared negatives."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_pel.cli import app
+from spacy_pel.kb import read_kb
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.negatives import shared
+from spacy_pel.models.pair_losses import info_nce_loss, make_pair_loss, multi_similarity_loss
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.adapt import KBNames, adapt
+from spacy_pel.training.adapt_config import AdaptConfig, ConfigError
+
+SYNONYM_KB = [
+    {"id": f"E{i}", "name": name, "aliases": aliases, "types": ["T"]}
+    for i, (name, aliases) in enumerate([
+        ("lithium carbonate", ["Li2CO3", "lithium salt"]), ("tricuspid regurgitation", ["tricuspid insufficiency"]),
+        ("atrial flutter", ["auricular flutter"]), ("aspirin", ["acetylsalicylic acid", "ASA"]),
+        ("warfarin", ["coumadin"]), ("heart failure", ["cardiac failure", "HF"]), ("anemia", ["anaemia"]),
+        ("kidney stone", ["renal calculus", "nephrolith"]), ("headache", ["cephalalgia"]), ("fever", ["pyrexia"]),
+        ("hypertension", ["high blood pressure"]), ("nausea", []),
+    ])
+]
+
+
+@pytest.fixture
+def synonym_kb(tmp_path):
+    path = tmp_path / "kb.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in SYNONYM_KB), encoding="utf8")
+    return path
+
+
+def settings(kb, encoder, **extra):
+    base = {"kb.path": str(kb), "kb.format": "jsonl", "encoder.base": str(encoder), "training.batch_pairs": 4,
+            "training.max_steps": 6, "training.eval_every": 3, "training.lr": 0.003, "training.eval_entities": 2,
+            "training.eval_pool": 5, "negatives.per_batch": 3, "negatives.pool": 10, "negatives.refresh_every": 2}
+    return {**base, **extra}
+
+
+# ------------------------------------------------------------------ losses
+def test_pair_losses_reward_grouped_labels_and_ignore_rows_without_positive():
+    labels = torch.tensor([0, 0, 1, 1, 2])  # row 4 has no positive: a negative only
+    grouped = torch.tensor([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99], [-1.0, 0.0]])
+    mixed = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.99, 0.1], [0.1, 0.99], [-1.0, 0.0]])
+    for loss in (multi_similarity_loss, info_nce_loss):
+        assert loss(grouped, labels) < loss(mixed, labels)
+    assert multi_similarity_loss(torch.randn(3, 4), torch.tensor([0, 1, 2])) == 0  # no positives at all
+
+
+def test_multi_similarity_mining_drops_easy_pairs():
+    labels = torch.tensor([0, 0, 1, 1])
+    easy = torch.tensor([[1.0, 0.0], [1.0, 0.01], [-1.0, 0.0], [-1.0, 0.01]])  # every positive far closer
+    # with mining, easy negatives (S_in + ε < min_p S_ip) are dropped and only the positive term remains
+    loss = multi_similarity_loss(easy, labels, epsilon=0.1)
+    unmined = multi_similarity_loss(easy, labels, epsilon=10.0)
+    assert loss < unmined
+
+
+def test_make_pair_loss_refuses_unknown_names_and_settings():
+    with pytest.raises(ValueError, match="must be one of"):
+        make_pair_loss("triplet")
+    with pytest.raises(ValueError, match="no setting"):
+        make_pair_loss("info_nce", alpha=1.0)
+
+
+# ------------------------------------------------------------------ shared negatives
+def test_shared_negatives_give_every_mention_the_pool_without_its_gold():
+    gold = [{0}, {1, 4}, {2}]
+    rows, mask = shared(gold, [0, 1, 2], np.array([[5, 1], [6, 7], [4, 5]]))
+    assert (rows == rows[0]).all() and sorted(rows[0]) == [0, 1, 2, 4, 5, 6, 7]
+    for line, g in zip(range(3), gold):
+        assert set(rows[line][~mask[line]]) == g  # exactly the gold rows masked
+
+
+# ------------------------------------------------------------------ adapt
+def test_kb_names_flatten_entities_with_distinct_names():
+    entities = read_kb_records()
+    names = KBNames(entities)
+    assert len(names) == sum(1 + len(r["aliases"]) for r in SYNONYM_KB)
+    assert names.names[names.first[3]] == "aspirin" and set(names.label[names.first[3]:names.first[3] + 3]) == {3}
+    assert 11 not in names.multi() and 0 in names.multi()
+
+
+def read_kb_records():
+    from spacy_pel.kb import Entity
+    return [Entity(r["id"], r["name"], r["aliases"], r["types"]) for r in SYNONYM_KB]
+
+
+def test_adapt_trains_one_tower_writes_it_as_both_and_resumes(synonym_kb, tiny_encoder_dir, tmp_path):
+    out = tmp_path / "adapted"
+    state = adapt(None, out, settings(synonym_kb, tiny_encoder_dir), progress=False)
+    assert state["step"] == 6 and (out / "adapt_log.json").exists()
+    assert [h["step"] for h in state["history"]] == [3, 6]
+    base, adapted = BiEncoder.from_pretrained(tiny_encoder_dir), BiEncoder.from_pretrained(out)
+    ent = adapted.entity_model.state_dict()
+    men = adapted.mention_model.state_dict()
+    key = "encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(ent[key], base.entity_model.state_dict()[key])  # it learned
+    assert all(torch.equal(men[k], v) for k, v in ent.items() if men[k].shape == v.shape)  # both towers alike
+    emb = "embeddings.word_embeddings.weight"
+    assert men[emb].shape[0] == ent[emb].shape[0] + 2  # the mention tower keeps its marker rows
+    assert torch.equal(men[emb][: ent[emb].shape[0]], ent[emb])
+    # a KB built with the base encoder is refused for the adapted one
+    with pytest.raises(ValueError, match="built with entity encoder"):
+        EntityIndex.build(read_kb(synonym_kb), base).check_encoder(adapted)
+    # more steps resume from the work folder: only the new steps run
+    again = adapt(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 8}), progress=False)
+    assert again["step"] == 8 and [h["step"] for h in again["history"]] == [3, 6, 8]
+
+
+def test_adapt_starts_over_when_the_kb_changes(synonym_kb, tiny_encoder_dir, tmp_path):
+    out = tmp_path / "adapted"
+    adapt(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 3}), progress=False)
+    with open(synonym_kb, "a", encoding="utf8") as f:
+        f.write(json.dumps({"id": "E99", "name": "gout", "aliases": ["podagra"]}) + "\n")
+    state = adapt(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 3}), progress=False)
+    assert [h["step"] for h in state["history"]] == [3] and state["entities"] == len(SYNONYM_KB) + 1
+
+
+def test_adapt_time_budget_stops_early_and_evaluates_where_it_stopped(synonym_kb, tiny_encoder_dir, tmp_path):
+    state = adapt(None, tmp_path / "a", settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 500,
+                                                                                  "training.max_minutes": 0.001}),
+                  progress=False)
+    assert 0 < state["step"] < 500 and state["history"][-1]["step"] == state["step"]
+
+
+def test_adapt_config_errors_name_the_key(synonym_kb, tiny_encoder_dir, tmp_path):
+    with pytest.raises(ConfigError, match=r"\[loss\] name"):
+        AdaptConfig.from_config({"kb": {"path": "x"}, "loss": {"name": "triplet"}})
+    with pytest.raises(ConfigError, match=r"\[training\] batch_pairs"):
+        AdaptConfig.from_config({"kb": {"path": "x"}, "training": {"batch_pairs": 0}})
+    with pytest.raises(ConfigError, match=r"\[kb\] path"):
+        AdaptConfig.from_config({})
+
+
+def test_adapt_cli_one_line_errors_and_a_run(synonym_kb, tiny_encoder_dir, tmp_path):
+    runner = CliRunner()
+    bad = runner.invoke(app, ["adapt", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "error: KB not found" in bad.output
+    single = tmp_path / "single.jsonl"
+    single.write_text(json.dumps({"id": "A", "name": "a"}) + "\n", encoding="utf8")
+    bad = runner.invoke(app, ["adapt", str(single), "-o", str(tmp_path / "x"), "--encoder", str(tiny_encoder_dir)])
+    assert bad.exit_code == 2 and "needs synonyms" in bad.output
+    args = ["adapt", str(synonym_kb), "-o", str(tmp_path / "enc"), "--encoder", str(tiny_encoder_dir), "--max-steps", "2",
+            "--training.eval_entities", "2", "--training.batch_pairs", "3", "--negatives.pool", "6"]
+    ok = runner.invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output[ok.output.index("{"):])["step"] == 2
