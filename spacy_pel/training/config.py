@@ -38,7 +38,7 @@ from ..models.losses import LOSSES, Loss, make_loss
 
 T = TypeVar("T")
 PathLike = Union[str, Path]
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "auto")  # auto: bf16 where the CPU/GPU has bf16 units
 SCHEDULES = ("linear", "constant")
 OBJECTIVES = ("linking", "arborescence")
 MENTION_SPACES = ("raw", "batch_centred")
@@ -64,6 +64,9 @@ class PathsSection:
     train: Optional[str] = None
     dev: Optional[str] = None
     kb: Optional[str] = None
+    # set: ``kb`` is a KB file of this format (as build-kb reads it), not a KB folder -- entity records
+    # without stored vectors, for a trained entity tower whose KB is encoded once, after training
+    kb_format: Optional[str] = None
 
 
 @dataclass
@@ -290,6 +293,10 @@ class RetrieverConfig:
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
+        if out.paths.kb_format is not None and not (t.train_entity_encoder and (n.refresh_every or not n.hard_fraction)):
+            raise ConfigError(f"{source}: paths.kb_format (a KB file without vectors) needs a trained entity tower "
+                              "(training.train_entity_encoder = true) whose hard negatives are refreshed "
+                              "(negatives.refresh_every > 0) or none (negatives.hard_fraction = 0)")
         if n.kind == "kb" and t.train_entity_encoder:
             raise ConfigError(f'{source}: negatives.kind = "kb" (softmax over the whole KB) needs a frozen entity tower '
                               "(training.train_entity_encoder = false)")

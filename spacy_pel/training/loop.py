@@ -9,7 +9,7 @@ what it saves. The loop does the rest, the same way for all of them:
   loads its own weights from there), the optimizer state and the step counter continue from it;
 * each step: the task's ``before_step`` hook, the learning rate (``linear``: warm-up over
   ``warmup`` × steps then linear decay to 0; or ``constant``), the loss (under bf16 autocast with
-  ``precision = "bf16"``), backward, gradient clipping at ``grad_clip`` (0 = none), optimizer step;
+  ``precision = "bf16"``, or ``"auto"`` on a device with bf16 units), backward, gradient clipping at ``grad_clip`` (0 = none), optimizer step;
 * every ``eval_every`` steps and at the end: the evaluator's primary metric; the best model so far
   goes to ``DIR/best``, a resumable checkpoint to ``DIR/last`` (weights and optimizer state as
   safetensors, the rest as JSON), the history to ``DIR/train_log.json`` -- each written atomically;
@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from ..evaluation.evaluators import Evaluator
 from ..files import atomic_dir, atomic_write
+from ..models.encoder import resolve_precision
 from .config import LoopSettings
 
 STATE_FILE = "state.json"
@@ -160,7 +161,7 @@ class TrainingLoop:
         return linear_schedule(step, self.warm, self.task.total_steps)
 
     def autocast(self):
-        if self.settings.precision == "bf16":
+        if resolve_precision(self.settings.precision, self.task.device) == "bf16":
             return torch.autocast(self.task.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

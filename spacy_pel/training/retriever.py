@@ -51,6 +51,7 @@ import torch
 
 from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
+from ..kb import read_kb
 from ..models.encoder import BiEncoder, Mention
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
@@ -73,6 +74,14 @@ def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) ->
                               for s in range(0, len(index), chunk)]) if len(index) else index.embeddings
     return EntityIndex(index.entities, vectors, metric=index.metric, fingerprint=index.fingerprint,
                        encoder_source=index.encoder_source, kind="flat")
+
+
+def kb_records(path: PathLike, format: str) -> EntityIndex:
+    """The entities of a KB file as an index without vectors (zeros, no fingerprint): the entity
+    records a trained entity tower learns from before any KB is encoded."""
+    entities = read_kb(path, format)
+    return EntityIndex(entities, np.zeros((len(entities), 1), np.float16), metric="cosine", fingerprint="",
+                       encoder_source="", kind="flat")
 
 
 def load_entity_centre(encoder_dir: PathLike, name: str = CENTRE_FILE) -> Optional[np.ndarray]:
@@ -172,7 +181,7 @@ class RetrieverTask(Task):
         if checkpoint is None:
             self.encoder.config.base = cfg.encoder.base
         self.device = self.encoder.device_
-        self.index = EntityIndex.from_disk(p.kb)
+        self.index = kb_records(p.kb, p.kb_format) if p.kb_format else EntityIndex.from_disk(p.kb)
         if not self.train_entities:
             self.index.check_encoder(self.encoder)
             self.encoder.entity_model.requires_grad_(False)
