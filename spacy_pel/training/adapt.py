@@ -66,6 +66,14 @@ class KBNames:
         return np.flatnonzero(self.counts >= 2)
 
 
+def split_entities(names: KBNames, eval_entities: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Entities with two or more names, split into those trained on and ``eval_entities`` held out
+    (at most a tenth of them), the same for a seed."""
+    multi = names.multi()
+    held = np.random.default_rng(seed).choice(multi, min(eval_entities, len(multi) // 10 or 1), replace=False)
+    return np.setdiff1d(multi, held), held
+
+
 class SynonymEvaluator(Evaluator):
     """Held-out synonym retrieval: a synonym of each held-out entity against their first names and
     ``pool`` other names (the entity tower, ``[CLS] name [SEP]``)."""
@@ -111,10 +119,7 @@ class AdaptTask(Task):
         multi = self.names.multi()
         if len(multi) < 2:
             raise InputError(f"{cfg.kb.path}: {len(multi)} entities have two or more names; self-alignment needs synonyms")
-        rng = np.random.default_rng(t.seed)
-        n_eval = min(t.eval_entities, len(multi) // 10 or 1)
-        held = rng.choice(multi, n_eval, replace=False)
-        self.train_entities = np.setdiff1d(multi, held)
+        self.train_entities, held = split_entities(self.names, t.eval_entities, t.seed)
         weights = self.names.counts[self.train_entities].astype(np.float64) if t.entity_weight == "names" else None
         self.p = None if weights is None else weights / weights.sum()
         self.evaluator = SynonymEvaluator(self.names, np.sort(held), t.eval_pool, cfg.encoder.max_length, t.seed)
@@ -147,6 +152,7 @@ class AdaptTask(Task):
         seed however often the run resumes; stops early when the time budget is spent."""
         t = self.cfg.training
         n = min(t.batch_pairs, len(self.train_entities))
+        self.started = time.perf_counter()  # the budget counts training steps, not loading and the first pool
         for step in range(start, self.total_steps):
             if self.out_of_time():
                 log.info("adapt: time budget of %.1f min spent at step %d", t.max_minutes, step)
