@@ -116,6 +116,9 @@ class _Collector:
     def add(self, entity: Entity, path: PathLike, line: int) -> None:
         if not entity.id.strip() or not entity.name.strip():
             return self.fail(path, line, "entity needs a non-empty id and name")
+        texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
+        if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
+            return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")
         if entity.id in self.entities:
             return self.fail(
                 path, line, f"duplicate entity id {entity.id!r} (first seen at {self.where[entity.id]})"
