@@ -21,7 +21,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from ..files import atomic_dir
+from ..files import InputError, atomic_dir
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, VectorFile
@@ -56,6 +56,10 @@ def make_ivfpq(vectors: np.ndarray, seed: int = 0) -> faiss.Index:
     for start in range(0, n, 100_000):
         index.add(np.ascontiguousarray(vectors[start : start + 100_000], dtype=np.float32))
     return index
+
+
+class IncompleteKBError(InputError):
+    """A KB folder with its meta.json but without a file a KB needs (an interrupted copy, a deleted file)."""
 
 
 class EntityIndex:
@@ -218,6 +222,14 @@ class EntityIndex:
         meta = json.loads((path / "meta.json").read_text(encoding="utf8"))
         if meta.get("format_version") not in READABLE_VERSIONS:
             raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
+        try:
+            return cls._read(path, meta, precision)
+        except FileNotFoundError as err:
+            missing = Path(err.filename).name if err.filename else str(err)
+            raise IncompleteKBError(f"KB folder {path} is incomplete: {missing} is missing; rebuild it with build_kb") from None
+
+    @classmethod
+    def _read(cls, path: Path, meta: dict, precision: str) -> "EntityIndex":
         entities = EntityTable.read(path)
         # memory-mapped: only the rows read (training, subsets) are paged in; the rules read rows with pread
         embeddings = np.load(path / "embeddings.npy", allow_pickle=False, mmap_mode="r")
