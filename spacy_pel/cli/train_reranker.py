@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..retrieval.build import load_encoder
 from ..training.reranker import RerankerConfig, train_reranker
 from ..training.reranker import __doc__ as LIBRARY_DOC
 from ._errors import cli_errors, require_file
@@ -35,6 +36,7 @@ def main(
 ):
     """Train the cross-encoder re-ranker on the retriever's own top candidates (resumes by default)."""
     require_file(train, "training corpus")
+    load_encoder(encoder, precision="fp32")  # a missing encoder: one line, before any output folder is made
     cfg = RerankerConfig(base=base, candidates=candidates, mention_max_length=mention_length,
                          entity_max_length=entity_length, batch_mentions=batch_mentions, max_steps=max_steps, lr=lr,
                          eval_every=eval_every, held_out_docs=held_out_docs, seed=seed)

@@ -9,7 +9,7 @@ import typer
 
 from ..corpora import read_docbin
 from ..models.doc_encoder import MAX_SPAN_LEN
-from ..models.encoder import BiEncoder
+from ..retrieval.build import load_encoder
 from ..training.span_scorer import __doc__ as LIBRARY_DOC
 from ..training.span_scorer import train_span_scorer
 from ._errors import cli_errors
@@ -32,7 +32,7 @@ def main(
 ):
     """Train the span scorer on frozen token vectors and choose γ on dev."""
     nlp = spacy.blank("en")
-    enc = BiEncoder.from_pretrained(encoder)
+    enc = load_encoder(encoder, precision="fp32")  # a missing encoder: one line, before any work
     report = train_span_scorer(enc, read_docbin(nlp, train), read_docbin(nlp, dev), output, max_len, epochs, lr, seed,
                                resume=resume)
     typer.echo(json.dumps(report, indent=2))
