@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import spacy
+import torch
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
@@ -39,6 +41,16 @@ from .rules import DECIDED_SCORE, CandidateBatch, CandidateRule
 from .scoring import score_linker
 from .updating import Objective, Updater
 from .vectors import VectorStrategy, per_mention_vectors
+
+def _one_torch_thread() -> None:
+    """In a forked child (spaCy's ``nlp.pipe(n_process=N)``): one torch thread. The parent's OpenMP
+    pool does not survive the fork, and its first parallel op would wait forever on a barrier of
+    threads that no longer exist; N processes are the parallelism there anyway."""
+    torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_one_torch_thread)
 
 CANDIDATES_ATTR = "pel_candidates"
 CONFIDENCE_ATTR = "pel_confidence"  # the NIL strategy's confidence: NIL below the threshold
