@@ -101,7 +101,8 @@ def test_build_kb_bad_encoder(kb_file, tmp_path, monkeypatch):
 
     monkeypatch.setattr(BiEncoder, "from_pretrained", hub_error)
     one_line_error(run(build_kb.app, ["--kb", kb_file, "-o", tmp_path / "o", "--encoder", "no-such-org/no-such-model"]),
-                   "cannot load encoder 'no-such-org/no-such-model': no-such-org/no-such-model is not a local folder")
+                   "encoder not found: no-such-org/no-such-model (no such folder, and no Hugging Face model of that name "
+                   "available offline: no-such-org/no-such-model is not a local folder")
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
 
 

@@ -82,7 +82,7 @@ def load_encoder(source: str, precision: str = "auto", device: str = "auto") -> 
         first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
         if not Path(source).expanduser().exists():  # neither a folder nor a model the offline hub cache holds
             raise InputError(f"encoder not found: {source} (no such folder, and no Hugging Face model of that name "
-                             "available offline)") from err
+                             f"available offline: {first})") from err
         raise InputError(f"cannot load encoder {source!r}: {first}") from err
     return encoder.to_device(device)
 
