@@ -34,13 +34,14 @@ from spacy.vocab import Vocab
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
+from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
 from .folder import LinkerFolder
 from .mentions import DocSpans, spans_at
 from .nil import TopScoreNil, nil_features, span_label
-from .rules import DECIDED_SCORE, CandidateBatch, CandidateRule
+from .rules import DECIDED_SCORE, CandidateBatch
 from .scoring import score_linker
 from .updating import Objective, Updater
-from .vectors import VectorStrategy, per_mention_vectors
+from .vectors import per_mention_vectors
 
 def _one_torch_thread() -> None:
     """In a forked child (spaCy's ``nlp.pipe(n_process=N)``): one torch thread. The parent's OpenMP
@@ -77,13 +78,13 @@ for _attr in (CANDIDATES_ATTR, CONFIDENCE_ATTR):
 def make_pel_linker(
     nlp: Language, name: str, kb: Optional[str], encoder: Optional[str], top_k: int, threshold: Optional[float],
     nil_label: str, batch_size: int, context_window: int, device: str, precision: str, use_gold_ents: bool,
-    mentions: DocSpans, vectors: VectorStrategy, rules: Dict[str, Any], nil: Callable, objective: Objective,
+    mentions: Any, vectors: Callable, rules: Dict[str, Any], nil: Callable, objective: Objective,
     scorer: Optional[Callable],
 ) -> "PELLinker":
     """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
     :mod:`.mentions`; ``vectors``: a strategy of :mod:`.vectors`; ``rules``: named rules of :mod:`.rules`;
     ``nil``: how NIL is decided, :mod:`.nil`; ``objective``: what ``update`` trains with, :mod:`.updating`;
-    ``scorer``: :mod:`.scoring`)."""
+    ``scorer``: :mod:`.scoring`). The parts are checked against :mod:`.contracts`."""
     settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label, batch_size=batch_size,
                               context_window=context_window, device=device, precision=precision, use_gold_ents=use_gold_ents)
     return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
@@ -144,29 +145,23 @@ def configure_linker(nlp: Language, name: Optional[str] = None, **settings) -> "
     return linker
 
 
-def _check_part(value, what: str, example: str):
-    if not callable(value) and not isinstance(value, DocSpans):
-        raise ValueError(f"pel_linker: `{what}` must be a registered function block such as {example}, not {value!r}")
-    return value
-
-
 class PELLinker(LinkerFolder, Pipe):
     def __init__(
         self, vocab: Vocab, name: str = "pel_linker", settings: Optional[LinkerSettings] = None, *,
-        mentions: Optional[DocSpans] = None, vectors: Optional[VectorStrategy] = None,
-        rules: Optional[Dict[str, CandidateRule]] = None, nil: Optional[Callable] = None, objective: Optional[Objective] = None,
+        mentions: Optional[MentionSource] = None, vectors: Optional[VectorStrategy] = None,
+        rules: Optional[Dict[str, CandidateRule]] = None, nil: Optional[NilStrategy] = None, objective: Optional[Objective] = None,
         scorer: Optional[Callable] = None, **overrides,
     ):
         self.vocab, self.name = vocab, name
         self.cfg = (settings or LinkerSettings()).replace(**overrides)
-        self.mentions = DocSpans(None) if mentions is None else mentions
-        if not isinstance(self.mentions, DocSpans):
-            raise ValueError(f'pel_linker: `mentions` must be a mention source such as {{"@misc": "spacy_pel.mentions.ents.v1"}}, not {mentions!r}')
-        self.vectors = _check_part(vectors or per_mention_vectors, "vectors", '{"@misc": "spacy_pel.vectors.collective.v1"}')
+        self.mentions = check_part(DocSpans(None) if mentions is None else mentions, "mentions", MentionSource,
+                                   '{"@misc": "spacy_pel.mentions.ents.v1"}')
+        self.vectors = check_part(vectors or per_mention_vectors, "vectors", VectorStrategy, '{"@misc": "spacy_pel.vectors.collective.v1"}')
         if not isinstance(rules or {}, dict):
             raise ValueError(f"pel_linker: `rules` must be a block of named rules, not {rules!r}")
-        self.rules = {k: _check_part(r, f"rules.{k}", '{"@misc": "spacy_pel.rules.alias_table.v1"}') for k, r in (rules or {}).items()}
-        self.nil = _check_part(nil or TopScoreNil(), "nil", '{"@misc": "spacy_pel.nil.classifier.v1"}')
+        self.rules = {k: check_part(r, f"rules.{k}", CandidateRule, '{"@misc": "spacy_pel.rules.alias_table.v1"}')
+                      for k, r in (rules or {}).items()}
+        self.nil = check_part(nil or TopScoreNil(), "nil", NilStrategy, '{"@misc": "spacy_pel.nil.classifier.v1"}')
         names = [p.data_name for _, p in self.parts()]
         if len(set(names)) != len(names):
             raise ValueError(f"pel_linker: two parts keep data under the same name ({names})")

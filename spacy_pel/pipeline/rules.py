@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 from spacy.tokens import Doc
@@ -124,9 +124,6 @@ class CandidateBatch:
         """Per mention: whether a rule chose its candidates (decided or matched, itself or the mention it is tied to)."""
         chosen = set(self.decided) | self.matched
         return [self.root(i) in chosen for i in range(len(self.texts))]
-
-
-CandidateRule = Callable[[CandidateBatch], None]
 
 
 class AbbreviationRule:

@@ -13,7 +13,7 @@ per mention, in order, ``[n, dim]`` float32.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -22,9 +22,8 @@ from spacy.util import registry
 
 from ..models.doc_encoder import encode_docs, span_link_vectors
 from ..models.encoder import BiEncoder, Mention
+from .contracts import VectorStrategy
 from .mentions import docs_per_pass
-
-VectorStrategy = Callable[[BiEncoder, Sequence[Doc], Sequence[list], int, Optional[list]], np.ndarray]
 
 
 def per_mention_vectors(
