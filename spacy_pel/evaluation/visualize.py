@@ -1,4 +1,8 @@
-"""``python -m spacy_pel.visualize``: link a corpus and write displaCy HTML whose entities link to the KB."""
+"""``python -m spacy_pel.visualize``: link a corpus and write displaCy HTML whose entities link to the KB.
+
+Each linked mention shows its id (a link to the KB) and its NIL confidence beside it; hovering it
+opens its top candidates with their scores, each linked to the KB (``page.html#m3`` opens mention 3's).
+"""
 from __future__ import annotations
 
 from html import escape
@@ -9,7 +13,30 @@ from spacy import displacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
+
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
+SHOWN = 5  # candidates listed per mention
+# displaCy's entity markup with an id, the NIL confidence beside the KB link and a candidate list
+TEMPLATE = (
+    '<mark class="entity" id="{mid}" style="background: {bg}; padding: 0.45em 0.6em; margin: 0 0.25em; '
+    'line-height: 1; border-radius: 0.35em;">{text}<span style="font-size: 0.8em; font-weight: bold; '
+    'line-height: 1; border-radius: 0.35em; vertical-align: middle; margin-left: 0.5rem">{label}{kb_link}'
+    '{confidence}</span>{candidates}</mark>'
+)
+STYLE = """<style>
+mark.entity { position: relative; }
+.pel-conf { font-weight: normal; opacity: 0.7; margin-left: 0.3em; }
+.pel-cands { display: none; position: absolute; left: 0; top: 1.6em; z-index: 10; background: #fff;
+  border: 1px solid #999; border-radius: 0.3em; padding: 0.4em 0.6em; font-size: 0.75em; line-height: 1.5;
+  white-space: nowrap; box-shadow: 0 2px 6px rgba(0,0,0,0.25); text-align: left; }
+mark.entity:hover .pel-cands, mark.entity:target .pel-cands { display: block; }
+.pel-cands a { color: #225; }
+.pel-legend { color: #555; font-size: 0.85em; margin-bottom: 1em; }
+</style>
+"""
+LEGEND = ('<p class="pel-legend">Each mention: its label, its KB id (a link) and its NIL confidence (NIL below '
+          'the pipeline\'s threshold). Hover a mention for its top candidates with their scores.</p>')
 
 
 def entity_data(doc: Doc, url_template: str = MESH_URL) -> dict:
@@ -17,13 +44,46 @@ def entity_data(doc: Doc, url_template: str = MESH_URL) -> dict:
     and labels come from third-party files, and displaCy writes them into the page as they are (the
     text itself displaCy escapes); the id is also URL-quoted inside the link."""
     ents = [{"start": e.start_char, "end": e.end_char, "label": escape(e.label_), "kb_id": escape(e.kb_id_),
-             "kb_url": escape(url_template.format(quote(e.kb_id_, safe=":")), quote=True)} for e in doc.ents]
+             "kb_url": _url(url_template, e.kb_id_), "params": _linking(e, url_template)} for e in doc.ents]
     return {"text": doc.text, "ents": ents, "title": None}
 
 
+def _url(url_template: str, kb_id: str) -> str:
+    return escape(url_template.format(quote(kb_id, safe=":")), quote=True)
+
+
+def _linking(span, url_template: str) -> dict:
+    """The escaped markup of a span's NIL confidence and top candidates (empty when not linked)."""
+    candidates = span._.get(CANDIDATES_ATTR) or []
+    confidence = span._.get(CONFIDENCE_ATTR)
+    rows = "".join(
+        f'<br>{escape(f"{score:.3f}")} <a href="{_url(url_template, str(kb_id))}">{escape(str(kb_id))}</a> {escape(str(name))}'
+        for kb_id, name, score in candidates[:SHOWN]
+    )
+    shown = escape(f"{confidence:.3f}") if confidence is not None else ""
+    head = f"NIL confidence {shown}; candidates:" if confidence is not None else "candidates:"
+    return {
+        "confidence": f'<span class="pel-conf" title="NIL confidence">{shown}</span>' if confidence is not None else "",
+        "candidates": f'<span class="pel-cands">{head}{rows}</span>' if candidates else "",
+    }
+
+
 def render(docs: Iterable[Doc], url_template: str = MESH_URL) -> str:
-    """displaCy entity HTML; each entity shows its kb id linked through ``url_template``."""
-    return displacy.render([entity_data(d, url_template) for d in docs], style="ent", page=True, manual=True)
+    """displaCy entity HTML; each entity shows its kb id linked through ``url_template``, its NIL
+    confidence beside it and, on hover, its top candidates with scores (mentions numbered ``m0``, ``m1`` …)."""
+    data = [entity_data(d, url_template) for d in docs]
+    for n, ent in enumerate(e for d in data for e in d["ents"]):
+        ent["params"]["mid"] = f"m{n}"
+    html = displacy.render(data, style="ent", page=True, manual=True, options={"template": TEMPLATE})
+    html = html.replace("</head>", STYLE + "</head>", 1)
+    return _with_legend(html)
+
+
+def _with_legend(html: str) -> str:
+    """The legend first inside ``<body …>``."""
+    start = html.index("<body")
+    end = html.index(">", start) + 1
+    return html[:end] + LEGEND + html[end:]
 
 
 def link_docs(nlp: Language, docs: Iterable[Doc]) -> list:
