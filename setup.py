@@ -56,6 +56,7 @@ setup(
             "spacy_pel.rules.alias_rows.v1 = spacy_pel.pipeline.alias_rows:alias_rows_rule",
             "spacy_pel.rules.label_types.v1 = spacy_pel.pipeline.label_types:label_types_rule",
             "spacy_pel.rules.char_ngrams.v1 = spacy_pel.pipeline.char_ngrams:char_ngram_rule",
+            "spacy_pel.objective.v1 = spacy_pel.pipeline.updating:make_objective",
         ]
     },
 )
