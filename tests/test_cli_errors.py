@@ -286,6 +286,6 @@ def test_project_package_ships_spacy_pel_beside_the_pipeline():
     script = " && ".join(command["script"])
     assert "pip wheel . --no-deps" in script and "--wheel-dir packages/wheels" in script
     assert script.index("pip wheel") < script.index("spacy package")
-    readme = (ROOT / "README.md").read_text(encoding="utf8")
+    readme = (ROOT / "docs" / "scale-out.md").read_text(encoding="utf8")  # Packaging, moved from the README
     assert "pip install packages/wheels/spacy_pel-0.1.0-py3-none-any.whl" in readme
     assert "spacy_pel>=0.1.0,<0.2.0" in readme
