@@ -26,11 +26,14 @@ setup(
         "scikit-learn>=1.2",
         "onnxruntime>=1.17",  # precision int8: the towers as dynamically quantised ONNX models
         "onnx>=1.15",
+        "catalogue>=2.0",  # the KB format registry (spacy_pel.kb.registry)
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],
         "ray": ["ray[data]>=2.20", "pyarrow>=12"],  # python -m spacy_pel bulk
     },
+    # A package of yours adds a KB format under the group "spacy_pel_kb_readers"
+    # ("name = your_package.module:read_name"); spacy_pel's own formats register when spacy_pel.kb is imported.
     entry_points={
         "spacy_factories": [
             "pel_linker = spacy_pel.pipeline.linker:make_pel_linker",

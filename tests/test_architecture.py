@@ -264,8 +264,9 @@ def real_package() -> dict[str, Module]:
 
 def test_real_package_is_read(real_package):
     assert {"files", "kb", "corpora", "models.encoder", "pipeline.linker", "cli", "", "__main__"} <= set(real_package)
-    kb_imports = {i.target for i in real_package["kb"].imports}
-    assert kb_imports == {"files"}  # `from . import files` resolves to the module, not the package
+    entity_imports = {i.target for i in real_package["kb.entity"].imports}
+    assert entity_imports == {"files"}  # `from .. import files` resolves to the module, not the package
+    assert {"kb.entity", "kb.registry", "kb.jsonl", "kb.mesh"} <= {i.target for i in real_package["kb"].imports}
     assert {i.target for i in real_package["__main__"].imports} == {"cli"}
 
 

@@ -1,0 +1,108 @@
+"""The KB record (:class:`Entity`) and what every reader shares.
+
+:func:`normalize` is the lookup key of a name; :class:`KBFormatError` the error every reader raises
+(``FILE:LINE: reason``); :class:`Collector` keeps a reader's entities in file order and refuses an empty
+id or name, a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
+:func:`split` are the small text helpers the readers use.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+from .. import files
+
+PathLike = Union[str, Path]
+
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalize(text: str) -> str:
+    """The lookup key of a name or surface form: case-folded, runs of punctuation/space → one space."""
+    return _NON_WORD.sub(" ", text.casefold()).strip()
+
+
+class KBFormatError(files.LineError):
+    """A KB file could not be read; the message names the file and the line (``FILE:LINE: reason``)."""
+
+
+@dataclass
+class Entity:
+    """One KB entry. ``extra`` keeps format-specific facts (tree numbers, alternative ids)."""
+
+    id: str
+    name: str
+    aliases: List[str] = field(default_factory=list)
+    types: List[str] = field(default_factory=list)
+    description: str = ""
+    extra: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Entity":
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            aliases=list(data.get("aliases") or []),
+            types=list(data.get("types") or []),
+            description=data.get("description") or "",
+            extra=dict(data.get("extra") or {}),
+        )
+
+
+def unique(items: Iterable[str], exclude: str = "") -> List[str]:
+    """The stripped, non-empty items in order, each once, without ``exclude`` (the entity's name)."""
+    seen, out = {exclude}, []
+    for item in items:
+        item = item.strip()
+        if item and item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+def split(field_text: str, sep: str = "|") -> List[str]:
+    """The non-empty, stripped parts of a ``sep``-separated field."""
+    return [x.strip() for x in field_text.split(sep) if x.strip()]
+
+
+def nonblank_lines(path: Path, bad_lines: Optional[files.BadLines]) -> Iterator[Tuple[int, str]]:
+    """``(line number, line)`` of each non-blank line, read as :func:`files.read_lines` does."""
+    for lineno, line in files.read_lines(path, KBFormatError, bad_lines):
+        if line.strip():
+            yield lineno, line
+
+
+class Collector:
+    """Keeps entities in file order and refuses a duplicate id, naming both lines.
+
+    With ``bad_lines`` a refused entity is recorded there and left out; without, it raises.
+    """
+
+    def __init__(self, bad_lines: Optional[files.BadLines] = None):
+        self.entities: Dict[str, Entity] = {}
+        self.where: Dict[str, str] = {}
+        self.bad_lines = bad_lines
+
+    def fail(self, path: PathLike, line: int, message: str) -> None:
+        files.reject(KBFormatError(path, line, message), self.bad_lines)
+
+    def add(self, entity: Entity, path: PathLike, line: int) -> None:
+        if not entity.id.strip() or not entity.name.strip():
+            return self.fail(path, line, "entity needs a non-empty id and name")
+        texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
+        if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
+            return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")
+        if entity.id in self.entities:
+            return self.fail(
+                path, line, f"duplicate entity id {entity.id!r} (first seen at {self.where[entity.id]})"
+            )
+        self.entities[entity.id] = entity
+        self.where[entity.id] = f"{path}:{line}"
+
+    def result(self) -> List[Entity]:
+        return list(self.entities.values())

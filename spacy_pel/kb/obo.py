@@ -1,0 +1,91 @@
+"""OBO 1.2/1.4 ontologies (``obo``): ``[Term]`` stanzas."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List, Optional
+
+from .. import files
+from .entity import Collector, Entity, KBFormatError, PathLike, unique
+from .registry import register_kb_reader
+
+_OBO_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
+_OBO_TAG = re.compile(r"^[A-Za-z0-9_-]+$")
+OBO_STANZAS = ("Term", "Typedef", "Instance")
+_OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one is refused, not kept
+
+
+@register_kb_reader("obo")
+def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
+    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace, alt_id (→ ``extra["alt_ids"]``);
+    obsolete terms skipped.
+
+    A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
+    ``tag: value``, and a second ``id``, ``name`` or ``def`` in one stanza are refused.
+    """
+    path = Path(path)
+    out = Collector(bad_lines)
+    stanza: Optional[dict] = None
+
+    def flush():
+        if stanza and stanza["kind"] == "Term" and not stanza["obsolete"]:
+            if "id" not in stanza or "name" not in stanza:
+                return out.fail(path, stanza["line"], "[Term] stanza without id or name")
+            entity = Entity(
+                stanza["id"],
+                stanza["name"],
+                unique(stanza["synonyms"], stanza["name"]),
+                stanza["types"],
+                stanza.get("def", ""),
+                {"alt_ids": stanza["alt_ids"]} if stanza["alt_ids"] else {},
+            )
+            out.add(entity, path, stanza["line"])
+
+    for lineno, raw in files.read_lines(path, KBFormatError, bad_lines):
+        line = raw.strip()
+        if not line or line.startswith("!"):
+            continue
+        if line.startswith("["):
+            flush()
+            header = line.split(" !")[0].rstrip()
+            kind = header[1:-1].strip() if header.endswith("]") else None
+            # a stanza whose header is refused is read (so its lines are not mistaken for another
+            # stanza's) but yields nothing; the refusal is its one report
+            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "obsolete": False}
+            if kind is None:
+                out.fail(path, lineno, f"malformed stanza header {line[:40]!r} (expected e.g. [Term])")
+            elif kind not in OBO_STANZAS:
+                out.fail(path, lineno, f"unknown stanza type [{kind}] (expected {', '.join(OBO_STANZAS)})")
+            else:
+                stanza["kind"] = kind
+            continue
+        tag, sep, value = line.partition(":")
+        if not sep or not _OBO_TAG.match(tag):
+            out.fail(path, lineno, "expected 'tag: value'")
+            continue
+        if stanza is None or stanza["kind"] is None:
+            continue  # header tags, or a refused stanza's lines
+        value = value.split(" ! ")[0].strip()
+        if tag in _OBO_SINGLE and tag in stanza:
+            out.fail(path, lineno, f"second {tag!r} line in the stanza at line {stanza['line']} (one is allowed)")
+            continue
+        if tag in ("id", "name"):
+            stanza[tag] = value
+        elif tag in ("synonym", "def"):
+            match = _OBO_QUOTED.match(value)
+            if not match:
+                out.fail(path, lineno, f"{tag} value must start with a quoted string")
+                continue
+            text = match.group(1).replace('\\"', '"')
+            if tag == "def":
+                stanza["def"] = text
+            else:
+                stanza["synonyms"].append(text)
+        elif tag == "namespace":
+            stanza["types"].append(value)
+        elif tag == "alt_id":
+            stanza["alt_ids"].append(value)
+        elif tag == "is_obsolete":
+            stanza["obsolete"] = value.lower() == "true"
+    flush()
+    return out.result()
