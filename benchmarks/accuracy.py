@@ -27,8 +27,7 @@ import numpy as np
 import spacy
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import machine  # noqa: E402
+from _common import machine  # noqa: E402
 
 from spacy_pel.corpora import NIL, convert, corpus_ids, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402

@@ -12,8 +12,6 @@ every shard but the first finished, over the time between the first and the last
 more than halve each other. Writes benchmarks/bulk.json and benchmarks/bulk.md.
 """
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,12 +21,12 @@ import spacy
 import torch
 import typer
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from speed import SHARED, machine  # noqa: E402
+from _common import SHARED, lscpu_model, machine
 
-from spacy_pel.bulk.run import link_corpus  # noqa: E402
-from spacy_pel.corpora import pubtator_to_docs  # noqa: E402
+from spacy_pel.bulk.run import link_corpus
+from spacy_pel.corpora import pubtator_to_docs
+
+HERE = Path(__file__).resolve().parent
 
 DEV = SHARED / "bc5cdr" / "CDR_DevelopmentSet.PubTator.txt"
 PUBMED_ABSTRACTS, PUBMED_MENTIONS = 36_000_000, 500_000_000
@@ -95,14 +93,6 @@ def projection(per_core: float) -> list:
         out.append({"cores_per_node": cores, "nodes": nodes, "hours": round(hours, 1),
                     "node_hours": round(hours * nodes, 0), "pipeline_copies_per_node": cores})
     return out
-
-
-def lscpu_model() -> str:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Model name")), "")
 
 
 def main(

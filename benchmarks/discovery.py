@@ -11,7 +11,6 @@ calibrated on dev documents 0-249 as λ and ARI/NMI of the clusters of the remov
 mentions against their true ids. Writes benchmarks/discovery.json and benchmarks/discovery.md.
 """
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -19,22 +18,21 @@ import numpy as np
 import spacy
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retriever import BUDGET, CONFIG  # noqa: E402
+from _common import BUDGET, RETRIEVER_CONFIG
 
-from spacy_pel.corpora import (  # noqa: E402
+from spacy_pel.corpora import (
     NIL,
     gold_ids,
-    gold_spans,  # noqa: E402
+    gold_spans,
     read_docbin,
 )
-from spacy_pel.discovery.cluster import cluster, cluster_scores, nearest_entities  # noqa: E402
+from spacy_pel.discovery.cluster import cluster, cluster_scores, nearest_entities
 from spacy_pel.evaluation.metrics import average_precision, prf
-from spacy_pel.evaluation.nil import nil_curve  # noqa: E402
-from spacy_pel.evaluation.okb import removed_ids  # noqa: E402
-from spacy_pel.models.encoder import BiEncoder  # noqa: E402
-from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
-from spacy_pel.training.retriever import train  # noqa: E402
+from spacy_pel.evaluation.nil import nil_curve
+from spacy_pel.evaluation.okb import removed_ids
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.retriever import train
 
 HERE = Path(__file__).resolve().parent
 
@@ -131,7 +129,7 @@ def main(pb: Path = typer.Option(Path("training/bench/pb_random/best")), kb: Pat
     settings = {**BUDGET, "paths.kb": str(kb), "paths.dev": str(dev), "paths.train": str(train_corpus),
                 "training.objective": "arborescence", "loss.name": "ce", "negatives.hard_fraction": 0.5}
     t0 = time.perf_counter()
-    state = train(CONFIG, runs_dir / "arborescence_ce", settings)
+    state = train(RETRIEVER_CONFIG, runs_dir / "arborescence_ce", settings)
     train_s = time.perf_counter() - t0
     index = EntityIndex.from_disk(kb)
     removed = removed_ids(index.entities, ["C10"])

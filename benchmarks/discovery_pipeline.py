@@ -25,15 +25,14 @@ import spacy
 import typer
 from spacy.tokens import Span
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from discovery import evaluate as clustering_vs_independent  # noqa: E402
-from speed import machine  # noqa: E402
+from discovery import evaluate as clustering_vs_independent
+from _common import machine
 
-from spacy_pel.corpora import NIL, gold_ids, gold_spans, read_docbin  # noqa: E402
-from spacy_pel.discovery.cluster import DISCOVERED_KEY, cluster_scores, discover  # noqa: E402
-from spacy_pel.evaluation.okb import removed_ids  # noqa: E402
-from spacy_pel.pipeline.linker import find_linker  # noqa: E402
-from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
+from spacy_pel.corpora import NIL, gold_ids, gold_spans, read_docbin
+from spacy_pel.discovery.cluster import DISCOVERED_KEY, cluster_scores, discover
+from spacy_pel.evaluation.okb import removed_ids
+from spacy_pel.pipeline.linker import find_linker
+from spacy_pel.retrieval.index import EntityIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 TAUS = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)

@@ -12,21 +12,19 @@ scorer, γ chosen on dev docs 0-99 during training) on dev docs 250-499.
 Writes benchmarks/e2e_joint.json and benchmarks/e2e_joint.md.
 """
 import json
-import sys
 import time
 from pathlib import Path
 
 import spacy
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retriever import BUDGET  # noqa: E402
+from _common import BUDGET
 
-from spacy_pel.corpora import bare_doc, read_docbin  # noqa: E402
-from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics  # noqa: E402
-from spacy_pel.models.encoder import BiEncoder  # noqa: E402
-from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
-from spacy_pel.training.joint import train_e2e  # noqa: E402
+from spacy_pel.corpora import bare_doc, read_docbin
+from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.joint import train_e2e
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parent / "configs" / "train_e2e.cfg"

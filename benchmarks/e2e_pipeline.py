@@ -31,12 +31,11 @@ from typing import List, Optional
 import spacy
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import cpu_seconds, machine, others_busy  # noqa: E402
+from _common import cpu_seconds, machine, others_busy
 
-from spacy_pel.corpora import bare_doc, read_docbin  # noqa: E402
-from spacy_pel.evaluation.linking import e2e_metrics  # noqa: E402
-from spacy_pel.evaluation.nil import calibrate  # noqa: E402
+from spacy_pel.corpora import bare_doc, read_docbin
+from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.evaluation.nil import calibrate
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

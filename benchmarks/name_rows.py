@@ -23,7 +23,6 @@ the report records the load average at the start and end of each step.
 import json
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -31,17 +30,16 @@ import numpy as np
 import spacy
 import typer
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from bulk import lscpu_model  # noqa: E402
-from speed import machine  # noqa: E402
+from _common import lscpu_model, machine
 
-from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin  # noqa: E402
-from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
-from spacy_pel.models.encoder import BiEncoder  # noqa: E402
-from spacy_pel.pipeline.linker import find_linker  # noqa: E402
-from spacy_pel.pipeline.name_rows import merge_candidates, name_rows_rule  # noqa: E402
-from spacy_pel.retrieval.names import NameIndex, build_names  # noqa: E402
+from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.pipeline.linker import find_linker
+from spacy_pel.pipeline.name_rows import merge_candidates, name_rows_rule
+from spacy_pel.retrieval.names import NameIndex, build_names
+
+HERE = Path(__file__).resolve().parent
 
 K = 64
 ROOT = Path("/tmp/s7/names")

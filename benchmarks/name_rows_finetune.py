@@ -14,7 +14,6 @@ it) and saves the encoder; no dev figure is used to choose anything.
 """
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -24,13 +23,12 @@ import torch
 import typer
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from spacy_pel.corpora import gold_spans, read_docbin  # noqa: E402
-from spacy_pel.models.encoder import BiEncoder, resolve_precision  # noqa: E402
-from spacy_pel.pipeline.updating import linkable_mentions  # noqa: E402
-from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
-from spacy_pel.retrieval.names import NameIndex  # noqa: E402
+from spacy_pel.corpora import gold_spans, read_docbin
+from spacy_pel.models.encoder import BiEncoder, resolve_precision
+from spacy_pel.pipeline.updating import linkable_mentions
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.retrieval.names import NameIndex
 
 
 def main(encoder: Path = typer.Option(Path("/tmp/baseline/training/retriever/best")),

@@ -11,7 +11,6 @@ benchmarks/reranker.md and benchmarks/reranker.json.
 """
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -19,15 +18,14 @@ from typing import List, Optional
 import spacy
 import typer
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from bulk import lscpu_model  # noqa: E402
-from speed import machine  # noqa: E402
+from _common import lscpu_model, machine
 
-from spacy_pel.corpora import corpus_ids, read_docbin  # noqa: E402
-from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
-from spacy_pel.pipeline.linker import find_linker  # noqa: E402
-from spacy_pel.pipeline.rerank import rerank_rule  # noqa: E402
+from spacy_pel.corpora import corpus_ids, read_docbin
+from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
+from spacy_pel.pipeline.linker import find_linker
+from spacy_pel.pipeline.rerank import rerank_rule
+
+HERE = Path(__file__).resolve().parent
 
 TOP_K = 16
 TARGETS = {"R@1": 0.95, "unseen R@1": 0.88, "mentions/s": 1000}

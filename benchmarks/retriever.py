@@ -25,17 +25,9 @@ from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training.retriever import train
 
+from _common import BUDGET, RETRIEVER_CONFIG as CONFIG
+
 HERE = Path(__file__).resolve().parent
-CONFIG = HERE.parent / "configs" / "train_pb_random.cfg"
-BUDGET = {
-    "training.max_steps": 120,
-    "training.batch_size": 32,
-    "training.lr": 5e-5,
-    "training.eval_every": 60,
-    "training.eval_docs": 100,
-    "encoder.mention_max_length": 64,
-    "negatives.count": 32,
-}
 SYN_STEPS = 120
 RUNS = {
     "untrained": None,

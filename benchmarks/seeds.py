@@ -16,7 +16,6 @@ is reported on documents 250-499; auPR (NIL average precision) is over all of de
 Writes benchmarks/seeds/<run>.json, benchmarks/seeds.json and benchmarks/seeds.md.
 """
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -24,18 +23,16 @@ import numpy as np
 import spacy
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retriever import BUDGET  # noqa: E402
-from speed import machine  # noqa: E402
+from _common import BUDGET, machine
 
-from spacy_pel.corpora import NIL, corpus_ids, gold_ids, gold_spans, read_docbin  # noqa: E402
-from spacy_pel.evaluation.metrics import average_precision, prf  # noqa: E402
-from spacy_pel.evaluation.nil import nil_curve  # noqa: E402
-from spacy_pel.evaluation.okb import removed_ids  # noqa: E402
-from spacy_pel.models.encoder import BiEncoder  # noqa: E402
-from spacy_pel.models.linking import centre_vectors, entity_centre  # noqa: E402
-from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
-from spacy_pel.training.retriever import (  # noqa: E402
+from spacy_pel.corpora import NIL, corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.metrics import average_precision, prf
+from spacy_pel.evaluation.nil import nil_curve
+from spacy_pel.evaluation.okb import removed_ids
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.linking import centre_vectors, entity_centre
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.retriever import (
     centred_index,
     load_entity_centre,
     load_mention_centre,

@@ -33,7 +33,6 @@ import typer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
 
 app = typer.Typer(add_completion=False)
 
