@@ -27,6 +27,7 @@ setup(
         "onnxruntime>=1.17",  # precision int8: the towers as dynamically quantised ONNX models
         "onnx>=1.15",
         "catalogue>=2.0",  # the KB format registry (spacy_pel.kb.registry)
+        "bioc>=2.0",  # BioC XML / JSON corpora (spacy_pel.bioc_corpus)
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],

@@ -58,6 +58,8 @@ class PubTatorDoc:
     pmid: str
     text: str
     annotations: List[Annotation] = field(default_factory=list)
+    title_length: Optional[int] = None  # PubTator: the text is title + " " + abstract
+    relations: Dict[str, int] = field(default_factory=dict)  # relations left out, by type
 
 
 def gold_ids(kb_id: str) -> List[str]:
@@ -132,7 +134,7 @@ def read_pubtator(
                     title = None
                 r.fail(lineno, f"abstract of {pmid} without its title line just before it")
                 continue
-            current = PubTatorDoc(pmid, title[1] + " " + text)
+            current = PubTatorDoc(pmid, title[1] + " " + text, title_length=len(title[1]))
             seen[pmid] = title[2]
             title = None
             docs.append(current)
@@ -146,6 +148,7 @@ def read_pubtator(
                 r.fail(lineno, f"{cols[1]} relation line outside its document")
             else:
                 relations[cols[1]] = relations.get(cols[1], 0) + 1
+                current.relations[cols[1]] = current.relations.get(cols[1], 0) + 1
             continue
         if current is None or cols[0] != current.pmid:
             r.fail(lineno, "annotation outside its document" if len(cols) > 1 else "expected a PMID|t| title, PMID|a| abstract or tab-separated annotation line")

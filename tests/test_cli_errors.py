@@ -138,7 +138,7 @@ def test_main_app_commands_have_verbose():
 
 
 def test_convert_errors(tmp_path):
-    one_line_error(run(convert.app, [tmp_path / "missing.txt", tmp_path / "o.spacy"]), "PubTator file not found")
+    one_line_error(run(convert.app, [tmp_path / "missing.txt", tmp_path / "o.spacy"]), "corpus file not found")
     source = tmp_path / "c.txt"
     source.write_bytes(b"1|t|Caf\xe9\n1|a|x\n")
     one_line_error(run(convert.app, [source, tmp_path / "o.spacy"]), f"{source}:1: not UTF-8 text")
@@ -146,6 +146,9 @@ def test_convert_errors(tmp_path):
     one_line_error(run(convert.app, [source, tmp_path / "o.spacy"]), f"{source}:1: no PubTator documents")
     source.write_text("1|t|A b.\n1|a|C.\n")
     one_line_error(run(convert.app, [source, tmp_path / "o.spacy", "--lang", "xx-nope"]), "--lang")
+    one_line_error(run(convert.app, [source, tmp_path / "o.spacy", "--format", "brat"]), "--format 'brat' is not one of")
+    (tmp_path / "c.xml").write_text("<collection><document>")
+    one_line_error(run(convert.app, [source, tmp_path / "c.xml", tmp_path / "o.spacy"]), f"{tmp_path / 'c.xml'}:1: not well-formed BioC XML")
     assert not (tmp_path / "o.spacy").exists()
 
 

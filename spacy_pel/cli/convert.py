@@ -1,13 +1,15 @@
-"""``python -m spacy_pel convert``: PubTator corpus → spaCy DocBin with linked gold entities."""
+"""``python -m spacy_pel convert``: annotated corpora (PubTator, BioC XML / JSON, .spacy) → one spaCy
+DocBin with linked gold entities."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import List, Optional
 
 import spacy
 import typer
 
-from ..corpora import convert
+from ..corpus_formats import FORMATS, convert_corpora
 from ._errors import (
     cli_errors,
     echo_skipped,
@@ -22,16 +24,25 @@ app = typer.Typer(add_completion=False, help=__doc__)
 @app.command()
 @cli_errors
 def main(
-    input: Path = typer.Argument(..., help="PubTator file (BC5CDR, NCBI disease, MedMentions, BioRED)"),
+    inputs: List[Path] = typer.Argument(
+        ..., help="Corpus file(s): PubTator (BC5CDR, NCBI disease, MedMentions, BioRED), BioC XML (.xml) or "
+        "JSON (.json), or .spacy; several are concatenated into one output"
+    ),
     output: Path = typer.Argument(..., help="Output .spacy file"),
+    format: Optional[str] = typer.Option(
+        None, "--format", help=f"Format of every input ({'|'.join(FORMATS)}); default: by extension (.xml, .json, .spacy, else PubTator)"
+    ),
     lang: str = typer.Option("en", "--lang", help="Language of the blank tokenizer"),
     skip_bad_lines: bool = typer.Option(
-        False, "--skip-bad-lines", help="Leave out malformed lines (counted and listed) instead of stopping at the first"
+        False, "--skip-bad-lines", help="Leave out malformed lines / annotations (counted and listed) instead of stopping at the first"
     ),
 ):
-    """Convert a PubTator corpus; prints counts of mentions, NIL, composite, overlapping and unaligned
-    mentions, and of the relation lines left out (by type)."""
-    require_file(input, "PubTator file")
+    """Convert annotated corpora; prints counts of mentions, NIL, composite, overlapping and unaligned
+    mentions, and of the relations left out (by type)."""
+    for path in inputs:
+        require_file(path, "corpus file")
+    if format is not None and format not in FORMATS:
+        fail(f"--format {format!r} is not one of {', '.join(FORMATS)}")
     if output.is_dir():
         fail(f"output {output} is a folder; give a .spacy file name")
     require_writable_parent(output, "output")
@@ -39,7 +50,7 @@ def main(
         spacy.util.get_lang_class(lang)
     except Exception:  # spaCy raises ImportError / its own errors for an unknown language code
         fail(f"--lang {lang!r} is not a language spaCy knows (e.g. en, de, fr)")
-    stats = convert(input, output, lang, skip_bad_lines=skip_bad_lines)
+    stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format)
     typer.echo(json.dumps(stats, indent=2))
     if stats["relations_skipped"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(stats["relations_skipped"].items()))

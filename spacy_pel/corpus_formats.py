@@ -1,0 +1,92 @@
+"""Any annotated corpus → one ``.spacy`` file: PubTator (:mod:`.corpora`), BioC XML / JSON
+(:mod:`.bioc_corpus`) or ``.spacy`` files, several of them concatenated (training on several corpora
+for one KB).
+
+The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
+``.spacy`` a DocBin, anything else PubTator.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from . import files
+from .bioc_corpus import read_bioc
+from .corpora import (
+    NIL,
+    ConversionStats,
+    PathLike,
+    gold_ids,
+    gold_spans,
+    make_doc,
+    read_docbin,
+    read_pubtator,
+    write_docbin,
+)
+
+FORMATS = ("pubtator", "bioc-xml", "bioc-json", "spacy")
+_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".spacy": "spacy"}
+
+
+def corpus_format(path: PathLike, format: Optional[str] = None) -> str:
+    """``format`` if given (checked), else the one of ``path``'s extension (PubTator by default)."""
+    if format is not None:
+        if format not in FORMATS:
+            raise files.InputError(f"unknown corpus format {format!r}; choose one of {', '.join(FORMATS)}")
+        return format
+    return _BY_SUFFIX.get(Path(path).suffix.lower(), "pubtator")
+
+
+def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, stats: Optional[ConversionStats] = None,
+                bad_lines: Optional[files.BadLines] = None) -> Iterator[Doc]:
+    """The gold docs of one corpus file in any supported format; counts go to ``stats``."""
+    stats = stats if stats is not None else ConversionStats()
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus not found: {path}" if not path.exists() else f"corpus {path} is not a file")
+    format = corpus_format(path, format)
+    if format == "spacy":
+        for doc in read_docbin(nlp, path):
+            stats.docs += 1
+            spans = gold_spans(doc)
+            stats.mentions += len(spans)
+            stats.nil += sum(s.kb_id_ == NIL for s in spans)
+            stats.composite += sum(len(gold_ids(s.kb_id_)) > 1 for s in spans)
+            yield doc
+        return
+    if format == "pubtator":
+        pdocs = read_pubtator(path, bad_lines, stats.relations_skipped)
+    else:
+        pdocs = read_bioc(path, format, bad_lines, stats.relations_skipped)
+    if bad_lines is not None:
+        stats.skipped_lines, stats.skipped_examples = bad_lines.count, list(bad_lines.examples)
+    for pdoc in pdocs:
+        yield make_doc(nlp, pdoc, stats)
+
+
+def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "en", skip_bad_lines: bool = False,
+                    format: Optional[str] = None) -> dict:
+    """Convert ``inputs`` (each PubTator, BioC XML/JSON or .spacy; ``format`` for all of them, else by
+    extension) into one ``.spacy`` file, documents in input order; returns the conversion statistics.
+
+    Every input is read before anything is written: a malformed one stops with its location and writes
+    nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted.
+    """
+    if not inputs:
+        raise files.InputError("no corpus to convert")
+    formats = [corpus_format(p, format) for p in inputs]  # an unknown format fails before any reading
+    nlp = spacy.blank(lang)
+    stats = ConversionStats()
+    bad = files.BadLines() if skip_bad_lines else None
+    docs: List[Doc] = []
+    for path, fmt in zip(inputs, formats):
+        docs.extend(corpus_docs(nlp, path, fmt, stats, bad))
+    write_docbin(docs, output)
+    out = stats.as_dict()
+    out["inputs"] = [str(p) for p in inputs]
+    out["formats"] = formats
+    return out
