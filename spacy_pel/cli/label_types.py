@@ -1,0 +1,63 @@
+"""``python -m spacy_pel label-types``: the span label → KB types map of the ``label_types`` rule,
+learned from a training corpus's gold ids (:mod:`spacy_pel.pipeline.label_map`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import spacy
+import typer
+
+from ..corpora import read_docbin
+from ..files import atomic_write
+from ..pipeline.label_map import learn_label_types, read_label_types, write_linker_config
+from ..retrieval.index import EntityIndex
+from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+
+app = typer.Typer(add_completion=False, help=__doc__)
+LEARN = "learn"
+
+
+@app.command()
+@cli_errors
+def main(
+    corpora: List[Path] = typer.Argument(..., help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy)"),
+    kb: Path = typer.Option(..., "--kb", help="KB folder (build-kb) whose entity types are counted"),
+    output: Path = typer.Option(..., "--output", "-o", help="label → KB types JSON to write"),
+    given: str = typer.Option(LEARN, "--map", help="A label → types JSON to use instead of learning one ('learn': learn it)"),
+    coverage: float = typer.Option(0.95, "--coverage", help="Share of a label's in-KB gold mentions the kept types cover"),
+    min_share: float = typer.Option(0.01, "--min-share", help="A type adding fewer of a label's mentions than this share is not kept"),
+    config: Optional[Path] = typer.Option(None, "--config", help="Pipeline config with a label_types rule (e.g. configs/linker_rules.cfg)"),
+    config_out: Optional[Path] = typer.Option(None, "--config-out", help="Write --config here with the map inlined (for spacy assemble)"),
+):
+    """Count, per span label, the KB types of the gold entities and keep the types that cover most of
+    them; prints the map and what each type adds. With --config/--config-out, writes the pipeline
+    config with the map in its label_types rule."""
+    for corpus in corpora:
+        require_file(corpus, "corpus")
+    require_dir(kb, "KB folder")
+    if (config is None) != (config_out is None):
+        fail("give --config and --config-out together")
+    if config is not None:
+        require_file(config, "pipeline config")
+        require_writable_parent(config_out, "--config-out")
+    if output.is_dir():
+        fail(f"output {output} is a folder; give a .json file name")
+    require_writable_parent(output, "output")
+    if not 0 < coverage <= 1 or not 0 <= min_share < 1:
+        fail("--coverage must be in (0, 1] and --min-share in [0, 1)")
+    if given != LEARN:
+        require_file(Path(given), "--map")
+        label_types, report = read_label_types(given), {"given": given}
+    else:
+        nlp = spacy.blank("en")
+        docs = [d for c in corpora for d in read_docbin(nlp, c)]
+        label_types, report = learn_label_types(docs, EntityIndex.from_disk(kb), coverage, min_share)
+    atomic_write(output, lambda tmp: tmp.write_text(json.dumps(label_types, indent=2) + "\n", encoding="utf8"))
+    typer.echo(json.dumps({"label_types": label_types, "report": report}, indent=2))
+    if config is not None:
+        write_linker_config(config, label_types, config_out)
+        typer.echo(f"{config} with this map → {config_out}", err=True)
+    if not label_types:
+        typer.secho("no label has in-KB gold mentions with KB types: the map is empty (the rule does nothing)", fg="yellow", err=True)
