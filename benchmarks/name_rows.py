@@ -36,7 +36,7 @@ from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.pipeline.linker import find_linker
-from spacy_pel.pipeline.name_rows import merge_candidates, name_rows_rule
+from spacy_pel.pipeline.rules.name_rows import merge_candidates, name_rows_rule
 from spacy_pel.retrieval.names import NameIndex, build_names
 
 HERE = Path(__file__).resolve().parent

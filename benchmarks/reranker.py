@@ -23,7 +23,7 @@ from _common import lscpu_model, machine
 from spacy_pel.corpora import corpus_ids, read_docbin
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
 from spacy_pel.pipeline.linker import find_linker
-from spacy_pel.pipeline.rerank import rerank_rule
+from spacy_pel.pipeline.rules.rerank import rerank_rule
 
 HERE = Path(__file__).resolve().parent
 

@@ -7,8 +7,8 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.models.encoder import BiEncoder
-from spacy_pel.pipeline.alias_rows import FOLDER, AliasRowsRule, alias_name_index
-from spacy_pel.pipeline.name_rows import merge_candidates
+from spacy_pel.pipeline.rules.alias_rows import FOLDER, AliasRowsRule, alias_name_index
+from spacy_pel.pipeline.rules.name_rows import merge_candidates
 from spacy_pel.retrieval.index import EntityIndex
 
 # KB_LINES (conftest): D1 lithium carbonate, D2 tricuspid regurgitation, D3 atrial flutter, D4 aspirin, D5 warfarin

@@ -99,7 +99,7 @@ def test_decided_mentions_skip_the_encoder_with_the_same_ids(kb_dir, tmp_path, m
     """decide_unique: a mention whose text allows one entity is linked without encoding it; the
     kb_ids equal those of encoding everything, and only the open mentions reach the encoder."""
     from spacy_pel.models.encoder import BiEncoder
-    from spacy_pel.pipeline.rules import DECIDED_SCORE
+    from spacy_pel.pipeline.rules.batch import DECIDED_SCORE
 
     write_aliases({"tricuspid valve leak": {"D2": 3}}, tmp_path / "aliases.json")
     docs = [

@@ -18,7 +18,8 @@ from spacy_pel.pipeline.contracts import (
 from spacy_pel.pipeline.linker import PELLinker
 from spacy_pel.pipeline.mentions import DocSpans
 from spacy_pel.pipeline.nil import ClassifierNil, TopScoreNil
-from spacy_pel.pipeline.rules import AliasRule, CandidateBatch
+from spacy_pel.pipeline.rules.alias_table import AliasRule
+from spacy_pel.pipeline.rules.batch import CandidateBatch
 from spacy_pel.pipeline.vectors import collective_vectors, per_mention_vectors
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -210,7 +210,7 @@ def test_broken_settings_table_fails():
 def test_broken_parts_table_or_entry_points_fail():
     doc, setup_py, registered = read(DOCS / "configuration.md"), read(ROOT / "setup.py"), registered_misc()
     problems = parts_problems(without_row(doc, "`spacy_pel.rules.repeats.v1`"), setup_py, registered)
-    assert problems == ["`spacy_pel.rules.repeats.v1` (spacy_pel.pipeline.rules:repeat_rule) is not in docs/configuration.md's parts table"]
+    assert problems == ["`spacy_pel.rules.repeats.v1` (spacy_pel.pipeline.rules.repeats:repeat_rule) is not in docs/configuration.md's parts table"]
     no_point = "\n".join(line for line in setup_py.splitlines() if "spacy_pel.objective.v1 =" not in line)
     assert parts_problems(doc, no_point, registered) == [
         "`spacy_pel.objective.v1` (spacy_pel.pipeline.updating:make_objective) has no spacy_misc entry point in setup.py"]

@@ -5,7 +5,7 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.pipeline.label_types import LabelTypesRule
-from spacy_pel.pipeline.rules import CandidateBatch
+from spacy_pel.pipeline.rules.batch import CandidateBatch
 from spacy_pel.retrieval.index import EntityIndex
 
 TEXT = "Lithium carbonate toxicity in a newborn with tricuspid regurgitation and an atrial flutter ."

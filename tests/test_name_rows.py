@@ -8,7 +8,7 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
-from spacy_pel.pipeline.name_rows import NAMES_FOLDER, merge_candidates
+from spacy_pel.pipeline.rules.name_rows import NAMES_FOLDER, merge_candidates
 from spacy_pel.retrieval.build import STAMP_FILE, build_kb
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex, build_names, entity_names
@@ -287,7 +287,7 @@ def test_the_text_weight_mixes_in_the_mention_texts_own_name_similarity(names_di
 
 
 def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_its_own(kb_dir, names_dir, monkeypatch):
-    from spacy_pel.pipeline import name_rows
+    from spacy_pel.pipeline.rules import name_rows
     from spacy_pel.retrieval import names
 
     vocab, encoded, merged = ["flutter", "Li2CO3", "warfarin"], [], []
@@ -307,7 +307,7 @@ def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_it
         merged.append(args[7])  # the texts' vectors, one row per open mention
         return merge_candidates(*args, **kwargs)
 
-    monkeypatch.setattr(names._NameTower, "encode_entities", one_hot)
+    monkeypatch.setattr(names.PieceTower, "encode_entities", one_hot)
     monkeypatch.setattr(name_rows, "merge_candidates", capture)
     doc = nlp.make_doc("flutter , Li2CO3 and flutter again , then warfarin")
     doc.ents = [Span(doc, 0, 1, label="Disease"), Span(doc, 2, 3, label="Chemical"), Span(doc, 4, 5, label="Disease"),

@@ -1,7 +1,7 @@
 """``spacy_pel.rules.parenthetical_synonyms.v1``: mentions written ``A (B)`` name one entity."""
 import spacy
 
-from spacy_pel.pipeline.parentheses import parenthetical_pairs
+from spacy_pel.pipeline.rules.parenthetical_synonyms import parenthetical_pairs
 
 ALIASES = {"@misc": "spacy_pel.rules.alias_table.v1"}
 PARENS = {"@misc": "spacy_pel.rules.parenthetical_synonyms.v1"}

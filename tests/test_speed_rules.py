@@ -102,7 +102,7 @@ def _variant_docs(nlp, text=VARIANT_TEXT):
 
 
 def test_variant_keys_and_ambiguous_names():
-    from spacy_pel.pipeline.lexical import VariantTable, variant_key
+    from spacy_pel.pipeline.rules.spelling_variants import VariantTable, variant_key
 
     assert variant_key("Anaemia") == variant_key("anemia") == "anemia"
     assert variant_key("Oedema, Pulmonary") == "edema pulmonary"

@@ -38,7 +38,7 @@ from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy
 from .folder import LinkerFolder
 from .mentions import DocSpans, spans_at
 from .nil import TopScoreNil, nil_features, span_label
-from .rules import DECIDED_SCORE, CandidateBatch
+from .rules.batch import DECIDED_SCORE, CandidateBatch
 from .scoring import score_linker
 from .updating import Objective, Updater
 from .vectors import per_mention_vectors

@@ -1,8 +1,8 @@
 """``spacy_pel.rules.alias_rows.v1``: the surface forms of annotated text as name rows of the dense index.
 
-The alias table (:mod:`.aliases`) links a mention whose text is exactly a surface form seen in annotated
+The alias table (:mod:`..aliases`) links a mention whose text is exactly a surface form seen in annotated
 text; this rule is its dense half. Every surface form of ``aliases`` (``python -m spacy_pel.aliases``)
-is encoded by the entity tower as a name (``[CLS] form [SEP]``, :mod:`..retrieval.names`; the forms
+is encoded by the entity tower as a name (``[CLS] form [SEP]``, :mod:`spacy_pel.retrieval.names`; the forms
 are the alias file's normalised keys: lower case, punctuation runs as one space), one row per
 (form, entity) pair. An open mention (not decided or tied by an earlier rule, with a vector) then also
 searches these rows, and its candidates become the top-k entities of the union of the retrieved entity
@@ -23,10 +23,10 @@ from typing import Dict, Optional
 import numpy as np
 from spacy.util import registry
 
-from ..models.encoder import BiEncoder
-from ..retrieval.index import EntityIndex
-from ..retrieval.names import NameIndex, encode_names, ids_digest
-from .aliases import read_aliases, write_aliases
+from ...models.encoder import BiEncoder
+from ...retrieval.index import EntityIndex
+from ...retrieval.names import NameIndex, encode_names, ids_digest
+from ..aliases import read_aliases, write_aliases
 from .name_rows import MODES, NameRowsRule
 
 NAME = "spacy_pel.rules.alias_rows.v1"

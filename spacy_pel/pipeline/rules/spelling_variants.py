@@ -1,6 +1,9 @@
-"""British spelling variants of KB names: the lookup of ``spacy_pel.rules.spelling_variants.v1``.
+"""``spacy_pel.rules.spelling_variants.v1``: a British spelling variant of one entity's names decides it.
 
-A name's variant key is its normalised text (:func:`..kb.normalize`) with ``ae`` and ``oe`` folded
+A mention still open whose text is no KB name but whose British spelling folds (``ae``/``oe`` →
+``e``) to the folded names of one entity only is decided as that entity before encoding.
+
+A name's variant key is its normalised text (:func:`spacy_pel.kb.normalize`) with ``ae`` and ``oe`` folded
 to ``e`` (``anaemia`` → ``anemia``, ``oedema`` → ``edema``, ``haemorrhage`` → ``hemorrhage``). The
 same folding applies to KB names and mentions, so a key names the entities of every KB name that
 folds to it; keys of two or more entities are left out. (Folding plurals too was measured and left
@@ -14,8 +17,14 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
-from ..kb import normalize
-from ..retrieval.table import NameIndex
+from spacy.util import registry
+
+from ...kb import normalize
+from ...models.encoder import BiEncoder
+from ...retrieval.index import EntityIndex
+from ...retrieval.table import NameIndex
+from ..config import LinkerPart
+from .batch import CandidateBatch
 
 
 def variant_key(text: str) -> str:
@@ -58,3 +67,36 @@ class VariantTable:
         if "ae" not in key and "oe" not in key:  # the names without ae/oe that fold to key: key itself
             found.update(self.names.get(key) or ())
         return found.pop() if len(found) == 1 else None
+
+
+class VariantRule(LinkerPart):
+    """Decides open mentions whose spelling variant names one entity (see the module doc)."""
+
+    data_name = "spelling_variants"
+
+    def __init__(self):
+        self.table: Optional[VariantTable] = None
+        self.names = None
+
+    def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        self.names = index.entities.name_index()
+        self.table = VariantTable.from_name_index(self.names)
+
+    def prepare(self, batch: CandidateBatch) -> None:
+        if self.table is None:
+            raise ValueError("the variant table is not set up (the linker does it when it loads its KB)")
+        for i, text in enumerate(batch.texts):
+            if batch.open(i) and normalize(text) not in self.names:
+                row = self.table.row(text)
+                if row is not None:
+                    batch.decided[i] = row
+
+    def __call__(self, batch: CandidateBatch) -> None:
+        """Nothing to do after retrieval (decided mentions already hold their entity)."""
+
+
+@registry.misc("spacy_pel.rules.spelling_variants.v1")
+def spelling_variant_rule() -> VariantRule:
+    """A mention whose text is no KB name but whose British spelling (ae/oe → e) folds to the names
+    of one entity only is linked to it without running the encoder."""
+    return VariantRule()

@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from spacy.util import registry
 
-from .abbreviations import span_chars
-from .rules import CandidateBatch
+from ..abbreviations import span_chars
+from .batch import CandidateBatch
 
 NAME = "spacy_pel.rules.parenthetical_synonyms.v1"
 _OPEN = re.compile(r"\s*\(\s*")

@@ -22,9 +22,9 @@ from typing import Optional
 import numpy as np
 from spacy.util import registry
 
-from ..models.encoder import BiEncoder
-from ..retrieval.index import EntityIndex
-from .config import LinkerPart
+from ...models.encoder import BiEncoder
+from ...retrieval.index import EntityIndex
+from ..config import LinkerPart
 
 NAME = "spacy_pel.rules.char_ngrams.v1"
 

@@ -28,11 +28,11 @@ from typing import Dict, List, Optional
 import numpy as np
 from spacy.util import registry
 
-from ..models.cross_encoder import CROSS_PRECISIONS, CrossEncoder
-from ..models.encoder import BiEncoder, Mention
-from ..retrieval.index import EntityIndex
-from .config import LinkerPart
-from .rules import CandidateBatch
+from ...models.cross_encoder import CROSS_PRECISIONS, CrossEncoder
+from ...models.encoder import BiEncoder, Mention
+from ...retrieval.index import EntityIndex
+from ..config import LinkerPart
+from .batch import CandidateBatch
 
 RERANKER_DIR = "reranker"
 SCORE_MODES = ("retriever", "probability")
