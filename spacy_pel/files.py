@@ -7,6 +7,8 @@ so a malformed line is always reported as ``FILE:LINE: reason`` (:class:`LineErr
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -167,3 +169,64 @@ def file_digest(*paths: PathLike) -> str:
                 h.update(block)
         h.update(b"\0")
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- one writer per output
+
+
+class OutputBusyError(OSError):
+    """Another process is writing the same output (it holds the output's lock file)."""
+
+
+class output_lock:
+    """Hold ``TARGET.lock`` (an exclusive ``flock``, the holder's pid inside) while ``target`` is
+    written, so that a second process writing the same output fails at once with
+    :class:`OutputBusyError` (``TARGET is being built by another process (pid N)``) instead of racing.
+
+    The lock file is removed on exit; so are the folders made to hold it if they are still empty (an
+    error before anything was written leaves no empty folder behind). The kernel drops the lock of a
+    killed process, so a stale lock file never blocks a later run.
+    """
+
+    def __init__(self, target: PathLike):
+        self.target = Path(target)
+        self.path = self.target.with_name(self.target.name + ".lock")
+
+    def __enter__(self) -> "output_lock":
+        self.made = [p for p in reversed(self.path.parents) if not p.exists()]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                os.close(fd)
+                self._remove_made()
+                if err.errno in (errno.EAGAIN, errno.EACCES):
+                    raise OutputBusyError(f"{self.target} is being built by another process (pid {holder})") from None
+                raise
+            try:  # the file may have been removed by the holder that just released it: lock the file at the path
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.path.unlink(missing_ok=True)  # before unlocking: a waiter then finds no file, or a new one
+        os.close(self.fd)
+        self._remove_made()
+        return False
+
+    def _remove_made(self) -> None:
+        for folder in reversed(self.made):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or gone): it holds something now
+                break

@@ -177,8 +177,8 @@ def test_kill_9_mid_build_resumes_to_the_clean_result(tmp_path, tiny_encoder_dir
 
     # the input file changed since the interruption: the build starts over and gives the new file's KB
     shutil.copytree(interrupted, partial)
-    write_kb(kb, NAMES[:40][::-1])
-    report = build_kb(kb, out, encoder=enc, progress=False, chunk_size=4, batch_size=3)
+    write_kb(kb, NAMES[:40][::-1])  # out holds the KB of the old file now: replacing it needs force
+    report = build_kb(kb, out, encoder=enc, progress=False, chunk_size=4, batch_size=3, force=True)
     assert "input file content" in report["resume"]["restarted"] and report["resume"]["reused_entities"] == 0
     build_kb(write_kb(tmp_path / "b.jsonl", NAMES[:40][::-1]), tmp_path / "clean_b", encoder=enc,
              progress=False, chunk_size=4, batch_size=3)

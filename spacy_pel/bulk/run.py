@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional
 import spacy
 
 from .. import files
+from ..retrieval.ray_build import connect
 from . import output as out
 from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk, split_chunk
 from .worker import LinkWorker, mention_finders
@@ -50,17 +51,6 @@ def check_pipeline(pipeline: Path, shards: List[Shard]) -> None:
             "give PubTator input with the mentions, or a pipeline with an NER or spacy_pel.mentions.span_finder.v1")
     if finds_own and len(raw) < len(shards):
         log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")
-
-
-def connect(address: Optional[str], num_cpus: Optional[int]) -> bool:
-    """``ray.init`` on this machine (``address`` None) or to a cluster; False if Ray was already up."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    kwargs = {"num_cpus": num_cpus} if address is None else {"address": address}
-    ray.init(**kwargs, include_dashboard=False, logging_level=logging.WARNING)
-    return True
 
 
 def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker: int, batch_size: int,

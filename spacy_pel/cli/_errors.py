@@ -18,6 +18,7 @@ import typer
 
 from ..files import InputError
 from ..models.encoder import EncoderMismatchError
+from ..retrieval.ray_build import RayOptions
 
 EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
@@ -137,6 +138,15 @@ def require_writable_parent(path: Path, what: str) -> None:
             if not parent.is_dir():
                 fail(f"cannot write {what} {path}: {parent} is a file")
             return
+
+
+def ray_options(ray: bool, address: Optional[str], workers: Optional[int], cpus_per_worker: int) -> Optional[RayOptions]:
+    """``--ray [--address] [--workers] [--cpus-per-worker]`` of the build commands (None: a local build)."""
+    if not ray:
+        if address is not None or workers is not None or cpus_per_worker != 1:
+            fail("--address, --workers and --cpus-per-worker go with --ray")
+        return None
+    return RayOptions(address=address, workers=workers, cpus_per_worker=cpus_per_worker)
 
 
 def echo_skipped(report: dict) -> None:

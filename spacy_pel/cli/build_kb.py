@@ -12,7 +12,8 @@ from ..models.encoder import DEFAULT_ENCODER
 from ..retrieval.build import CHUNK, build_kb
 from ..retrieval.build import __doc__ as LIBRARY_DOC
 from ..retrieval.index import INDEX_KINDS
-from ._errors import cli_errors, echo_skipped
+from ..retrieval.ray_build import ChunkEncodeError
+from ._errors import cli_errors, echo_skipped, fail, ray_options
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -35,11 +36,20 @@ def main(
         False, "--skip-bad-lines", help="Leave out malformed KB lines (counted and listed) instead of stopping at the first"
     ),
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Entities per resumable chunk of OUTPUT.partial/"),
+    force: bool = typer.Option(False, "--force", help="Replace a KB at --output that was built from another KB file, format or encoder"),
+    ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel[ray]'); same output as a local build"),
+    address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),
+    cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="With --ray: CPUs and torch threads per actor"),
 ):
     """Encode every entity of a KB file and write an entity index folder."""
-    report = build_kb(
-        kb, output, format, encoder, index, add, batch_size, precision, device,
-        skip_bad_lines=skip_bad_lines, chunk_size=chunk_size,
-    )
+    try:
+        report = build_kb(
+            kb, output, format, encoder, index, add, batch_size, precision, device,
+            skip_bad_lines=skip_bad_lines, chunk_size=chunk_size, force=force,
+            ray=ray_options(ray, address, workers, cpus_per_worker),
+        )
+    except ChunkEncodeError as err:
+        fail(str(err))
     echo_skipped(report)
     typer.echo(json.dumps(report, indent=2))

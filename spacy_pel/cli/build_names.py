@@ -10,7 +10,8 @@ import typer
 from ..retrieval.build import CHUNK
 from ..retrieval.names import INPUTS, MAX_LENGTH, build_names
 from ..retrieval.names import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, fail, require_writable_parent
+from ..retrieval.ray_build import ChunkEncodeError
+from ._errors import cli_errors, fail, ray_options, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -27,10 +28,19 @@ def main(
     precision: str = typer.Option("auto", "--precision", help="fp32, bf16, int8 or auto (bf16 where the CPU/GPU has bf16 units)"),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Names per resumable chunk of OUTPUT.partial/"),
+    force: bool = typer.Option(False, "--force", help="Replace a name index at --output built for another KB, encoder, input or length"),
+    ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel[ray]'); same output as a local build"),
+    address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),
+    cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="With --ray: CPUs and torch threads per actor"),
 ):
     """Encode every name and synonym of a KB folder's entities as its own row (a name-level index)."""
     if not (kb / "meta.json").is_file():
         fail(f"{kb} is not a KB folder (no meta.json); build one with build-kb")
     require_writable_parent(output or kb / "names", "output")
-    report = build_names(kb, output, encoder, input, max_length, batch_size, precision, device, chunk_size=chunk_size)
+    try:
+        report = build_names(kb, output, encoder, input, max_length, batch_size, precision, device, chunk_size=chunk_size,
+                             force=force, ray=ray_options(ray, address, workers, cpus_per_worker))
+    except ChunkEncodeError as err:
+        fail(str(err))
     typer.echo(json.dumps(report, indent=2))

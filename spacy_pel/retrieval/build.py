@@ -17,35 +17,22 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from ..files import BadLines, InputError, atomic_write, file_digest
+from ..files import BadLines, InputError, atomic_write, file_digest, output_lock
 from ..kb import READERS, Entity, kb_files, read_kb
 from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, tower_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
+from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
+from .ray_build import RayOptions, encode_on_ray
 
-CHUNK = 16384
-STAMP_FILE = "stamp.json"
-STAMP_VERSION = 1
+__all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_replace", "encode_resumable", "load_encoder"]
 log = logging.getLogger(__name__)
-
-# what each stamp field means, for the "starting a clean build" message
-_STAMP_WORDS = {
-    "version": "stamp version",
-    "input_sha256": "input file content",
-    "format": "KB format",
-    "reader": "reader settings",
-    "entities": "entity count",
-    "entities_sha256": "entity texts",
-    "encoder_fingerprint": "entity encoder",
-    "precision": "precision",
-    "device": "device type",
-    "chunk_size": "chunk size",
-}
+# what a KB folder records of its input (its stamp.json), in words: another value refuses a rebuild without force
+RECORDED = {"input_sha256": "KB file content", "format": "KB format", "encoder_fingerprint": "entity encoder",
+            "kb": "KB file"}
 
 
 # ---------------------------------------------------------------------------- checks before work
@@ -140,7 +127,7 @@ def check_options(
         check_encoder_source(encoder)
 
 
-# ---------------------------------------------------------------------------- resumable encoding
+# ---------------------------------------------------------------------------- what may be replaced
 
 
 def entity_texts_digest(entities: Sequence[Entity], encoder: BiEncoder) -> str:
@@ -152,93 +139,31 @@ def entity_texts_digest(entities: Sequence[Entity], encoder: BiEncoder) -> str:
     return h.hexdigest()
 
 
-def _read_stamp(file: Path) -> Optional[dict]:
-    try:
-        data = json.loads(file.read_text(encoding="utf8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def recorded_input(output: Path) -> dict:
+    """What the KB folder ``output`` was built from: its ``stamp.json``; for a KB built before stamps
+    were kept, its KB file's path and format (``build_report.json``) and encoder (``meta.json``)."""
+    stamp = read_stamp(output / STAMP_FILE)
+    if stamp is not None:
+        return stamp
+    report = read_stamp(output / "build_report.json") or {}
+    meta = read_stamp(output / "meta.json") or {}
+    old = {"kb": report.get("kb"), "format": report.get("format"), "encoder_fingerprint": meta.get("encoder_fingerprint")}
+    return {k: v for k, v in old.items() if v is not None}
 
 
-def _load_chunk(file: Path, rows: int, dim: int) -> Optional[np.ndarray]:
-    """A finished chunk's vectors, or ``None`` when missing or unreadable (then it is encoded again)."""
-    if not file.exists():
-        return None
-    try:
-        vectors = np.load(file, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
-        return None
-    if vectors.shape != (rows, dim) or vectors.dtype != np.float32:
-        return None
-    return vectors
-
-
-def encode_resumable(
-    entities: Sequence[Entity],
-    encoder: BiEncoder,
-    stamp: Dict[str, object],
-    work: Path,
-    batch_size: int,
-    progress: bool,
-    chunk_size: Optional[int] = None,
-) -> Tuple[np.ndarray, dict]:
-    """Encode in chunks saved under ``work``; returns the vectors and what was resumed.
-
-    Chunks already in ``work`` are reused only when its stamp equals ``stamp`` (see the module doc);
-    otherwise ``work`` is emptied first and the returned dict says why (``restarted``).
-    """
-    chunk_size = chunk_size or CHUNK
-    stamp = {**stamp, "version": STAMP_VERSION, "chunk_size": chunk_size}
-    stamp_file = work / STAMP_FILE
-    restarted: Optional[str] = None
-    if work.exists():
-        old = _read_stamp(stamp_file)
-        if old is None:
-            restarted = f"{work} has no readable {STAMP_FILE}"
-        elif old != stamp:
-            keys = [*_STAMP_WORDS, *sorted((set(old) | set(stamp)) - set(_STAMP_WORDS))]
-            changed = [_STAMP_WORDS.get(k, k) for k in keys if old.get(k) != stamp.get(k)]
-            restarted = f"{work} holds a partial build of something else (changed: {', '.join(changed)})"
-        if restarted:
-            log.warning("%s: discarding it and starting a clean build", restarted)
-            shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    atomic_write(stamp_file, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))
-
-    starts = list(range(0, len(entities), chunk_size))
-    parts: List[Optional[np.ndarray]] = [
-        _load_chunk(work / f"chunk_{n:05d}.npy", len(entities[s : s + chunk_size]), encoder.dim)
-        for n, s in enumerate(starts)
-    ]
-    reused = sum(len(entities[s : s + chunk_size]) for s, p in zip(starts, parts) if p is not None)
-    reused_chunks = sum(p is not None for p in parts)
-    if reused:
-        log.info("%s: resuming, %d of %d entities already encoded", work, reused, len(entities))
-    with tqdm(
-        total=len(entities),
-        initial=reused,
-        desc="encoding entities",
-        unit=" entities",
-        disable=not progress,
-        smoothing=0.05,
-    ) as bar:
-        update: Callable[[int], object] = bar.update
-        for n, start in enumerate(starts):
-            if parts[n] is not None:
-                continue
-            chunk = entities[start : start + chunk_size]
-            vectors = encoder.encode_entities(chunk, batch_size=batch_size, progress=update if progress else False)
-            file = work / f"chunk_{n:05d}.npy"
-            atomic_write(file, lambda tmp, v=vectors: _save_npy(tmp, v))
-            parts[n] = vectors
-    report = {"reused_entities": reused, "reused_chunks": reused_chunks, "chunks": len(starts), "restarted": restarted}
-    vectors = np.concatenate(parts) if parts else np.zeros((0, encoder.dim), np.float32)
-    return vectors, report
-
-
-def _save_npy(path: Path, vectors: np.ndarray) -> None:
-    with path.open("wb") as f:  # a file object: np.save would add .npy to a bare name
-        np.save(f, vectors, allow_pickle=False)
+def check_replace(output: Path, source: dict, force: bool) -> None:
+    """Refuse to replace the KB folder ``output`` when it was built from other input than ``source``
+    (keys of :data:`RECORDED`; those the folder does not record are not compared), or was extended
+    with ``--add`` since, unless ``force``. A folder that holds no KB yet passes."""
+    if force or not (output / "meta.json").is_file():
+        return
+    old = recorded_input(output)
+    changed = [RECORDED[k] for k in source if k in old and old[k] != source[k]]
+    if old.get("added"):
+        changed.append("entities added with --add since")
+    if changed:
+        raise InputError(f"{output} holds a KB built from other input ({', '.join(changed)} differ); "
+                         "use --force to replace it")
 
 
 # ---------------------------------------------------------------------------- the build
@@ -257,8 +182,15 @@ def build_kb(
     progress: bool = True,
     skip_bad_lines: bool = False,
     chunk_size: Optional[int] = None,
+    force: bool = False,
+    ray: Optional[RayOptions] = None,
 ) -> dict:
     """Build ``output`` from ``kb`` (or, with ``add``, append ``add``'s entities to the KB at ``output``).
+
+    ``output`` is locked while it is built (a second build into it fails at once, naming the first's
+    pid); a KB already there that was built from other input (another KB file content, format or
+    encoder) is replaced only with ``force``. ``ray``: the entities are encoded on Ray
+    (:mod:`.ray_build`), into the same resumable chunks and output as a local build.
 
     Returns the report written to ``output/build_report.json``: counts, wall time, entities/s, what was
     resumed (``resume``) and, with ``skip_bad_lines``, the malformed lines left out. Without
@@ -269,9 +201,19 @@ def build_kb(
     output = Path(output)
     chunk_size = chunk_size or CHUNK
     check_options(kb, output, format, encoder, index, add, batch_size, precision, device, chunk_size)
+    if ray is not None:
+        ray.check()
+    with output_lock(output):
+        return _build(kb, output, format, encoder, index, add, batch_size, precision, device, progress,
+                      skip_bad_lines, chunk_size, force, ray, t0)
+
+
+def _build(kb, output, format, encoder, index, add, batch_size, precision, device, progress, skip_bad_lines,
+           chunk_size, force, ray, t0) -> dict:
     bad_lines = BadLines() if skip_bad_lines else None
     source_path = Path(add if add is not None else kb)
     resume: Optional[dict] = None
+    stamp: Optional[dict] = None
     if add is not None:
         existing = EntityIndex.from_disk(output)
         new = read_kb(add, format, bad_lines)
@@ -289,11 +231,13 @@ def build_kb(
         encoded, index_obj = len(new), existing
     else:
         input_sha256 = file_digest(*kb_files(source_path, format))
+        check_replace(output, {"input_sha256": input_sha256, "format": format, "kb": str(source_path)}, force)
         entities = read_kb(source_path, format, bad_lines)
         enc = load_encoder(encoder, precision, device)
         t_enc = time.perf_counter()
         work = output.with_name(output.name + ".partial")
         fingerprint = enc.fingerprint()
+        check_replace(output, {"encoder_fingerprint": fingerprint}, force)
         stamp = {
             "input_sha256": input_sha256,
             "format": format,
@@ -304,7 +248,11 @@ def build_kb(
             "precision": tower_precision(precision, enc.device_),  # "auto" as it resolved here
             "device": enc.device_.type,
         }
-        vectors, resume = encode_resumable(entities, enc, stamp, work, batch_size, progress, chunk_size)
+        if ray is None:
+            vectors, resume = encode_resumable(entities, enc, stamp, work, batch_size, progress, chunk_size)
+        else:
+            vectors, resume = encode_on_ray(entities, "entities", str(encoder), enc, stamp, work, batch_size, progress,
+                                            chunk_size, ray)
         index_obj = EntityIndex(
             entities,
             vectors,
@@ -316,6 +264,7 @@ def build_kb(
         encoded = len(entities) - resume["reused_entities"]
     t_index = time.perf_counter()
     index_obj.to_disk(output)
+    _record_input(output, stamp, add, format)
     if add is None:
         shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)
     t1 = time.perf_counter()
@@ -335,5 +284,14 @@ def build_kb(
         report["resume"] = resume
     if bad_lines is not None:
         report.update(bad_lines.as_dict())
-    (output / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    atomic_write(output / "build_report.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
     return report
+
+
+def _record_input(output: Path, stamp: Optional[dict], add: Optional[Path], format: str) -> None:
+    """Keep what the KB was built from in ``output/stamp.json`` (with ``--add``: the files added since)."""
+    if stamp is None:
+        stamp = recorded_input(output)
+        stamp["added"] = [*stamp.get("added", []), {"kb": str(add), "format": format,
+                                                     "input_sha256": file_digest(*kb_files(add, format))}]
+    atomic_write(output / STAMP_FILE, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))

@@ -219,9 +219,14 @@ class EntityIndex:
         path = Path(path)
         if not (path / "meta.json").exists():
             raise FileNotFoundError(f"{path} is not a spacy_pel KB folder (no meta.json); build one with build_kb")
-        meta = json.loads((path / "meta.json").read_text(encoding="utf8"))
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf8"))
+        except ValueError as err:  # not JSON, or not UTF-8
+            raise IncompleteKBError(f"KB folder {path} is damaged: meta.json is not readable JSON ({err})") from None
+        if not isinstance(meta, dict):
+            raise IncompleteKBError(f"KB folder {path} is damaged: meta.json is not a JSON object")
         if meta.get("format_version") not in READABLE_VERSIONS:
-            raise ValueError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
+            raise InputError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
         try:
             return cls._read(path, meta, precision)
         except FileNotFoundError as err:
@@ -242,7 +247,7 @@ class EntityIndex:
         else:
             index = faiss.read_index(str(path / "index.faiss"))
         if index.ntotal != len(entities) or meta["entities"] != len(entities) or len(embeddings) != len(entities):
-            raise ValueError(f"{path}: meta.json, the entity table and the vectors disagree on the entity count")
+            raise IncompleteKBError(f"{path}: meta.json, the entity table and the vectors disagree on the entity count")
         return cls(
             entities,
             embeddings,

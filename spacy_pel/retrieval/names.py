@@ -29,11 +29,13 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..files import InputError, atomic_dir
+from ..files import InputError, atomic_dir, atomic_write, output_lock
 from ..kb import Entity, normalize
 from ..models.encoder import BiEncoder, EncoderMismatchError, tower_precision
-from .build import encode_resumable, load_encoder
+from .build import load_encoder
+from .chunks import PieceTower, encode_resumable
 from .index import EntityIndex
+from .ray_build import encode_on_ray
 from .search import FlatSearch, VectorFile
 from .table import StringColumn
 
@@ -92,26 +94,13 @@ def name_inputs(encoder: BiEncoder, names: Sequence[str], types: Sequence[str], 
     return out
 
 
-class _NameTower:
-    """What :func:`encode_resumable` asks of an encoder, over word-piece inputs of names."""
-
-    def __init__(self, encoder: BiEncoder):
-        self.encoder, self.dim = encoder, encoder.dim
-
-    def encode_entities(self, seqs: Sequence[List[int]], batch_size: int = 256, progress=False) -> np.ndarray:
-        seqs = list(seqs)
-        if not seqs:
-            return np.zeros((0, self.dim), np.float32)
-        return self.encoder._encode(seqs, [len(s) for s in seqs], self.encoder.embed_entities, batch_size, "names", progress)
-
-
 def encode_names(encoder: BiEncoder, names: Sequence[str], max_length: int = MAX_LENGTH, batch_size: int = 256) -> np.ndarray:
     """``[n, dim]`` entity-tower vectors of ``[CLS] name [SEP]`` inputs (``input="name"``); identical
     inputs are encoded once (a batch's mention texts repeat), as :meth:`BiEncoder.encode_mentions` does."""
     seqs = name_inputs(encoder, names, [""] * len(names), "name", max_length)
     where: Dict[tuple, int] = {}
     slot = [where.setdefault(tuple(s), len(where)) for s in seqs]
-    return _NameTower(encoder).encode_entities([list(s) for s in where], batch_size)[slot]
+    return PieceTower(encoder).encode_entities([list(s) for s in where], batch_size)[slot]
 
 
 class NameIndex:
@@ -142,9 +131,10 @@ class NameIndex:
     @classmethod
     def build(cls, entities: Sequence[Entity], encoder: BiEncoder, *, input: str = "name", max_length: int = MAX_LENGTH,
               work: Optional[Path] = None, batch_size: int = 256, progress: bool = False,
-              chunk_size: Optional[int] = None) -> Tuple["NameIndex", dict]:
+              chunk_size: Optional[int] = None, ray=None, source: str = "") -> Tuple["NameIndex", dict]:
         """Encode every entity's names (see the module doc); ``work``: a folder for resumable chunks
-        (none: encoded in memory). Returns the index and what was resumed."""
+        (none: encoded in memory); ``ray``: :class:`.ray_build.RayOptions` to encode them on Ray, each
+        actor loading the encoder ``source``. Returns the index and what was resumed."""
         names, rows, types = [], [], []
         for row, entity in enumerate(entities):
             for name in entity_names(entity):
@@ -153,7 +143,7 @@ class NameIndex:
                 types.append(" ; ".join(entity.types))
         seqs = name_inputs(encoder, names, types, input, max_length)
         fingerprint = encoder.fingerprint()
-        tower = _NameTower(encoder)
+        tower = PieceTower(encoder)
         if work is None:
             vectors, resume = tower.encode_entities(seqs, batch_size, progress), {}
         else:
@@ -161,7 +151,11 @@ class NameIndex:
             stamp = {"names": len(seqs), "names_sha256": digest, "encoder_fingerprint": fingerprint, "input": input,
                      "max_length": max_length, "precision": tower_precision(encoder.config.precision, encoder.device_),
                      "device": encoder.device_.type}
-            vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size)
+            if ray is None:
+                vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size)
+            else:
+                vectors, resume = encode_on_ray(seqs, "pieces", source, encoder, stamp, Path(work), batch_size, progress,
+                                                chunk_size, ray)
         ids = [entities.ids[i] for i in range(len(entities))] if hasattr(entities, "ids") else [e.id for e in entities]
         index = cls(vectors, np.asarray(rows, np.int32), names, entities=len(entities), ids_sha256=ids_digest(ids),
                     fingerprint=fingerprint, input=input, max_length=max_length)
@@ -312,9 +306,11 @@ class NameIndex:
 
 def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Optional[str] = None, input: str = "name",
                 max_length: int = MAX_LENGTH, batch_size: int = 256, precision: str = "auto", device: str = "auto",
-                progress: bool = True, chunk_size: Optional[int] = None) -> dict:
+                progress: bool = True, chunk_size: Optional[int] = None, force: bool = False, ray=None) -> dict:
     """Build the name index of the KB folder ``kb`` into ``output`` (default ``kb/names``) with the KB's
     own entity encoder (or ``encoder``, which must match it); resumable from ``OUTPUT.partial/``.
+    ``output`` is locked while it is built; a name index there of another KB, encoder, input kind or
+    length is replaced only with ``force``. ``ray``: :class:`.ray_build.RayOptions` (encoded on Ray).
     Returns the report also written to ``output/build_report.json`` (counts, seconds, names/s)."""
     if input not in INPUTS:
         raise InputError(f"unknown name input {input!r}; choose one of {', '.join(INPUTS)}")
@@ -322,22 +318,43 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
         raise InputError("max length must be in 4..512 word pieces and the batch size at least 1")
     kb = Path(kb)
     output = Path(output) if output is not None else kb / NAMES_DIR
+    if ray is not None:
+        ray.check()
     t0 = time.perf_counter()
     index = EntityIndex.from_disk(kb)
     enc = load_encoder(encoder or index.encoder_source, precision, device)
     index.check_encoder(enc)
     t1 = time.perf_counter()
     work = output.with_name(output.name + ".partial")
-    names, resume = NameIndex.build(index.entities, enc, input=input, max_length=max_length, work=work,
-                                    batch_size=batch_size, progress=progress, chunk_size=chunk_size)
-    t2 = time.perf_counter()
-    names.to_disk(output)
-    shutil.rmtree(work, ignore_errors=True)
-    encoded = len(names) - resume.get("reused_entities", 0)
-    report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
-              "max_length": max_length, "precision": tower_precision(precision, enc.device_), "entities": len(index),
-              "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),
-              "names_per_s": round(encoded / max(t2 - t1, 1e-9), 1), "wall_s": round(time.perf_counter() - t0, 1),
-              "resume": resume}
-    (output / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    with output_lock(output):
+        _check_replace(output, {"kb_ids_sha256": ids_digest(index.entities.ids), "encoder_fingerprint": enc.fingerprint(),
+                                "input": input, "max_length": max_length}, force)
+        names, resume = NameIndex.build(index.entities, enc, input=input, max_length=max_length, work=work,
+                                        batch_size=batch_size, progress=progress, chunk_size=chunk_size, ray=ray,
+                                        source=encoder or index.encoder_source)
+        t2 = time.perf_counter()
+        names.to_disk(output)
+        shutil.rmtree(work, ignore_errors=True)
+        encoded = len(names) - resume.get("reused_entities", 0)
+        report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
+                  "max_length": max_length, "precision": tower_precision(precision, enc.device_), "entities": len(index),
+                  "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),
+                  "names_per_s": round(encoded / max(t2 - t1, 1e-9), 1), "wall_s": round(time.perf_counter() - t0, 1),
+                  "resume": resume}
+        atomic_write(output / "build_report.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
     return report
+
+
+def _check_replace(output: Path, source: dict, force: bool) -> None:
+    """Refuse to replace a name index folder made for another KB, encoder, input kind or length."""
+    if force or not (output / META).is_file():
+        return
+    try:
+        old = json.loads((output / META).read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        old = {}
+    changed = [k.replace("kb_ids_sha256", "KB").replace("encoder_fingerprint", "encoder").replace("_", " ")
+               for k in source if old.get(k) != source[k]]
+    if changed:
+        raise InputError(f"{output} holds a name index built from other input ({', '.join(changed)} differ); "
+                         "use --force to replace it")
