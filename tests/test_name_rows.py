@@ -8,7 +8,7 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
-from spacy_pel.pipeline.name_rows import NAMES_FOLDER, merge_candidates
+from spacy_pel.pipeline.rules.name_rows import NAMES_FOLDER, merge_candidates
 from spacy_pel.retrieval.build import STAMP_FILE, build_kb
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex, build_names, entity_names
@@ -287,7 +287,7 @@ def test_the_text_weight_mixes_in_the_mention_texts_own_name_similarity(names_di
 
 
 def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_its_own(kb_dir, names_dir, monkeypatch):
-    from spacy_pel.pipeline import name_rows
+    from spacy_pel.pipeline.rules import name_rows
     from spacy_pel.retrieval import names
 
     vocab, encoded, merged = ["flutter", "Li2CO3", "warfarin"], [], []
