@@ -143,9 +143,13 @@ def test_adapt_cli_one_line_errors_and_a_run(synonym_kb, tiny_encoder_dir, tmp_p
     assert bad.exit_code == 2 and "error: KB not found" in bad.output
     single = tmp_path / "single.jsonl"
     single.write_text(json.dumps({"id": "A", "name": "a"}) + "\n", encoding="utf8")
-    bad = runner.invoke(app, ["adapt", str(single), "-o", str(tmp_path / "x"), "--encoder", str(tiny_encoder_dir)])
-    assert bad.exit_code == 2 and "needs synonyms" in bad.output
-    args = ["adapt", str(synonym_kb), "-o", str(tmp_path / "enc"), "--encoder", str(tiny_encoder_dir), "--max-steps", "2",
+    for objective in ("names", "retriever"):
+        bad = runner.invoke(app, ["adapt", str(single), "-o", str(tmp_path / "x"), "--encoder", str(tiny_encoder_dir),
+                                  "--objective", objective])
+        assert bad.exit_code == 2 and "needs synonyms" in bad.output, bad.output
+    bad = runner.invoke(app, ["adapt", str(synonym_kb), "-o", str(tmp_path / "x"), "--objective", "nope"])
+    assert bad.exit_code == 2 and "unknown objective" in bad.output
+    args = ["adapt", str(synonym_kb), "-o", str(tmp_path / "enc"), "--objective", "names", "--encoder", str(tiny_encoder_dir), "--max-steps", "2",
             "--training.eval_entities", "2", "--training.batch_pairs", "3", "--negatives.pool", "6"]
     ok = runner.invoke(app, args)
     assert ok.exit_code == 0, ok.output

@@ -11,11 +11,13 @@ from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key 
 
 from ..files import InputError
 from ..kb import READERS
-from ..training.adapt import __doc__ as LIBRARY_DOC
 from ..training.adapt import adapt
+from ..training.self_alignment import __doc__ as LIBRARY_DOC
+from ..training.self_alignment import adapt_retriever
 from ._errors import cli_errors, fail, one_line, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+OBJECTIVES = ("retriever", "names")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -25,7 +27,11 @@ def main(
     kb: Path = typer.Argument(..., help="KB file or folder (as build-kb reads it)"),
     output: Path = typer.Option(..., "--output", "-o", help="Encoder folder to write (its resumable state: OUTPUT.work/)"),
     format: str = typer.Option("jsonl", "--format", help=f"KB format: {', '.join(READERS)}"),
-    config: Optional[Path] = typer.Option(None, "--config", help="Settings file (configs/adapt.cfg; default: the same values built in)"),
+    objective: str = typer.Option("retriever", "--objective", help="retriever: a synonym as a marked mention vs its "
+                                  "entity's KB row, both towers (configs/adapt.cfg); names: name-to-name pairs, "
+                                  "one tower (configs/adapt_names.cfg)"),
+    config: Optional[Path] = typer.Option(None, "--config", help="Settings file (configs/adapt.cfg or configs/adapt_names.cfg "
+                                          "by objective; default: the same values built in)"),
     encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder to start from (default: the config's)"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step budget"),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Time budget in minutes (0 = none)"),
@@ -39,14 +45,19 @@ def main(
         fail(f"KB not found: {kb}")
     if config is not None:
         require_file(config, "adapt config")
+    if objective not in OBJECTIVES:
+        fail(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
     require_writable_parent(output, "output")
-    overrides = {"kb.path": str(kb), "kb.format": format, **parse_config_overrides(ctx.args)}
-    for key, value in (("encoder.base", encoder), ("training.max_steps", max_steps),
+    names = objective == "names"
+    overrides = {"kb.path" if names else "paths.kb": str(kb), "kb.format" if names else "paths.kb_format": format,
+                 **parse_config_overrides(ctx.args)}
+    steps = "training.max_steps" if names else "synonyms.steps"
+    for key, value in (("encoder.base", encoder), (steps, max_steps),
                        ("training.max_minutes", max_minutes), ("training.device", device)):
         if value is not None:
             overrides[key] = value
     try:
-        state = adapt(config, output, overrides)
+        state = (adapt if names else adapt_retriever)(config, output, overrides)
     except ConfigValidationError as err:
         raise InputError(one_line(err)) from None
     keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities")

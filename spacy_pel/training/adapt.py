@@ -38,7 +38,7 @@ from ..models.encoder import BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
 from .config import PathLike, load_config
-from .loop import STATE_FILE, StepOutput, Task, TrainingLoop, checkpoint_to_resume
+from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
 
 log = logging.getLogger(__name__)
 WORK_SUFFIX = ".work"
@@ -124,10 +124,7 @@ class AdaptTask(Task):
         self.p = None if weights is None else weights / weights.sum()
         self.evaluator = SynonymEvaluator(self.names, np.sort(held), t.eval_pool, cfg.encoder.max_length, t.seed)
         self.total_steps = t.max_steps
-        self.spent = 0.0  # seconds of training in earlier runs of this work folder
-        if checkpoint is not None:
-            self.spent = float(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf8")).get("train_seconds", 0.0))
-        self.started = time.perf_counter()
+        self.budget = TimeBudget(t.max_minutes, checkpoint)
         self.pool: Optional[Tuple[torch.Tensor, np.ndarray]] = None  # (pool vectors, pool name slots)
         self.last_step = time.perf_counter()
 
@@ -143,18 +140,14 @@ class AdaptTask(Task):
         self.encoder.entity_model.train()
         self.encoder.mention_model.eval()
 
-    def out_of_time(self) -> bool:
-        budget = self.cfg.training.max_minutes * 60
-        return bool(budget) and self.spent + time.perf_counter() - self.started >= budget
-
     def batches(self, start: int) -> Iterator[np.ndarray]:
         """Per step: ``[batch_pairs, 2]`` name slots (two names of one entity a row), the same for a
         seed however often the run resumes; stops early when the time budget is spent."""
         t = self.cfg.training
         n = min(t.batch_pairs, len(self.train_entities))
-        self.started = time.perf_counter()  # the budget counts training steps, not loading and the first pool
+        self.budget.start()  # the budget counts training steps, not loading and the first pool
         for step in range(start, self.total_steps):
-            if self.out_of_time():
+            if self.budget.spent():
                 log.info("adapt: time budget of %.1f min spent at step %d", t.max_minutes, step)
                 return
             rng = np.random.default_rng([t.seed, step])
@@ -245,15 +238,20 @@ def shared_tower_encoder(encoder: BiEncoder) -> BiEncoder:
 # ------------------------------------------------------------------ running it
 def inputs_stamp(cfg: AdaptConfig) -> Dict[str, Any]:
     """What a work folder was made from: the settings and the KB files' content hash."""
+    settings = asdict(cfg)
+    for key in ("max_minutes", "resume", "device", "eval_every"):
+        settings["training"].pop(key, None)
+    return kb_stamp(cfg.kb.path, cfg.kb.format, settings)
+
+
+def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """``settings`` and the content hash of the KB files ``kb`` (in ``format``) they train on."""
     h = hashlib.sha256()
-    for path in kb_files(cfg.kb.path, cfg.kb.format):
+    for path in kb_files(kb, format):
         h.update(path.name.encode())
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
-    settings = asdict(cfg)
-    for key in ("max_minutes", "resume", "device", "eval_every"):
-        settings["training"].pop(key, None)
     return {"kb_sha256": h.hexdigest(), "settings": settings}
 
 
@@ -283,11 +281,16 @@ def run_adapt(cfg: AdaptConfig, output: PathLike, entities: Optional[List[Entity
     state = TrainingLoop(task, cfg.training, work, checkpoint).run(progress)
     state["names"], state["entities"] = len(task.names), len(entities)
     state["train_pairs_entities"] = int(len(task.train_entities))
+    publish(work, output, state)
+    return state
+
+
+def publish(work: Path, output: Path, state: Dict[str, Any]) -> None:
+    """Write the work folder's best encoder to ``output`` atomically, with the run's log."""
     with atomic_dir(output) as tmp:
         for item in (work / "best").iterdir():
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
         (tmp / LOG_FILE).write_text(json.dumps(state, indent=2), encoding="utf8")
-    return state
 
 
 def nested(overrides: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

@@ -116,6 +116,9 @@ class FgsmSection:
 class SynonymsSection:
     steps: int = 0
     pairs: int = 50000
+    # without a dev corpus (paths.dev = null): entities held out of the synonym stage, whose synonyms
+    # select the model (each its entity among them and training.eval_kb_sample random KB entities)
+    eval_entities: int = 1000
 
 
 @dataclass
@@ -170,6 +173,8 @@ class RetrieverTraining(TrainingSection):
     entity_space: str = "raw"
     # "raw", or "batch_centred": each batch's mean unit mention vector subtracted (cosine losses)
     mention_space: str = "raw"
+    # stop after this many minutes of training, counted over resumed runs too (0 = no limit)
+    max_minutes: float = 0.0
 
 
 @dataclass
@@ -292,6 +297,11 @@ class RetrieverConfig:
                               "entity tower and the linking objective")
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
+        _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
+        _check(out.synonyms.eval_entities >= 0, f"{source} [synonyms] eval_entities",
+               f"must be >= 0, not {out.synonyms.eval_entities}")
+        _check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",
+               "a training corpus is needed unless synonyms.steps > 0 (KB synonyms alone)")
         _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
         if out.paths.kb_format is not None and not (t.train_entity_encoder and (n.refresh_every or not n.hard_fraction)):
             raise ConfigError(f"{source}: paths.kb_format (a KB file without vectors) needs a trained entity tower "

@@ -103,6 +103,25 @@ class Task:
         """Called after the last step (``DIR/best`` exists); may add entries to ``state``."""
 
 
+class TimeBudget:
+    """Minutes of training a task may spend, counted over every run that resumes one output folder
+    (``0`` = no limit): the seconds of earlier runs come from the checkpoint's loop state."""
+
+    def __init__(self, minutes: float, checkpoint: Optional[Path] = None):
+        self.seconds = float(minutes) * 60
+        self.before = 0.0
+        if checkpoint is not None:
+            self.before = float(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf8")).get("train_seconds", 0.0))
+        self.started = time.perf_counter()
+
+    def start(self) -> None:
+        """Count from now (call it when the steps begin: loading does not count)."""
+        self.started = time.perf_counter()
+
+    def spent(self) -> bool:
+        return bool(self.seconds) and self.before + time.perf_counter() - self.started >= self.seconds
+
+
 # ------------------------------------------------------------------ checkpoints
 def checkpoint_to_resume(output: Path, resume: bool = True) -> Optional[Path]:
     """``output/last`` when resuming is asked for and a checkpoint is there, else None."""

@@ -51,6 +51,7 @@ import torch
 
 from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
+from ..files import InputError
 from ..kb import read_kb
 from ..models.encoder import BiEncoder, Mention
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
@@ -60,7 +61,8 @@ from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
 from .fgsm import FGSM
-from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
+from .synonyms import pair_inputs, sample_pairs, split_synonyms
 
 CENTRE_FILE = "entity_centre.npy"
 MENTION_CENTRE_FILE = "mention_centre.npy"
@@ -133,15 +135,12 @@ def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder) -> Tuple[Examp
     return Examples(encoder.mention_inputs(mentions), gold), skipped
 
 
-def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: int) -> Examples:
-    """KB synonyms (and names, for entities without any) as mentions of their own entity."""
-    pairs = [(alias, row) for row, e in enumerate(index.entities) for alias in e.aliases]
-    rng = random.Random(seed)
-    if limit and len(pairs) > limit:
-        pairs = rng.sample(pairs, limit)
-    rng.shuffle(pairs)
-    mentions = [Mention(text, 0, len(text)) for text, _ in pairs]
-    return Examples(encoder.mention_inputs(mentions), [{row} for _, row in pairs])
+def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: int,
+                     held_out: int = 0) -> Tuple[Examples, Examples]:
+    """KB synonyms as mentions of their own entity (:mod:`.synonyms`): at most ``limit`` training
+    examples, and one held-out query for each of ``held_out`` entities none of whose synonyms is trained on."""
+    train, queries = split_synonyms(index.entities, held_out, seed)
+    return Examples(*pair_inputs(encoder, sample_pairs(train, limit, seed))), Examples(*pair_inputs(encoder, queries))
 
 
 @dataclass
@@ -194,16 +193,21 @@ class RetrieverTask(Task):
         self.table = torch.from_numpy(self.index.embeddings.astype(np.float32)).to(self.device)
         nlp = spacy.blank("en")
         self.stages: List[Stage] = []
+        held = Examples([], [])
         if cfg.synonyms.steps > 0:
-            self.stages.append(Stage("synonyms", synonym_examples(self.index, self.encoder, cfg.synonyms.pairs, self.seed),
-                                     cfg.synonyms.steps))
+            # without a dev corpus, held-out entities' synonyms select the model (a KB and no annotated text)
+            examples, held = synonym_examples(self.index, self.encoder, cfg.synonyms.pairs, self.seed,
+                                              0 if p.dev else cfg.synonyms.eval_entities)
+            if not len(examples):
+                raise InputError(f"{p.kb}: no entity has a synonym to train on; self-alignment needs synonyms")
+            self.stages.append(Stage("synonyms", examples, cfg.synonyms.steps))
         self.skipped: Dict[str, int] = {}
         if p.train:
             examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder)
             steps = t.max_steps or int(t.epochs * math.ceil(len(examples) / t.batch_size))
             self.stages.append(Stage("mentions", examples, steps))
         dev_docs = read_docbin(nlp, p.dev) if p.dev else []
-        dev, _ = corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder)
+        dev = corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder)[0] if p.dev else held
         self.evaluator = RecallEvaluator(dev.inputs, dev.gold, self.index, reencode_entities=self.train_entities,
                                          kb_sample=t.eval_kb_sample, seed=self.seed)
         self.mention_centre: Optional[torch.Tensor] = None
@@ -230,6 +234,7 @@ class RetrieverTask(Task):
             targets = ArborescenceTargets(mentions.inputs, mentions.gold, a.refresh_every, a.max_cluster)
             self.arborescence = ArborescenceLoss(targets, self.loss, self.table, self.miner, neg.count)
         self.total_steps = sum(s.steps for s in self.stages)
+        self.budget = TimeBudget(t.max_minutes, checkpoint)
         # the encoder is also saved as DIR/after_<stage> when a stage that is not the last one ends
         ends = np.cumsum([s.steps for s in self.stages])
         self.stage_ends = {int(e): s.name for s, e in zip(self.stages[:-1], ends[:-1])}
@@ -255,9 +260,12 @@ class RetrieverTask(Task):
         """The batches from step ``start`` on, the same for a seed however often the run resumes."""
         bs = self.cfg.training.batch_size
         first = 0
+        self.budget.start()  # the budget counts training steps, not loading
         for stage in self.stages:
             per_epoch = max(1, math.ceil(len(stage.examples) / bs))
             for step in range(max(start, first), first + stage.steps):
+                if self.budget.spent():
+                    return
                 epoch, offset = divmod(step - first, per_epoch)
                 order = np.random.default_rng(self.seed + 1000 * epoch + len(stage.name)).permutation(len(stage.examples))
                 idx = order[offset * bs : (offset + 1) * bs]

@@ -1,0 +1,105 @@
+"""KB self-alignment in the retriever's formats (spacy_pel.training.self_alignment, .synonyms)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_pel.kb import Entity, read_kb
+from spacy_pel.models.encoder import BiEncoder, Mention
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training import retriever as retriever_module
+from spacy_pel.training.config import RetrieverConfig
+from spacy_pel.training.self_alignment import DEFAULTS, adapt_retriever, retriever_adapt_config
+from spacy_pel.training.synonyms import split_synonyms, synonym_pairs
+
+from .test_adapt import SYNONYM_KB, synonym_kb  # noqa: F401 (fixture)
+
+
+def settings(kb, encoder, **extra):
+    base = {"paths.kb": str(kb), "paths.kb_format": "jsonl", "encoder.base": str(encoder), "synonyms.steps": 30,
+            "synonyms.eval_entities": 1, "training.batch_size": 8, "training.lr": 0.003, "training.warmup": 0.0,
+            "training.eval_every": 15, "training.eval_kb_sample": 4, "negatives.pool": 8, "negatives.refresh_every": 10,
+            "training.precision": "fp32"}
+    return {**base, **extra}
+
+
+def margin(encoder: BiEncoder, entities, pairs) -> float:
+    """Mean cosine of each synonym (as a marked mention) to its own entity row minus to the others."""
+    m = torch.from_numpy(encoder.encode_mentions([Mention(t, 0, len(t)) for t, _ in pairs]))
+    e = torch.from_numpy(encoder.encode_entities(entities))
+    sims = torch.nn.functional.normalize(m, dim=-1) @ torch.nn.functional.normalize(e, dim=-1).T
+    own = torch.tensor([row for _, row in pairs])
+    mask = torch.zeros_like(sims, dtype=torch.bool)
+    mask[torch.arange(len(pairs)), own] = True
+    return float(sims[mask].mean() - sims[~mask].mean())
+
+
+def test_split_synonyms_holds_out_whole_entities():
+    entities = [Entity(r["id"], r["name"], r["aliases"], r["types"]) for r in SYNONYM_KB] * 5
+    train, queries = split_synonyms(entities, 3, seed=0)
+    held = {row for _, row in queries}
+    assert len(held) == 3 and not held & {row for _, row in train}  # none of their synonyms is trained on
+    assert all(text in entities[row].aliases for text, row in queries)
+    assert len(train) + sum(len(entities[r].aliases) for r in held) == len(synonym_pairs(entities))
+    assert split_synonyms(entities, 3, seed=0) == (train, queries)  # the same for a seed
+
+
+def test_adapt_pulls_synonyms_to_their_entity_rows_with_both_towers(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "adapted"
+    state = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir, **{"synonyms.eval_entities": 0}),
+                            progress=False)
+    assert state["step"] == 30
+    entities = read_kb(synonym_kb)
+    pairs = synonym_pairs(entities)
+    base, adapted = BiEncoder.from_pretrained(tiny_encoder_dir), BiEncoder.from_pretrained(out)
+    assert margin(adapted, entities, pairs) > margin(base, entities, pairs) + 0.1  # synonyms pulled to their own rows
+    key = "encoder.layer.0.attention.self.query.weight"
+    for tower in ("mention_model", "entity_model"):  # both towers learned
+        assert not torch.equal(getattr(adapted, tower).state_dict()[key], getattr(base, tower).state_dict()[key])
+    with pytest.raises(ValueError, match="built with entity encoder"):  # the base's KB is refused
+        EntityIndex.build(entities, base).check_encoder(adapted)
+
+
+def test_shuffled_positives_do_not_pull_synonyms_together(synonym_kb, tiny_encoder_dir, tmp_path, monkeypatch):  # noqa: F811
+    """The margin test above fails when the positives are wrong: it measures the pairing, not training."""
+    real = retriever_module.split_synonyms
+
+    def shuffled(entities, held_out, seed):
+        train, queries = real(entities, held_out, seed)
+        rows = np.random.default_rng(1).permutation([row for _, row in train])
+        return [(t, int(r)) for (t, _), r in zip(train, np.roll(rows, 3))], queries
+
+    monkeypatch.setattr(retriever_module, "split_synonyms", shuffled)
+    out = tmp_path / "shuffled"
+    adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir, **{"synonyms.eval_entities": 0}), progress=False)
+    entities = read_kb(synonym_kb)
+    pairs = synonym_pairs(entities)
+    base, adapted = BiEncoder.from_pretrained(tiny_encoder_dir), BiEncoder.from_pretrained(out)
+    assert margin(adapted, entities, pairs) < margin(base, entities, pairs) + 0.1
+
+
+def test_adapt_resumes_and_starts_over_when_the_kb_changes(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "adapted"
+    first = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir), progress=False)
+    assert [h["step"] for h in first["history"]] == [15, 30] and "dev_r1" in first["history"][0]
+    more = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir, **{"synonyms.steps": 45}), progress=False)
+    assert [h["step"] for h in more["history"]] == [15, 30, 45]  # resumed: only the new steps ran
+    with open(synonym_kb, "a", encoding="utf8") as f:
+        f.write(json.dumps({"id": "E99", "name": "gout", "aliases": ["podagra"]}) + "\n")
+    again = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir), progress=False)
+    assert [h["step"] for h in again["history"]] == [15, 30]  # a changed KB: the stale work was discarded
+
+
+def test_time_budget_stops_the_synonym_stage_early(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+    state = adapt_retriever(None, tmp_path / "a", settings(synonym_kb, tiny_encoder_dir, **{
+        "synonyms.steps": 500, "training.max_minutes": 0.002}), progress=False)
+    assert 0 < state["step"] < 500 and state["history"][-1]["step"] == state["step"]
+
+
+def test_the_shipped_config_is_the_built_in_defaults():
+    file = retriever_adapt_config("configs/adapt.cfg", {"paths.kb": "k", "paths.kb_format": "jsonl"})
+    built_in = retriever_adapt_config(None, {"paths.kb": "k", "training.max_minutes": 0.0})
+    assert file == built_in
+    assert RetrieverConfig.from_config(built_in).training.train_entity_encoder
+    assert set(DEFAULTS) <= {f"{s}.{k}" for s in built_in for k in built_in[s]}
