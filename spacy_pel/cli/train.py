@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
 import typer
 from confection import ConfigValidationError
@@ -13,10 +13,12 @@ from spacy.cli._util import (
 
 from ..files import InputError
 from ..training.retriever import __doc__ as LIBRARY_DOC
+from ..training.config_files import read_config
 from ..training.retriever import train
 from ._errors import cli_errors, one_line, require_file
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+T = TypeVar("T")
 
 
 def run_config(train_fn: Callable[..., dict], ctx: typer.Context, config: Path, output: Path) -> dict:
@@ -24,6 +26,20 @@ def run_config(train_fn: Callable[..., dict], ctx: typer.Context, config: Path, 
     require_file(config, "training config")
     try:
         return train_fn(config, output, parse_config_overrides(ctx.args))
+    except ConfigValidationError as err:
+        raise InputError(one_line(err)) from None
+
+
+def read_typed_config(cls: Type[T], ctx: typer.Context, config: Optional[Path], flags: Dict[str, Any]) -> Tuple[T, Any]:
+    """``cls`` read from ``config`` (``None``: its defaults), overridden by the ``flags`` that were given
+    (``{"training.lr": 1e-4}``; ``None``: not given) and then by ``--section.key value`` arguments; a
+    missing file or a bad config is an :class:`InputError`."""
+    if config is not None:
+        require_file(config, "training config")
+    overrides = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
+    overrides.update(parse_config_overrides(ctx.args))
+    try:
+        return read_config(cls, config, overrides)
     except ConfigValidationError as err:
         raise InputError(one_line(err)) from None
 

@@ -3,42 +3,50 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from ..retrieval.build import load_encoder
-from ..training.reranker import RerankerConfig, train_reranker
+from ..training.config_files import RerankerFile, train_reranker_from_config
 from ..training.reranker import __doc__ as LIBRARY_DOC
 from ._errors import cli_errors, require_file
+from .train import read_typed_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
-DEFAULTS = RerankerConfig()
+D = RerankerFile()
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
-    encoder: str = typer.Option(..., "--encoder", help="The retriever (bi-encoder folder) whose candidates are re-ranked"),
-    kb: Path = typer.Option(..., "--kb", help="KB folder built with that encoder"),
-    train: Path = typer.Option(..., "--train", help="Training .spacy corpus with gold mentions and ids"),
+    ctx: typer.Context,
     output: Path = typer.Option(..., "--output", "-o", help="Folder: best/ (the cross-encoder), last/, candidates, report"),
-    base: str = typer.Option(DEFAULTS.base, "--base", help="Model to start from (Hugging Face name/folder or a cross-encoder)"),
-    candidates: int = typer.Option(DEFAULTS.candidates, "--candidates", help="Retriever candidates per mention"),
-    mention_length: int = typer.Option(DEFAULTS.mention_max_length, "--mention-length", help="Word pieces of the mention side"),
-    entity_length: int = typer.Option(DEFAULTS.entity_max_length, "--entity-length", help="Word pieces of the entity side"),
-    batch_mentions: int = typer.Option(DEFAULTS.batch_mentions, "--batch-mentions", help="Mentions per step"),
-    max_steps: int = typer.Option(DEFAULTS.max_steps, "--max-steps"),
-    lr: float = typer.Option(DEFAULTS.lr, "--lr"),
-    eval_every: int = typer.Option(DEFAULTS.eval_every, "--eval-every", help="Held-out evaluation every N steps"),
-    held_out_docs: int = typer.Option(DEFAULTS.held_out_docs, "--held-out-docs", help="Last N training docs kept out"),
-    seed: int = typer.Option(DEFAULTS.seed, "--seed"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Typed config (configs/train_reranker.cfg); without it, its defaults"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="[paths] encoder: the retriever (bi-encoder folder) whose candidates are re-ranked"),
+    kb: Optional[Path] = typer.Option(None, "--kb", help="[paths] kb: KB folder built with that encoder"),
+    train: Optional[Path] = typer.Option(None, "--train", help="[paths] train: training .spacy corpus with gold mentions and ids"),
+    base: Optional[str] = typer.Option(None, "--base", help=f"Model to start from (Hugging Face name/folder or a cross-encoder) [{D.model.base}]"),
+    candidates: Optional[int] = typer.Option(None, "--candidates", help=f"Retriever candidates per mention [{D.mining.candidates}]"),
+    mention_length: Optional[int] = typer.Option(None, "--mention-length", help=f"Word pieces of the mention side [{D.model.mention_max_length}]"),
+    entity_length: Optional[int] = typer.Option(None, "--entity-length", help=f"Word pieces of the entity side [{D.model.entity_max_length}]"),
+    batch_mentions: Optional[int] = typer.Option(None, "--batch-mentions", help=f"Mentions per step [{D.training.batch_mentions}]"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help=f"[{D.training.max_steps}]"),
+    lr: Optional[float] = typer.Option(None, "--lr", help=f"[{D.training.lr}]"),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help=f"Held-out evaluation every N steps [{D.training.eval_every}]"),
+    held_out_docs: Optional[int] = typer.Option(None, "--held-out-docs", help=f"Last N training docs kept out [{D.training.held_out_docs}]"),
+    seed: Optional[int] = typer.Option(None, "--seed", help=f"[{D.training.seed}]"),
     restart: bool = typer.Option(False, "--restart", help="Start over instead of resuming from OUTPUT/last"),
 ):
-    """Train the cross-encoder re-ranker on the retriever's own top candidates (resumes by default)."""
-    require_file(train, "training corpus")
-    load_encoder(encoder, precision="fp32")  # a missing encoder: one line, before any output folder is made
-    cfg = RerankerConfig(base=base, candidates=candidates, mention_max_length=mention_length,
-                         entity_max_length=entity_length, batch_mentions=batch_mentions, max_steps=max_steps, lr=lr,
-                         eval_every=eval_every, held_out_docs=held_out_docs, seed=seed)
-    report = train_reranker(cfg, encoder, kb, train, output, resume=not restart)
+    """Train the cross-encoder re-ranker on the retriever's own top candidates (resumes by default).
+    Settings come from --config (or its defaults); each flag, and --section.key value, overrides one."""
+    flags = {"paths.encoder": encoder, "paths.kb": kb, "paths.train": train, "model.base": base,
+             "mining.candidates": candidates, "model.mention_max_length": mention_length,
+             "model.entity_max_length": entity_length, "training.batch_mentions": batch_mentions,
+             "training.max_steps": max_steps, "training.lr": lr, "training.eval_every": eval_every,
+             "training.held_out_docs": held_out_docs, "training.seed": seed}
+    cfg, raw = read_typed_config(RerankerFile, ctx, config, flags)
+    require_file(Path(cfg.paths.train), "training corpus")
+    load_encoder(cfg.paths.encoder, precision="fp32")  # a missing encoder: one line, before any output folder is made
+    report = train_reranker_from_config(cfg, raw, output, resume=not restart)
     typer.echo(json.dumps(report, indent=2))

@@ -3,36 +3,40 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
-import spacy
 import typer
 
-from ..corpora import read_docbin
-from ..models.doc_encoder import MAX_SPAN_LEN
 from ..retrieval.build import load_encoder
+from ..training.config_files import SpanScorerFile, train_spans_from_config
 from ..training.span_scorer import __doc__ as LIBRARY_DOC
-from ..training.span_scorer import train_span_scorer
 from ._errors import cli_errors
+from .train import read_typed_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+D = SpanScorerFile()
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
-    encoder: str = typer.Option(..., "--encoder", help="Encoder folder or name (its mention transformer is used)"),
-    train: Path = typer.Option(..., "--train", help="Training .spacy corpus with gold spans"),
-    dev: Path = typer.Option(..., "--dev", help="Dev .spacy corpus (for the threshold γ)"),
+    ctx: typer.Context,
     output: Path = typer.Option(..., "--output", "-o", help="Folder for span_scorer.safetensors + report"),
-    max_len: int = typer.Option(MAX_SPAN_LEN, "--max-len", help="Longest span, in tokens (L)"),
-    epochs: int = typer.Option(8, "--epochs"),
-    lr: float = typer.Option(3e-3, "--lr", help="Adam learning rate (constant)"),
-    seed: int = typer.Option(0, "--seed"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Typed config (configs/train_spans.cfg); without it, its defaults"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="[paths] encoder: encoder folder or name (its mention transformer is used)"),
+    train: Optional[Path] = typer.Option(None, "--train", help="[paths] train: training .spacy corpus with gold spans"),
+    dev: Optional[Path] = typer.Option(None, "--dev", help="[paths] dev: dev .spacy corpus (for the threshold γ)"),
+    max_len: Optional[int] = typer.Option(None, "--max-len", help=f"Longest span, in tokens (L) [{D.spans.max_len}]"),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help=f"[{D.training.epochs}]"),
+    lr: Optional[float] = typer.Option(None, "--lr", help=f"Adam learning rate (constant) [{D.training.lr}]"),
+    seed: Optional[int] = typer.Option(None, "--seed", help=f"[{D.training.seed}]"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/last instead of starting over"),
 ):
-    """Train the span scorer on frozen token vectors and choose γ on dev."""
-    nlp = spacy.blank("en")
-    enc = load_encoder(encoder, precision="fp32")  # a missing encoder: one line, before any work
-    report = train_span_scorer(enc, read_docbin(nlp, train), read_docbin(nlp, dev), output, max_len, epochs, lr, seed,
-                               resume=resume)
+    """Train the span scorer on frozen token vectors and choose γ on dev. Settings come from --config
+    (or its defaults); each flag, and --section.key value, overrides one."""
+    flags = {"paths.encoder": encoder, "paths.train": train, "paths.dev": dev, "spans.max_len": max_len,
+             "training.epochs": epochs, "training.lr": lr, "training.seed": seed}
+    cfg, raw = read_typed_config(SpanScorerFile, ctx, config, flags)
+    enc = load_encoder(cfg.paths.encoder, precision="fp32")  # a missing encoder: one line, before any work
+    report = train_spans_from_config(cfg, raw, output, resume=resume, encoder=enc)
     typer.echo(json.dumps(report, indent=2))
