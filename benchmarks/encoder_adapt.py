@@ -1,17 +1,20 @@
-"""Issue 28: teach the encoder the KB (self-alignment), then let both towers learn from mentions.
+"""Issue 28: teach the encoder the KB (self-alignment), then train the mention tower from it.
 
 Runs the chain step by step (each step is skipped when its output exists, so a cut run resumes),
 times every step, and writes benchmarks/encoder_adapt.{json,md}:
 
-1. ``adapt``       python -m spacy_pel adapt on all of MeSH's names (configs/adapt.cfg);
-2. ``kb_adapted``  the KB encoded by the adapted encoder (for the "adapted alone" row only);
-3. ``train``       both towers from the adapted encoder on BC5CDR train (configs/train_both.cfg);
-4. ``kb`` / ``names``  the KB and name rows encoded once, by the final entity tower;
+1. ``adapt``       python -m spacy_pel adapt on all of MeSH (configs/adapt.cfg: a KB synonym as a marked
+                   mention vs its entity's KB row, both towers, shared negatives; no annotated text);
+2. ``kb_adapted``  the KB encoded once by the adapted entity tower;
+3. ``train``       the mention tower trained on BC5CDR train from the adapted encoder, the adapted entity
+                   tower frozen (the `all` workflow's recipe), so the KB of step 2 is the final one;
+4. ``names``       the name rows, encoded by the same entity tower;
 5. ``aliases`` / ``pipeline``  as ``spacy project run all`` assembles them (configs/linker_rules.cfg).
 
-Figures: held-out synonym R@1 (base vs adapted); the retriever alone (no rules, no name rows) on BC5CDR
-dev gold mentions vs all MeSH, context 64 -- base (from benchmarks/retriever.md), adapted alone, final;
-the pipeline's figures come from ``benchmarks/accuracy.py --pipeline training/pipeline_both``.
+Figures: the retriever alone (no rules, no name rows) on BC5CDR dev gold mentions vs all MeSH, context
+64 -- base (from benchmarks/retriever.md), adapted alone, adapted + mention training; the adapt run's
+held-out synonym R@1; the pipeline's figures come from ``benchmarks/accuracy.py --pipeline
+training/pipeline_adapted --output benchmarks/accuracy_adapted``.
 
     python benchmarks/encoder_adapt.py                      # every step not yet done, then the report
     python benchmarks/encoder_adapt.py --steps report       # the report only
@@ -33,12 +36,8 @@ from _common import machine  # noqa: E402
 
 from spacy_pel.corpora import corpus_ids, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
-from spacy_pel.kb import read_kb  # noqa: E402
 from spacy_pel.models.encoder import BiEncoder  # noqa: E402
 from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
-from spacy_pel.training.adapt import KBNames, SynonymEvaluator, split_entities  # noqa: E402
-from spacy_pel.training.adapt_config import AdaptConfig  # noqa: E402
-from spacy_pel.training.config import load_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "benchmarks"
@@ -50,20 +49,22 @@ BEFORE = {"base MiniLM, no training": {"R@1": 0.288, "unseen": 0.362, "seen": 0.
           "round-2 retriever (mention tower only, 3 epochs)": {"R@1": 0.824, "unseen": 0.606, "seen": 0.881, "R@64": 0.934}}
 STEPS = {
     "adapt": ("training/adapted", f"{PY} -m spacy_pel adapt {MESH} --format mesh -o training/adapted "
-              "--config configs/adapt.cfg --max-minutes {adapt_minutes}"),
+              "--config configs/adapt.cfg --max-minutes {adapt_minutes} {adapt_overrides}"),
     "kb_adapted": ("kbs/mesh_adapted", f"{PY} -m spacy_pel build-kb --kb {MESH} --format mesh --encoder training/adapted "
                    "--output kbs/mesh_adapted"),
-    "train": ("training/retriever_both/best", f"{PY} -m spacy_pel train configs/train_both.cfg --output training/retriever_both "
-              f"--paths.kb {MESH} --encoder.base training/adapted {{train_overrides}}"),
-    "kb": ("kbs/mesh_both", f"{PY} -m spacy_pel build-kb --kb {MESH} --format mesh --encoder training/retriever_both/best "
-           "--output kbs/mesh_both"),
-    "names": ("kbs/mesh_both_names", f"{PY} -m spacy_pel build-names kbs/mesh_both --output kbs/mesh_both_names"),
+    "train": ("training/retriever_adapted/best", f"{PY} -m spacy_pel train configs/train_pb_random.cfg "
+              "--output training/retriever_adapted --paths.kb kbs/mesh_adapted --encoder.base training/adapted "
+              "--encoder.mention_max_length 64 {train_overrides}"),
+    "names": ("kbs/mesh_adapted_names", f"{PY} -m spacy_pel build-names kbs/mesh_adapted --output kbs/mesh_adapted_names"),
     "aliases": ("training/aliases.json", f"{PY} -m spacy_pel aliases corpus/bc5cdr_train.spacy --output training/aliases.json"),
-    "pipeline": ("training/pipeline_both", f"{PY} -m spacy assemble configs/linker_rules.cfg training/pipeline_both "
-                 "--paths.kb kbs/mesh_both --paths.encoder training/retriever_both/best --paths.aliases training/aliases.json "
-                 "--paths.names kbs/mesh_both_names --components.pel_linker.context_window 64"),
+    "pipeline": ("training/pipeline_adapted", f"{PY} -m spacy assemble configs/linker_rules.cfg training/pipeline_adapted "
+                 "--paths.kb kbs/mesh_adapted --paths.encoder training/retriever_adapted/best --paths.aliases training/aliases.json "
+                 "--paths.names kbs/mesh_adapted_names --components.pel_linker.context_window 64"),
 }
-EVALS = {"alone_adapted": ("training/adapted", "kbs/mesh_adapted"), "alone_final": ("training/retriever_both/best", "kbs/mesh_both")}
+EVALS = {"alone_adapted": ("training/adapted", "kbs/mesh_adapted"),
+         "alone_final": ("training/retriever_adapted/best", "kbs/mesh_adapted")}
+# the `all` workflow's retriever recipe (project.yml, vars.train_overrides)
+TRAIN_OVERRIDES = "--loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"
 
 
 def run_step(name: str, report: dict, **values) -> None:
@@ -89,35 +90,24 @@ def retriever_alone(encoder: str, kb: str, context: int = 64) -> dict:
             "seen": m["recall_seen"]["R@1"], "mentions_per_s": m["mentions_per_s"]}
 
 
-def synonym_r1(cfg: AdaptConfig) -> dict:
-    """Held-out synonym R@1 (the adapt run's own evaluation) of the base and the adapted encoder."""
-    names = KBNames(read_kb(cfg.kb.path, cfg.kb.format))
-    _, held = split_entities(names, cfg.training.eval_entities, cfg.training.seed)
-    evaluator = SynonymEvaluator(names, held, cfg.training.eval_pool, cfg.encoder.max_length, cfg.training.seed)
-    return {"base": evaluator(BiEncoder.from_pretrained(cfg.encoder.base))["synonym_r1"],
-            "adapted": evaluator(BiEncoder.from_pretrained(ROOT / "training" / "adapted"))["synonym_r1"]}
-
-
 def markdown(r: dict) -> str:
     m = r["machine"]
     lines = ["# Issue 28: the encoder taught the KB (self-alignment), both towers trained from mentions",
              "", f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads; "
              "step times as the notes below say (alone or beside other work).", "Reproduce: `python benchmarks/encoder_adapt.py` (then "
-             "`python benchmarks/accuracy.py --pipeline training/pipeline_both …` for the pipeline figures).", ""]
+             "`python benchmarks/accuracy.py --pipeline training/pipeline_adapted --output benchmarks/accuracy_adapted …` for the pipeline figures).", ""]
     a = r.get("adapt")
     if a:
-        lines += ["## Self-alignment on MeSH's names (no annotated text)", "",
-                  f"{a['steps']} steps × {a['batch']} in {a['minutes']:.1f} min ({a['names']:,} names of {a['entities']:,} "
-                  f"entities; {a['train_entities']:,} entities with ≥ 2 names trained on, {a['held_out']} held out).", "",
-                  "| held-out synonym R@1 (a synonym finds its entity's name among the held-out names + 20,000 others) | base MiniLM | adapted |",
-                  "|---|---:|---:|", f"| | {a['synonym_r1']['base']:.3f} | {a['synonym_r1']['adapted']:.3f} |", "",
-                  "History (step: synonym R@1): " + ", ".join(f"{h['step']}: {h.get('synonym_r1', float('nan')):.3f}"
-                                                             for h in a["history"]), ""]
+        lines += ["## Self-alignment on MeSH (no annotated text)", "",
+                  f"{a['step']} steps of 32 (synonym, entity) pairs in {a['train_seconds'] / 60:.1f} min of training; "
+                  f"best at step {a['best_step']}. Held-out synonym R@1 (a synonym of one of 1,000 held-out entities, as a "
+                  "marked mention, finds its entity among them + 5,000 sampled KB rows re-encoded by the entity tower): "
+                  + ", ".join(f"step {h['step']}: {h.get('dev_r1', float('nan')):.3f}" for h in a["history"]), ""]
     rows = [(k, v) for k, v in BEFORE.items()] + [(k, r[k]) for k in EVALS if k in r]
     lines += ["## The retriever alone (no rules, no name rows): BC5CDR dev gold mentions vs all MeSH, context 64", "",
               "| encoder | R@1 | unseen R@1 | seen R@1 | R@64 |", "|---|---:|---:|---:|---:|"]
     label = {"alone_adapted": "adapted encoder alone (no mention training)",
-             "alone_final": "adapted, then both towers trained on BC5CDR train (configs/train_both.cfg)"}
+             "alone_final": "adapted, then the mention tower trained on BC5CDR train (adapted entity tower frozen)"}
     for k, v in rows:
         lines.append(f"| {label.get(k, k)} | {v['R@1']:.3f} | {v['unseen']:.3f} | "
                      f"{v.get('seen', float('nan')):.3f} | {v.get('R@64', float('nan')):.3f} |")
@@ -131,7 +121,8 @@ def markdown(r: dict) -> str:
 
 
 def main(steps: List[str] = typer.Option(list(STEPS) + list(EVALS) + ["synonyms", "report"], help="What to do"),
-         adapt_minutes: float = typer.Option(15.0), train_overrides: str = typer.Option("--training.epochs 1"),
+         adapt_minutes: float = typer.Option(20.0), adapt_overrides: str = typer.Option(""),
+         train_overrides: str = typer.Option(TRAIN_OVERRIDES),
          notes: str = typer.Option("")):
     out = HERE / "encoder_adapt.json"
     report = json.loads(out.read_text()) if out.exists() else {}
@@ -145,16 +136,11 @@ def main(steps: List[str] = typer.Option(list(STEPS) + list(EVALS) + ["synonyms"
 
     for name in STEPS:
         if name in steps:
-            run_step(name, report, adapt_minutes=adapt_minutes, train_overrides=train_overrides)
+            run_step(name, report, adapt_minutes=adapt_minutes, adapt_overrides=adapt_overrides,
+                     train_overrides=train_overrides)
             save()
-    if "synonyms" in steps:
-        raw = load_config(ROOT / "configs" / "adapt.cfg", {"kb.path": str(MESH), "kb.format": "mesh"})
-        cfg = AdaptConfig.from_config(raw)  # the run's evaluation settings (seed, held-out entities, pool)
-        log = json.loads((ROOT / "training" / "adapted" / "adapt_log.json").read_text())
-        report["adapt"] = {"steps": log["step"], "batch": f"{cfg.training.batch_pairs} pairs + {cfg.negatives.per_batch} hard names",
-                           "minutes": log["train_seconds"] / 60, "names": log["names"], "entities": log["entities"],
-                           "train_entities": log["train_pairs_entities"], "held_out": cfg.training.eval_entities,
-                           "history": log["history"], "synonym_r1": synonym_r1(cfg)}
+    if "synonyms" in steps and (ROOT / "training" / "adapted" / "adapt_log.json").exists():
+        report["adapt"] = json.loads((ROOT / "training" / "adapted" / "adapt_log.json").read_text())
         save()
     for name, (encoder, kb) in EVALS.items():
         if name in steps and (ROOT / kb).exists():
