@@ -34,3 +34,23 @@ def test_calibrate_writes_threshold_into_pipeline(kb_dir, tmp_path):
     cfg = Config().from_disk(tmp_path / "out" / "config.cfg")
     assert cfg["components"]["pel_linker"]["threshold"] == pytest.approx(summary["threshold"])
     assert spacy.load(tmp_path / "out").get_pipe("pel_linker").threshold == pytest.approx(summary["threshold"])
+
+
+def test_calibrate_on_a_corpus_without_nil_saves_the_pipeline_as_it_was(kb_dir, tmp_path):
+    """NCBI disease's dev set has no NIL mention: nothing to fit, so the NIL decision (here a threshold
+    set by hand) is kept, and the report and the plot say why instead of failing."""
+    import json
+
+    from spacy_pel.corpora import write_docbin
+
+    from .test_evaluate import gold_doc
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "threshold": 0.25})
+    nlp.to_disk(tmp_path / "pipe")
+    write_docbin([gold_doc(nlp, [(0, 2, "D1"), (7, 9, "D3")])], tmp_path / "dev.spacy")
+    summary = calibrate(tmp_path / "pipe", tmp_path / "dev.spacy", tmp_path / "out", plot=tmp_path / "pr.png", nil="classifier")
+    assert summary["calibrated"] is False and summary["mentions"] == 2 and "no gold NIL mentions" in summary["reason"]
+    assert json.loads((tmp_path / "out" / "nil_calibration.json").read_text()) == summary
+    assert spacy.load(tmp_path / "out").get_pipe("pel_linker").threshold == 0.25
+    assert (tmp_path / "pr.png").stat().st_size > 1000

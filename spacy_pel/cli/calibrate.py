@@ -18,7 +18,7 @@ app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 @cli_errors
 def main(
     pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),
-    corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev)"),
+    corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev); without any, the pipeline is saved as it is"),
     output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve"),
     nil: str = typer.Option("top_score", "--nil", help="top_score: a threshold on the best score; classifier: "

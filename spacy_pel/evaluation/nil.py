@@ -2,7 +2,8 @@
 the threshold with the best NIL F1 (optionally at a bounded loss of in-KB recall@1) and, with
 ``nil="classifier"``, the weights of a logistic model over the NIL evidence
 (:mod:`spacy_pel.pipeline.nil`) — write them into the pipeline's config, and save the NIL
-precision-recall curve (PNG + JSON)."""
+precision-recall curve (PNG + JSON). A corpus without NIL mentions (NCBI disease) calibrates nothing:
+the pipeline is saved with its NIL decision as it was, and ``nil_calibration.json`` says so."""
 from __future__ import annotations
 
 import json
@@ -65,22 +66,41 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
     }
 
 
-def plot_curve(curve: dict, path: Path, title: str = "NIL detection") -> None:
+def plot_curve(curve: Optional[dict], path: Path, title: str = "NIL detection") -> None:
+    """The NIL precision-recall curve of :func:`nil_curve` as a PNG; ``None``: a corpus without NIL
+    mentions, an empty plot that says so."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recall = [p["recall"] for p in curve["points"]]
-    precision = [p["precision"] for p in curve["points"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5, 4))
-    ax.plot(recall, precision, drawstyle="steps-post")
-    ax.scatter([curve["r"]], [curve["p"]], color="red", zorder=3, label=f"threshold {curve['threshold']:.3f} (F1 {curve['f']:.3f})")
-    ax.set(xlabel="NIL recall", ylabel="NIL precision", xlim=(0, 1.02), ylim=(0, 1.02), title=f"{title} (AP {curve['average_precision']:.3f})")
-    ax.legend(loc="lower left")
+    if curve is None:
+        ax.text(0.5, 0.5, "no gold NIL mentions:\nnothing to calibrate", ha="center", va="center")
+    else:
+        recall = [p["recall"] for p in curve["points"]]
+        precision = [p["precision"] for p in curve["points"]]
+        ax.plot(recall, precision, drawstyle="steps-post")
+        ax.scatter([curve["r"]], [curve["p"]], color="red", zorder=3, label=f"threshold {curve['threshold']:.3f} (F1 {curve['f']:.3f})")
+        ax.legend(loc="lower left")
+        title = f"{title} (AP {curve['average_precision']:.3f})"
+    ax.set(xlabel="NIL recall", ylabel="NIL precision", xlim=(0, 1.02), ylim=(0, 1.02), title=title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _save_uncalibrated(nlp, gold_docs, corpus: Path, output: Path, plot: Optional[Path]) -> dict:
+    """A corpus without gold NIL mentions (NCBI disease) has nothing to calibrate on: the pipeline is
+    saved with its NIL decision as it was, and nil_calibration.json and the plot say why."""
+    summary = {"calibrated": False, "mentions": sum(len(gold_spans(d)) for d in gold_docs), "nil_mentions": 0,
+               "reason": f"{corpus} has no gold NIL mentions: the NIL decision is left as it was"}
+    nlp.to_disk(output)
+    (output / "nil_calibration.json").write_text(json.dumps(summary, indent=2), encoding="utf8")
+    if plot:
+        plot_curve(None, plot)
+    return summary
 
 
 def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str, List[str]]:
@@ -119,6 +139,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]
     linker.ensure_loaded()
+    if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)):
+        return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
     if nil == "classifier":  # the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))
     # the evidence as the pipeline decides on it: its own top_k candidates (the rules re-score what they get)
@@ -126,7 +148,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     is_nil = np.array([row[0] == [NIL] for row in rows])
     correct = np.array([row[1][0] in row[0] for row in rows])
     confidence = np.array([row[3] for row in rows])
-    summary: dict = {}
+    summary: dict = {"calibrated": True}
     if nil == "classifier":
         features = np.stack([row[4] for row in rows])
         in_kb = np.array([row[0] != [NIL] and any(g in linker.index.row for g in row[0]) for row in rows])
@@ -142,6 +164,5 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     summary.update({k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())})
     (output / "nil_calibration.json").write_text(json.dumps({**summary, "points": curve["points"]}, indent=2), encoding="utf8")
     if plot:
-        plot.parent.mkdir(parents=True, exist_ok=True)
         plot_curve(curve, plot)
     return summary
