@@ -1,0 +1,186 @@
+"""project.yml's dataset vars (docs/your-own-data.md): the default vars render the commands the
+BC5CDR + MeSH figures were made with; the NCBI disease + MEDIC set (configs/datasets/ncbi_medic.args)
+reaches every dataset step; and the `all` and `e2e` steps run on the docs' own example — its JSONL KB,
+dev corpus and args file, a small BioC XML training corpus and a tiny random BERT — given the vars as a
+user gives them (`xargs -a ARGS python -m spacy project run …` in a subprocess for the first steps; the
+later steps' commands rendered by weasel with the same vars and run in this process, to stay quick)."""
+import importlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import bioc
+import spacy
+from spacy.cli import app as spacy_app
+from typer.testing import CliRunner
+from weasel.util import load_project_config, parse_config_overrides
+
+from spacy_pel.bioc_corpus import pubtator_to_bioc
+from spacy_pel.cli import app as pel_app
+from spacy_pel.corpora import read_docbin, read_pubtator
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "your-own-data.md"
+TRAIN = """1|t|Lithium carbonate toxicity.
+1|a|Lithium carbonate caused tricuspid regurgitation and atrial flutter.
+1\t0\t17\tLithium carbonate\tChem\tD1
+1\t28\t45\tLithium carbonate\tChem\tD1
+1\t53\t76\ttricuspid regurgitation\tDis\tD2
+1\t81\t95\tatrial flutter\tDis\tD3
+
+2|t|Aspirin and warfarin.
+2|a|Aspirin with warfarin gave flutter.
+2\t0\t7\tAspirin\tChem\tD4
+2\t12\t20\twarfarin\tChem\tD5
+2\t22\t29\tAspirin\tChem\tD4
+2\t35\t43\twarfarin\tChem\tD5
+2\t49\t56\tflutter\tDis\tD3
+"""
+DATASET_STEPS = ["convert", "build_kb", "label_types", "build_names", "train", "aliases", "pipeline", "calibrate",
+                 "evaluate", "package", "train_e2e", "pipeline_e2e", "calibrate_e2e", "evaluate_e2e", "adapt",
+                 "spacy_train", "spacy_evaluate"]
+# the BC5CDR + MeSH commands as they were before the vars (git show f4f8b11:project.yml)
+BC5CDR_MESH = {
+    "convert": ["python -m spacy_pel.convert assets/bc5cdr/CDR_TrainingSet.PubTator.txt corpus/bc5cdr_train.spacy",
+                "python -m spacy_pel.convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"],
+    "build_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder all-MiniLM-L6-v2 --output kbs/mesh --device auto"],
+    "build_names": ["python -m spacy_pel build-names kbs/mesh --output kbs/mesh_names --device auto"],
+    "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto "
+              "--encoder.mention_max_length 64 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
+    "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
+    "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh --paths.encoder "
+                 "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
+                 "--components.pel_linker.context_window 64"],
+    "calibrate": ["python -m spacy_pel.calibrate training/pipeline corpus/bc5cdr_dev.spacy --output training/pipeline_calibrated "
+                  "--plot metrics/nil_pr_curve.png --nil classifier --max-r1-loss 0.01"],
+    "package": ["python -m pip wheel . --no-deps --no-build-isolation --wheel-dir packages/wheels",
+                "python -m spacy package training/pipeline_calibrated packages --name pel_bc5cdr_mesh --version 0.1.0 --force"],
+    "evaluate": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "
+                 "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md"],
+    "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --training.device auto "
+                  "--encoder.base training/retriever/best --paths.kb kbs/mesh --training.max_steps 0"],
+    "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh --paths.encoder "
+                     "training/retriever/best --paths.span_model training/e2e/best --paths.aliases training/aliases.json "
+                     "--components.pel_linker.context_window 64"],
+    "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated"],
+    "evaluate_e2e": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_e2e_calibrated --e2e "
+                     "--output metrics/bc5cdr_dev_e2e.json --markdown metrics/bc5cdr_dev_e2e.md --title 'end to end on BC5CDR dev vs MeSH'"],
+    "fetch_assets": ["python scripts/fetch_assets.py --local ../shared/data --assets assets"],
+}
+
+
+def render(project: Path, argv):
+    """The commands (by name) and workflows of ``project``'s project.yml with the ``--vars.x y`` of ``argv``."""
+    cfg = load_project_config(project, overrides=parse_config_overrides(list(argv)))
+    return {c["name"]: c for c in cfg["commands"]}, cfg["workflows"]
+
+
+def args_file(path: Path):
+    """An args file split as ``xargs`` splits it (blanks outside quotes; quotes kept together)."""
+    return shlex.split(path.read_text(encoding="utf8"))
+
+
+def paths_are_single(commands: dict) -> list:
+    """Rendered deps and outputs that weasel's interpolation merged into one "a, b" string."""
+    return [p for c in commands.values() for p in c.get("deps", []) + c.get("outputs", []) if ", " in p]
+
+
+def run_line(line: str) -> None:
+    """A rendered script line (``python -m spacy_pel[.module] …`` or ``python -m spacy …``) run in this process."""
+    words = shlex.split(line)
+    assert words[:2] == ["python", "-m"], line
+    module, args = words[2], words[3:]
+    app = spacy_app if module == "spacy" else pel_app if module == "spacy_pel" else importlib.import_module(module).app
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"{line}\n{result.output[-3000:]}"
+
+
+def doc_blocks(section: str) -> list:
+    """The fenced code blocks of docs/your-own-data.md's section ``section``."""
+    text = DOC.read_text(encoding="utf8").split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
+
+
+def test_default_vars_render_the_bc5cdr_mesh_commands():
+    commands, workflows = render(ROOT, [])
+    for name, script in BC5CDR_MESH.items():
+        assert commands[name]["script"] == script, name
+    assert commands["train"]["deps"] == ["configs/train_pb_random.cfg", "corpus/bc5cdr_train.spacy", "corpus/bc5cdr_dev.spacy", "kbs/mesh"]
+    assert commands["evaluate"]["outputs"] == ["metrics/bc5cdr_dev.json", "metrics/bc5cdr_dev.md"]
+    assert commands["fetch_assets"]["outputs"] == ["assets/bc5cdr", "assets/mesh"]
+    assert workflows["all"] == ["fetch_assets", "convert", "build_kb", "label_types", "build_names", "train", "aliases",
+                                "pipeline", "calibrate", "evaluate", "package"]
+    assert workflows["e2e"] == ["train_e2e", "pipeline_e2e", "calibrate_e2e", "evaluate_e2e"]
+    assert not paths_are_single(commands)
+
+
+def test_the_ncbi_medic_set_reaches_every_dataset_step():
+    commands, _ = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_medic.args"))
+    rendered = json.dumps({k: (commands[k]["script"], commands[k]["deps"], commands[k]["outputs"]) for k in DATASET_STEPS})
+    assert "bc5cdr" not in rendered.lower() and "mesh" not in rendered.lower(), rendered
+    assert not paths_are_single(commands)
+    assert commands["fetch_assets"]["script"] == ["python scripts/fetch_assets.py --local ../shared/data --assets assets --data ncbi-disease"]
+    assert commands["convert"]["script"] == [
+        "python -m spacy_pel.convert assets/ncbi-disease/NCBItrainset_corpus.txt corpus/ncbi_train.spacy --skip-bad-lines",
+        "python -m spacy_pel.convert assets/ncbi-disease/NCBIdevelopset_corpus.txt corpus/ncbi_dev.spacy --skip-bad-lines"]
+    assert commands["build_kb"]["script"] == ["python -m spacy_pel.build_kb --kb assets/ncbi-disease/medic_06Jul2012.txt "
+                                              "--format medic --encoder all-MiniLM-L6-v2 --output kbs/medic --device auto"]
+    data = "--paths.train corpus/ncbi_train.spacy --paths.dev corpus/ncbi_dev.spacy --paths.kb kbs/medic"
+    assert commands["train"]["script"][0].endswith(f"--training.epochs 3 {data}")
+    assert commands["train_e2e"]["script"][0].endswith(f"--training.max_steps 0 {data}")
+    assert commands["pipeline"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_rules.cfg training/ncbi_medic/pipeline ")
+    assert commands["pipeline_e2e"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_e2e.cfg ")
+    assert commands["package"]["script"][1].endswith("--name pel_ncbi_medic --version 0.1.0 --force")
+    assert commands["evaluate_e2e"]["script"][0].endswith("--title 'end to end on NCBI disease dev vs MEDIC'")
+
+
+def test_the_docs_example_through_all_and_e2e(tmp_path, tiny_encoder_dir, monkeypatch):
+    kb_block, dev_block, args_block = doc_blocks("Example: your own catalogue (JSONL KB) and a small corpus")
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "configs", project / "configs")
+    shutil.copy(ROOT / "project.yml", project)
+    (project / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "fetch_assets.py", project / "scripts")
+    assets = project / "assets" / "mine"
+    assets.mkdir(parents=True)
+    (assets / "train.txt").write_text(TRAIN)
+    with open(assets / "train.xml", "w", encoding="utf8") as fp:  # the training corpus in BioC XML
+        bioc.biocxml.dump(pubtator_to_bioc(read_pubtator(assets / "train.txt")), fp)
+    (assets / "train.txt").unlink()
+    (assets / "dev.txt").write_text(dev_block)
+    (assets / "catalogue.jsonl").write_text(kb_block)
+    (project / "configs" / "datasets" / "mine.args").write_text(args_block)
+    enc = str(tiny_encoder_dir)  # the test's own settings: a tiny model, a few steps
+    extra = ["--vars.encoder", enc, "--vars.device", "cpu", "--vars.context_window", "16", "--vars.nil", "top_score",
+             "--vars.e2e_max_steps", "2", "--vars.train_overrides",
+             f" --encoder.base {enc} --training.max_steps 2 --training.batch_size 4 --negatives.count 3 "
+             "--training.eval_every 2 --training.eval_docs 0"]
+    for step in ("fetch_assets", "convert"):  # the documented line: xargs -a ARGS python -m spacy project run STEP .
+        run = subprocess.run(["xargs", "-a", "configs/datasets/mine.args", sys.executable, "-m", "spacy", "project", "run",
+                              step, ".", *extra], capture_output=True, text=True, cwd=project, timeout=300)
+        assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
+    monkeypatch.chdir(project)
+    assert workflows["all"][:2] == ["fetch_assets", "convert"] and workflows["all"][-1] == "package"
+    for step in workflows["all"][2:-1] + workflows["e2e"]:  # not package (pip wheel, spacy package: slow)
+        for line in commands[step]["script"]:
+            run_line(line)
+    # the vars reached every command: the corpora, the JSONL KB, the learned map, the outputs' folders
+    nlp = spacy.blank("en")
+    assert [len(read_docbin(nlp, project / "corpus" / f"mine_{s}.spacy")) for s in ("train", "dev")] == [2, 1]
+    assert json.loads((project / "kbs/catalogue/meta.json").read_text()) and (project / "kbs/catalogue_names").is_dir()
+    assert json.loads((project / "training/mine/label_types.json").read_text()) == {"Chem": ["Chemical"], "Dis": ["Disease"]}
+    for pipeline in ("pipeline_calibrated", "pipeline_e2e_calibrated"):
+        linker = spacy.load(project / "training/mine" / pipeline).get_pipe("pel_linker")
+        assert linker.rules["label_types"].allowed == {"Chem": {"Chemical"}, "Dis": {"Disease"}}, pipeline
+        assert len(linker.index.entities) == 5 and all(linker.index.resolve(f"D{i}") is not None for i in range(1, 6))
+    calibration = json.loads((project / "training/mine/pipeline_calibrated/nil_calibration.json").read_text())
+    assert calibration["calibrated"] and calibration["nil_mentions"] == 1 and "classifier" not in calibration
+    assert "R@1" in (project / "metrics/mine/mine_dev.md").read_text() and (project / "metrics/mine/nil_pr_curve.png").exists()
+    assert "end to end on my corpus dev vs my catalogue" in (project / "metrics/mine/mine_dev_e2e.md").read_text()
+    assert not [p for p in ("training/pipeline", "training/retriever", "metrics/bc5cdr_dev.json", "kbs/mesh", "corpus/bc5cdr_train.spacy")
+                if (project / p).exists()]
