@@ -54,7 +54,7 @@ STEPS = {
                    "--output kbs/mesh_adapted"),
     "train": ("training/retriever_adapted/best", f"{PY} -m spacy_pel train configs/train_pb_random.cfg "
               "--output training/retriever_adapted --paths.kb kbs/mesh_adapted --encoder.base training/adapted "
-              "--encoder.mention_max_length 64 {train_overrides}"),
+              "--encoder.mention_max_length 64 --encoder.entity_max_length 32 {train_overrides}"),  # the adapted KB's length
     "names": ("kbs/mesh_adapted_names", f"{PY} -m spacy_pel build-names kbs/mesh_adapted --output kbs/mesh_adapted_names"),
     "aliases": ("training/aliases.json", f"{PY} -m spacy_pel aliases corpus/bc5cdr_train.spacy --output training/aliases.json"),
     "pipeline": ("training/pipeline_adapted", f"{PY} -m spacy assemble configs/linker_rules.cfg training/pipeline_adapted "
@@ -106,6 +106,9 @@ def markdown(r: dict) -> str:
                   "marked mention, finds its entity among them + 5,000 sampled KB rows re-encoded by the entity tower): "
                   + ", ".join(f"step {h['step']}: {h.get('dev_r1', float('nan')):.3f}" for h in a["history"]), ""]
     rows = [(k, v) for k, v in BEFORE.items()] + [(k, r[k]) for k in EVALS if k in r]
+    if r.get("names_objective", {}).get("alone"):
+        rows.insert(2, ("name-pair objective, adapted alone (--objective names, 468 steps; earlier session)",
+                        r["names_objective"]["alone"]))
     lines += ["## The retriever alone (no rules, no name rows): BC5CDR dev gold mentions vs all MeSH, context 64", "",
               "| encoder | R@1 | unseen R@1 | seen R@1 | R@64 |", "|---|---:|---:|---:|---:|"]
     label = {"alone_adapted": "adapted encoder alone (no mention training)",
@@ -128,6 +131,9 @@ def main(steps: List[str] = typer.Option(list(STEPS) + list(EVALS) + ["synonyms"
          notes: str = typer.Option("")):
     out = HERE / "encoder_adapt.json"
     report = json.loads(out.read_text()) if out.exists() else {}
+    if "adapt" in report and "step" not in report["adapt"]:  # a report of the name-pair objective's chain
+        report["names_objective"] = {"adapt": report.pop("adapt"), "alone": report.pop("alone_adapted", None),
+                                     "steps": report.pop("steps", {}), "notes": report.pop("notes", "")}
     report["machine"] = machine()
     if notes:
         report["notes"] = notes
