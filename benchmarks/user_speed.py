@@ -1,0 +1,115 @@
+"""Speed as a user gets it: ``nlp.pipe`` over BC5CDR dev gold mentions, in a fresh process, first pass.
+
+Each measurement runs in its own fresh Python process: ``spacy.load(PIPELINE)`` (timed apart), an
+untimed warm-up on the first 20 documents, then ONE timed pass of ``nlp.pipe`` over the other 480
+documents (never linked before in that process) with spaCy's default batch size, ``n_process`` 1 or 2.
+The gold spans are set as ``doc.ents`` first (mention linking, as issue 28 and the maintainers measure);
+R@1 is over the in-KB mentions of those documents. With ``n_process=2`` the kb_ids must equal the
+one-process run's (issue 32): the report says how many differ.
+
+    python benchmarks/user_speed.py run --pipeline training/pipeline --n-process 1 --n-process 2
+
+Why ``benchmarks/speed.md`` differs: it times the median of repeated passes over the same documents
+with ``batch_size=128`` in a long-lived process whose caches are warm, with its own linker settings.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import spacy
+import typer
+
+from _common import ROOT, cpu_seconds, machine, others_busy
+from speed import with_gold_ents
+
+from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
+from spacy_pel.pipeline.linker import find_linker
+
+WARMUP_DOCS = 20
+app = typer.Typer(add_completion=False)
+
+
+@app.command(hidden=True)
+def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path):
+    """One measurement (run by ``run`` in a fresh process)."""
+    t0 = time.perf_counter()
+    nlp = spacy.load(pipeline)
+    load_seconds = time.perf_counter() - t0
+    docs = read_docbin(nlp, dev)
+    list(nlp.pipe(with_gold_ents(docs[:WARMUP_DOCS])))
+    timed = docs[WARMUP_DOCS:]
+    fresh = with_gold_ents(timed)
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    linked = list(nlp.pipe(fresh, n_process=n_process))
+    seconds = time.perf_counter() - t0
+    busy = others_busy(c0, cpu_seconds(), seconds)  # with n_process > 1 the workers are not this process's
+    kb = find_linker(nlp)[1].index.entities.ids
+    kb_ids = {str(i) for i in kb}
+    hits, ids = [], []
+    for gold_doc, doc in zip(timed, linked):
+        for g, p in zip(gold_spans(gold_doc), doc.ents):
+            ids.append(p.kb_id_)
+            gold = gold_ids(g.kb_id_)
+            if any(i in kb_ids for i in gold):
+                hits.append(p.kb_id_ in gold)
+    ids_out.write_text(json.dumps(ids), encoding="utf8")
+    result = {"n_process": n_process, "load_seconds": round(load_seconds, 1), "docs": len(timed), "mentions": len(ids),
+              "seconds": round(seconds, 2), "mentions_per_s": round(len(ids) / seconds, 1),
+              "R@1": round(sum(hits) / len(hits), 4), "in_kb": len(hits),
+              "ids_sha1": hashlib.sha1("\n".join(ids).encode()).hexdigest()[:12]}
+    if n_process == 1:
+        result["other_processes_cores"] = busy
+    typer.echo(json.dumps(result))
+
+
+@app.command()
+def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
+         n_process: List[int] = typer.Option([1, 2], help="nlp.pipe n_process values"),
+         dev: Path = typer.Option(ROOT / "corpus" / "bc5cdr_dev.spacy"),
+         output: Path = typer.Option(ROOT / "benchmarks" / "user_speed", help="Report path without suffix"),
+         work: Path = typer.Option(Path("/tmp/pel_user_speed")), notes: str = typer.Option("")):
+    """Measure every pipeline at every n_process, each in a fresh process, and write the report."""
+    work.mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine(), "notes": notes, "runs": []}
+    for p in pipeline:
+        ids_by_n = {}
+        for n in n_process:
+            ids_file = work / f"{p.name}_{n}.json"
+            out = subprocess.run([sys.executable, __file__, "child", str(p), str(dev), str(n), str(ids_file)],
+                                 check=True, capture_output=True, text=True).stdout
+            run = {"pipeline": str(p), **json.loads(out.strip().splitlines()[-1])}
+            ids_by_n[n] = json.loads(ids_file.read_text())
+            if n != n_process[0]:
+                first = ids_by_n[n_process[0]]
+                run["kb_ids_differing_from_first"] = sum(a != b for a, b in zip(first, ids_by_n[n])) + abs(len(first) - len(ids_by_n[n]))
+            report["runs"].append(run)
+    output.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+
+def markdown(r: dict) -> str:
+    m = r["machine"]
+    lines = ["# Speed as a user gets it: `nlp.pipe`, fresh process, first pass", "",
+             f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.", "",
+             __doc__.split("\n\n")[1].replace("\n", " "), "",
+             "| pipeline | n_process | load s | docs | mentions | seconds | mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in r["runs"]:
+        lines.append(f"| `{run['pipeline']}` | {run['n_process']} | {run['load_seconds']} | {run['docs']} | {run['mentions']} | "
+                     f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {run['R@1']:.4f} | "
+                     f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} |")
+    lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2`.", "",
+              __doc__.split("\n\n")[-1].replace("\n", " ").strip(), ""]
+    if r.get("notes"):
+        lines += [r["notes"], ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app()
