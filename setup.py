@@ -30,8 +30,9 @@ setup(
         "bioc>=2.0",  # BioC XML / JSON corpora (spacy_pel.bioc_corpus)
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6"],
+        "test": ["pytest>=7", "hypothesis>=6", "build>=1.0"],  # build: tests/test_package_wheel.py
         "ray": ["ray[data]>=2.20", "pyarrow>=12"],  # python -m spacy_pel bulk
+        "package": ["build>=1.0"],  # spacy project run package: spacy package --build wheel runs python -m build
     },
     # A package of yours adds a KB format under the group "spacy_pel_kb_readers"
     # ("name = your_package.module:read_name"); spacy_pel's own formats register when spacy_pel.kb is imported.

@@ -1,5 +1,6 @@
 """Command-line tools: an expected error is one line on stderr and exit status 2 (a traceback only
 with --verbose), and every option is checked before any heavy work."""
+import ast
 import json
 from pathlib import Path
 
@@ -241,8 +242,10 @@ class Bars:
 
 
 def test_build_progress_moves_per_batch_in_entities(kb_file, tmp_path, tiny_encoder_dir, monkeypatch):
+    import spacy_pel.retrieval.chunks as chunks  # the progress bar moved there with the resumable chunks (78a5660)
+
     bars = Bars()
-    monkeypatch.setattr(build, "tqdm", bars)
+    monkeypatch.setattr(chunks, "tqdm", bars)
     build.build_kb(kb_file, tmp_path / "kb", encoder=str(tiny_encoder_dir), batch_size=2, progress=True)
     (bar,) = bars.made
     assert bar["kwargs"]["unit"] == " entities" and bar["kwargs"]["total"] == 5
@@ -280,8 +283,9 @@ def test_evaluate_progress_counts_mentions(tmp_path, kb_dir, monkeypatch):
 
 def test_project_package_ships_spacy_pel_beside_the_pipeline():
     """The packaged pipeline requires spacy_pel, which is not on the package index: the project's
-    package command builds a spacy_pel wheel next to the pipeline's, and the README says how to
-    install both."""
+    package command builds a spacy_pel wheel next to the pipeline's (a wheel, not an sdist: issue 32
+    item 7; built and installed offline by tests/test_package_wheel.py), and the docs say how to
+    install both, online and offline."""
     import srsly
 
     project = srsly.read_yaml(ROOT / "project.yml")
@@ -289,6 +293,12 @@ def test_project_package_ships_spacy_pel_beside_the_pipeline():
     script = " && ".join(command["script"])
     assert "pip wheel . --no-deps" in script and "--wheel-dir packages/wheels" in script
     assert script.index("pip wheel") < script.index("spacy package")
+    assert " --build wheel " in command["script"][1]
+    assert "'.[package]'" in command["help"]
     readme = (ROOT / "docs" / "scale-out.md").read_text(encoding="utf8")  # Packaging, moved from the README
     assert "pip install packages/wheels/spacy_pel-0.1.0-py3-none-any.whl" in readme
+    assert "pip install --no-index --find-links wheels" in readme and ".tar.gz" not in readme
     assert "spacy_pel>=0.1.0,<0.2.0" in readme
+    extras = ast.literal_eval(next(n.value for n in ast.walk(ast.parse((ROOT / "setup.py").read_text(encoding="utf8")))
+                                   if isinstance(n, ast.keyword) and n.arg == "extras_require"))
+    assert any(r.startswith("build") for r in extras["package"])

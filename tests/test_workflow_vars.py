@@ -58,7 +58,8 @@ BC5CDR_MESH = {
     "calibrate": ["python -m spacy_pel.calibrate training/pipeline corpus/bc5cdr_dev.spacy --output training/pipeline_calibrated "
                   "--plot metrics/nil_pr_curve.png --nil classifier --max-r1-loss 0.01"],
     "package": ["python -m pip wheel . --no-deps --no-build-isolation --wheel-dir packages/wheels",
-                "python -m spacy package training/pipeline_calibrated packages --name pel_bc5cdr_mesh --version 0.1.0 --force"],
+                "python -m spacy package training/pipeline_calibrated packages --name pel_bc5cdr_mesh --version 0.1.0 "
+                "--build wheel --force"],  # a wheel since issue 32 item 7 (before: the sdist)
     "evaluate": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "
                  "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md"],
     "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --training.device auto "
@@ -134,7 +135,7 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
     assert commands["train_e2e"]["script"][0].endswith(f"--training.max_steps 0 {data}")
     assert commands["pipeline"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_rules.cfg training/ncbi_medic/pipeline ")
     assert commands["pipeline_e2e"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_e2e.cfg ")
-    assert commands["package"]["script"][1].endswith("--name pel_ncbi_medic --version 0.1.0 --force")
+    assert commands["package"]["script"][1].endswith("--name pel_ncbi_medic --version 0.1.0 --build wheel --force")
     assert commands["evaluate_e2e"]["script"][0].endswith("--title 'end to end on NCBI disease dev vs MEDIC'")
 
 
