@@ -1,0 +1,97 @@
+"""Run a workflow of project.yml for a dataset preset, step by step, timed, and report its figures.
+
+    python benchmarks/dataset_workflow.py --args configs/datasets/ncbi_medic.args --workflow all --workflow e2e
+
+Each step is ``python -m spacy project run STEP . <the preset's --vars lines>`` (what
+``xargs -a PRESET python -m spacy project run all .`` runs, one step at a time so that each is timed;
+weasel skips a step whose deps and outputs are unchanged, so the times are those of this run). The
+figures are read from the evaluation reports the workflows write (``metrics<subdir>/<corpus>_dev.json``
+and ``…_dev_e2e.json``). Writes ``benchmarks/<preset>_workflow.{json,md}``.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import srsly
+import typer
+
+from _common import ROOT, machine
+
+
+def preset_vars(args: List[str]) -> Dict[str, str]:
+    """``--vars.NAME VALUE`` pairs of a preset, with project.yml's defaults for the others."""
+    values = dict(srsly.read_yaml(ROOT / "project.yml")["vars"])
+    for key, value in zip(args[::2], args[1::2]):
+        values[key.removeprefix("--vars.")] = value
+    return {k: str(v) for k, v in values.items()}
+
+
+def figures(values: Dict[str, str]) -> dict:
+    """The evaluation reports' headline figures, where the workflows wrote them."""
+    out = {}
+    base = ROOT / f"metrics{values['subdir']}" / f"{values['corpus']}_dev"
+    for name, path in (("linking", base.with_suffix(".json")), ("e2e", Path(f"{base}_e2e.json"))):
+        if path.exists():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (configs/datasets/*.args)"),
+         workflow: List[str] = typer.Option(["all"], help="Workflows of project.yml to run, in order"),
+         notes: str = typer.Option("", help="A line about the run conditions")):
+    preset = shlex.split(args.read_text())
+    values = preset_vars(preset)
+    workflows = srsly.read_yaml(ROOT / "project.yml")["workflows"]
+    out = ROOT / "benchmarks" / f"{args.stem}_workflow"
+    report = {"machine": machine(), "preset": str(args), "notes": notes, "steps": []}
+    for name in workflow:
+        for step in workflows[name]:
+            t0 = time.perf_counter()
+            rc = subprocess.run([sys.executable, "-m", "spacy", "project", "run", step, str(ROOT), *preset], cwd=ROOT).returncode
+            report["steps"].append({"workflow": name, "step": step, "minutes": round((time.perf_counter() - t0) / 60, 2), "rc": rc})
+            out.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
+            if rc:  # the workflow's later steps need this one; the next workflow is still tried
+                break
+    report["figures"] = figures(values)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    out.with_suffix(".md").write_text(markdown(report, values), encoding="utf8")
+
+
+def markdown(r: dict, values: Dict[str, str]) -> str:
+    m = r["machine"]
+    lines = [f"# The workflows on {values['corpus_title']} + {values['kb_title']} (preset `{r['preset']}`)", "",
+             f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.",
+             f"Reproduce: `python benchmarks/dataset_workflow.py --args {r['preset']} "
+             + " ".join(f"--workflow {w}" for w in dict.fromkeys(s["workflow"] for s in r["steps"])) + "` "
+             f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`, timed step by step).", ""]
+    f = r.get("figures", {})
+    if "linking" in f:
+        e = f["linking"]
+        rk, un = e.get("recall_in_kb", {}), e.get("recall_unseen", {})
+        lines += ["## Gold mentions (the calibrated pipeline of `all`)", "", "| measure | value |", "|---|---:|",
+                  f"| in-KB mentions | {e.get('counts', {}).get('in_kb', '–')} |"]
+        lines += [f"| {k} | {v:.4f} |" for k, v in rk.items() if k.startswith("R@")]
+        lines += [f"| unseen-entity {k} | {v:.4f} |" for k, v in un.items() if k == "R@1"]
+        if "mentions_per_s" in e:
+            lines.append(f"| mentions/s (evaluate) | {e['mentions_per_s']:,.0f} |")
+        lines.append("")
+    if "e2e" in f:
+        lines += ["## End to end from raw text (`e2e`)", "", "```json", json.dumps({k: v for k, v in f["e2e"].items()
+                                                                                     if not isinstance(v, list)}, indent=1)[:3000], "```", ""]
+    total = sum(s["minutes"] for s in r["steps"])
+    lines += ["## Step times", "", "| workflow | step | minutes | exit |", "|---|---|---:|---:|"]
+    lines += [f"| {s['workflow']} | {s['step']} | {s['minutes']} | {s['rc']} |" for s in r["steps"]]
+    lines += [f"| | **total** | **{total:.1f}** | |", ""]
+    if r.get("notes"):
+        lines += [r["notes"], ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    typer.run(main)
