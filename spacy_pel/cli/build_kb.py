@@ -12,7 +12,7 @@ from ..models.encoder import DEFAULT_ENCODER
 from ..retrieval.build import CHUNK, build_kb
 from ..retrieval.build import __doc__ as LIBRARY_DOC
 from ..retrieval.index import INDEX_KINDS
-from ..retrieval.ray_build import ChunkEncodeError
+from ..retrieval.ray_build import RayBuildError
 from ._errors import cli_errors, echo_skipped, fail, ray_options
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
@@ -49,7 +49,7 @@ def main(
             skip_bad_lines=skip_bad_lines, chunk_size=chunk_size, force=force,
             ray=ray_options(ray, address, workers, cpus_per_worker),
         )
-    except ChunkEncodeError as err:
+    except RayBuildError as err:
         fail(str(err))
     echo_skipped(report)
     typer.echo(json.dumps(report, indent=2))

@@ -10,7 +10,7 @@ import typer
 from ..retrieval.build import CHUNK
 from ..retrieval.names import INPUTS, MAX_LENGTH, build_names
 from ..retrieval.names import __doc__ as LIBRARY_DOC
-from ..retrieval.ray_build import ChunkEncodeError
+from ..retrieval.ray_build import RayBuildError
 from ._errors import cli_errors, fail, ray_options, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
@@ -41,6 +41,6 @@ def main(
     try:
         report = build_names(kb, output, encoder, input, max_length, batch_size, precision, device, chunk_size=chunk_size,
                              force=force, ray=ray_options(ray, address, workers, cpus_per_worker))
-    except ChunkEncodeError as err:
+    except RayBuildError as err:
         fail(str(err))
     typer.echo(json.dumps(report, indent=2))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -45,7 +46,11 @@ ACTOR_RESTARTS = 2  # an actor process that dies (OOM, segfault) is started agai
 TASK_RETRIES = 1  # … and the chunk it held is run once more
 
 
-class ChunkEncodeError(RuntimeError):
+class RayBuildError(RuntimeError):
+    """A Ray build that could not finish: Ray could not be started or reached, or chunks failed."""
+
+
+class ChunkEncodeError(RayBuildError):
     """Chunks of a Ray build that could not be encoded after every retry (each named, with its error)."""
 
 
@@ -68,9 +73,9 @@ class RayOptions:
         if self.cpus_per_worker < 1 or (self.workers is not None and self.workers < 1) or self.attempts < 1:
             raise InputError("--workers and --cpus-per-worker must be at least 1")
         try:
-            import ray  # noqa: F401
+            import ray.data  # noqa: F401
         except ImportError:
-            raise InputError("--ray needs Ray: pip install 'spacy_pel[ray]'") from None
+            raise InputError('--ray needs Ray: pip install "spacy_pel[ray]" (or "ray[data]" pyarrow)') from None
 
 
 def connect(address: Optional[str], num_cpus: Optional[int]) -> bool:
@@ -80,8 +85,26 @@ def connect(address: Optional[str], num_cpus: Optional[int]) -> bool:
     if ray.is_initialized():
         return False
     kwargs = {"num_cpus": num_cpus} if address is None else {"address": address}
-    ray.init(**kwargs, include_dashboard=False, logging_level=logging.WARNING)
+    try:
+        ray.init(**kwargs, include_dashboard=False, logging_level=logging.WARNING)
+    except Exception as err:  # noqa: BLE001 — Ray raises bare Exceptions (a start-up time-out, an unreachable head)
+        where = "start Ray on this machine" if address is None else f"connect to the Ray cluster at {address}"
+        raise RayBuildError(f"could not {where}: {_cause(err)}; the finished chunks are kept: run the build again") from err
     return True
+
+
+def _chunks(ns: List[int], chunk_size: int) -> str:
+    """``chunk 3 (records 30..39)`` or ``chunks 0, 1, 2 …`` for a report."""
+    if len(ns) == 1:
+        return f"chunk {ns[0]} (records {ns[0] * chunk_size}..{(ns[0] + 1) * chunk_size - 1})"
+    return f"chunks {', '.join(map(str, ns[:10]))}{' …' if len(ns) > 10 else ''}"
+
+
+def _cause(err: BaseException) -> str:
+    """The innermost ``SomeError: message`` line of a Ray error (it carries the remote traceback as text)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(err).splitlines()]
+    causes = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt): ", ln)]
+    return causes[-1] if causes else f"{type(err).__name__}: {next((ln for ln in lines if ln), '')}"
 
 
 def _failure(err: BaseException) -> str:
@@ -198,8 +221,10 @@ def encode_on_ray(
 
                 ray.shutdown()
         if failed:
-            shown = "; ".join(f"chunk {n} (records {n * chunk_size}..{n * chunk_size + chunk_size - 1}): {why}"
-                              for n, why in sorted(failed.items())[:3])
+            by_reason: Dict[str, List[int]] = {}
+            for n, why in sorted(failed.items()):
+                by_reason.setdefault(why, []).append(n)
+            shown = "; ".join(f"{_chunks(ns, chunk_size)}: {why}" for why, ns in list(by_reason.items())[:3])
             raise ChunkEncodeError(
                 f"{len(failed)} of {len(parts)} chunk(s) could not be encoded after retries ({shown}); the "
                 f"{len(parts) - len(failed)} finished chunk(s) are kept in {work}: run the build again to retry the rest")
@@ -233,22 +258,32 @@ def _run(items, parts, work, worker_kwargs, options, progress, total, ray_report
                     ray_report["chunks_retried"] = len(todo)
                     log.warning("%d chunk(s) failed or were lost: encoding them again, one at a time per worker", len(todo))
                 ds = _dataset(todo, worker_kwargs, options, min(workers, len(todo)), alone)
-                for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
-                    for row in batch.to_pylist():
-                        n = row["chunk"]
-                        if parts[n] is not None:  # a chunk Ray ran twice: kept once
-                            continue
-                        if row["error"] or row["rows"] != expected[n]:
-                            errors[n] = row["error"] or f"{row['rows']} vectors for {expected[n]} records"
-                            continue
-                        vectors = np.frombuffer(row["vectors"], np.float32).reshape(row["rows"], -1)
-                        save_chunk(work, n, row["first"], vectors)
-                        parts[n] = vectors
-                        errors.pop(n, None)
-                        ray_report["chunks_encoded"] += 1
-                        bar.update(len(vectors))
+                try:
+                    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+                        for row in batch.to_pylist():
+                            _take(row, expected, parts, errors, work, ray_report, bar)
+                except Exception as err:  # noqa: BLE001 — e.g. no actor could start: every chunk left is reported
+                    for item in todo:
+                        if parts[item["chunk"]] is None:
+                            errors[item["chunk"]] = f"the Ray job failed: {_cause(err)}"
     finally:
         ctx.enable_progress_bars, ctx.max_errored_blocks = saved
     ray_report["encode_s"] = round(time.perf_counter() - started, 2)
     return {item["chunk"]: errors.get(item["chunk"]) or "lost: its worker died in both passes (a crash, or out of memory)"
             for item in items if parts[item["chunk"]] is None}
+
+
+def _take(row: dict, expected: Dict[int, int], parts: List, errors: Dict[int, str], work: Path, ray_report: dict, bar) -> None:
+    """One chunk back from an actor: written with its marker, or its error kept for the report."""
+    n = row["chunk"]
+    if parts[n] is not None:  # a chunk Ray ran twice: kept once
+        return
+    if row["error"] or row["rows"] != expected[n]:
+        errors[n] = row["error"] or f"{row['rows']} vectors for {expected[n]} records"
+        return
+    vectors = np.frombuffer(row["vectors"], np.float32).reshape(row["rows"], -1)
+    save_chunk(work, n, row["first"], vectors)
+    parts[n] = vectors
+    errors.pop(n, None)
+    ray_report["chunks_encoded"] += 1
+    bar.update(len(vectors))
