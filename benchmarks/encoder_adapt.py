@@ -131,9 +131,6 @@ def main(steps: List[str] = typer.Option(list(STEPS) + list(EVALS) + ["synonyms"
          notes: str = typer.Option("")):
     out = HERE / "encoder_adapt.json"
     report = json.loads(out.read_text()) if out.exists() else {}
-    if "adapt" in report and "step" not in report["adapt"]:  # a report of the name-pair objective's chain
-        report["names_objective"] = {"adapt": report.pop("adapt"), "alone": report.pop("alone_adapted", None),
-                                     "steps": report.pop("steps", {}), "notes": report.pop("notes", "")}
     report["machine"] = machine()
     if notes:
         report["notes"] = notes
