@@ -69,8 +69,8 @@ TRAIN_OVERRIDES = ("--loss.name ce_cosine --negatives.hard_fraction 0.5 --traini
                    "--training.precision auto")
 
 
-def run_step(name: str, report: dict, **values) -> None:
-    output, command = STEPS[name]
+def run_step(name: str, report: dict, steps: dict = STEPS, **values) -> None:
+    output, command = steps[name]
     if (ROOT / output).exists():
         return
     command = command.format(**values)
@@ -109,20 +109,29 @@ def markdown(r: dict) -> str:
     if r.get("names_objective", {}).get("alone"):
         rows.insert(2, ("name-pair objective, adapted alone (--objective names, 468 steps; earlier session)",
                         r["names_objective"]["alone"]))
-    lines += ["## The retriever alone (no rules, no name rows): BC5CDR dev gold mentions vs all MeSH, context 64", "",
-              "| encoder | R@1 | unseen R@1 | seen R@1 | R@64 |", "|---|---:|---:|---:|---:|"]
     label = {"alone_adapted": "adapted encoder alone (no mention training)",
              "alone_final": "adapted, then the mention tower trained on BC5CDR train (adapted entity tower frozen)"}
+    lines += retriever_table([(label.get(k, k), v) for k, v in rows], "base and round-2 rows") + step_times(r)
+    return "\n".join(lines) + "\n"
+
+
+def retriever_table(rows: list, cited: str) -> List[str]:
+    """The report's table of the retriever alone: (label, figures) rows; ``cited`` names the rows
+    taken from benchmarks/retriever.md."""
+    lines = ["## The retriever alone (no rules, no name rows): BC5CDR dev gold mentions vs all MeSH, context 64", "",
+             "| encoder | R@1 | unseen R@1 | seen R@1 | R@64 |", "|---|---:|---:|---:|---:|"]
     for k, v in rows:
-        lines.append(f"| {label.get(k, k)} | {v['R@1']:.3f} | {v['unseen']:.3f} | "
+        lines.append(f"| {k} | {v['R@1']:.3f} | {v['unseen']:.3f} | "
                      f"{v.get('seen', float('nan')):.3f} | {v.get('R@64', float('nan')):.3f} |")
-    lines += ["", "(base and round-2 rows: benchmarks/retriever.md, same evaluation.)", "", "## Step times", "",
-              "| step | minutes | command |", "|---|---:|---|"]
+    return lines + ["", f"({cited}: benchmarks/retriever.md, same evaluation.)", ""]
+
+
+def step_times(r: dict) -> List[str]:
+    """The report's step-time table (the chain's commands, paths shown relative to the project) and its notes."""
+    lines = ["## Step times", "", "| step | minutes | command |", "|---|---:|---|"]
     for k, v in r.get("steps", {}).items():
         lines.append(f"| {k} | {v['minutes']} | `{v['command'].replace(str(ROOT.parent), '..')}` |")
-    if r.get("notes"):
-        lines += ["", r["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines + (["", r["notes"]] if r.get("notes") else [])
 
 
 def main(steps: List[str] = typer.Option(list(STEPS) + list(EVALS) + ["synonyms", "report"], help="What to do"),

@@ -180,6 +180,7 @@ def main(
     dev_docs: int = typer.Option(0, "--dev-docs", help="BC5CDR dev documents for the R@1 check (0: all; -1: skip)"),
     work: Optional[Path] = typer.Option(None, "--work", help="Folder for the builds (default: a temporary one, removed)"),
     out: Path = typer.Option(HERE / "ray_build", "--out", help="Report stem: writes OUT.json and OUT.md"),
+    kill: bool = typer.Option(True, "--kill/--no-kill", help="Run the kill -9 and resume check (one more Ray KB build)"),
 ):
     counts = [int(w) for w in workers.split(",")]
     with tempfile.TemporaryDirectory(prefix="pel-ray-build-") as tmp:
@@ -203,7 +204,7 @@ def main(
                 runs[label]["kb_vs_local"] = same_kb(work / "kb_local", kb_out)
                 runs[label]["names_vs_local"] = same_names(work / "names_local", names_out)
         most = f"ray_{max(counts)}"
-        killed = kill_and_resume(kb_file, work, a, max(counts), work / f"kb_{most}")
+        killed = kill_and_resume(kb_file, work, a, max(counts), work / f"kb_{most}") if kill else None
         r1 = dev_r1({"local": work / "kb_local", most: work / f"kb_{most}"}, encoder, precision, dev_docs) if dev_docs >= 0 else None
     report = make_report(runs, counts, killed, r1, a, kb, limit, threads)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
@@ -211,7 +212,7 @@ def main(
     print(markdown(report))
 
 
-def make_report(runs: dict, counts: List[int], killed: dict, r1: Optional[dict], a: dict, kb: Path, limit: int, threads: int) -> dict:
+def make_report(runs: dict, counts: List[int], killed: Optional[dict], r1: Optional[dict], a: dict, kb: Path, limit: int, threads: int) -> dict:
     one, two = runs.get("ray_1"), runs.get("ray_2")
     scaling = {k: round(two[k]["per_s"] / one[k]["per_s"], 2) for k in ("kb", "names")} if one and two else None
     best = runs[f"ray_{max(counts)}"]
@@ -235,7 +236,8 @@ def markdown(r: dict) -> str:
     lines = [
         "# Building the KB and its name rows on Ray: MeSH on this machine, and a projection for a UMLS-size KB",
         "",
-        "Reproduce: `python benchmarks/ray_build.py" + (f" --limit {i['limit']}" if i["limit"] else "") + "` "
+        "Reproduce: `python benchmarks/ray_build.py" + (f" --limit {i['limit']}" if i["limit"] else "")
+        + ("" if k is not None else " --no-kill") + "` "
         "(alone on the machine; benchmarks/ray_build.py's docstring has the protocol).",
         "",
         f"Machine: {m['lscpu_model'] or m['cpu']}, flags {', '.join(m['flags']) or 'none of note'}; torch {m['torch']}, "
@@ -259,11 +261,17 @@ def markdown(r: dict) -> str:
             lines.append(f"| {what}, {label.replace('_', ' ')} | {run['workers'] or '—'} | {x['wall_s']} | {x['encode_s']} | "
                          f"{x['per_s']:,} | {same} | {cos} | {fp} |")
     s = r["scaling_1_to_2_workers"]
-    v = k["vs_uninterrupted_ray_build"]
     lines += [
         "",
         (f"1 → 2 workers (encoding rate): ×{s['kb']} for the KB, ×{s['names']} for the name rows." if s else ""),
         "",
+    ]
+    if k is None:
+        lines += ["**kill -9 and resume**: not run in this report (`--no-kill`); benchmarks/ray_build.md measures it "
+                  "on the first 40,000 MeSH records.", ""]
+    else:
+        v = k["vs_uninterrupted_ray_build"]
+        lines += [
         f"**kill -9 and resume**: the driver of a {max(x['workers'] for x in r['runs'].values())}-worker Ray build "
         f"killed with SIGKILL ({'yes' if k['killed_by_sigkill'] else 'no: it had finished'}) after "
         f"{k['killed_after_chunks']} of {k['chunks']} chunks had their marker; the same command again reused "
@@ -271,7 +279,7 @@ def markdown(r: dict) -> str:
         f"against the uninterrupted Ray build: same ids and records {v['same_ids_and_records']}, vectors bit for bit "
         f"{v['bitwise_equal']} (min cosine {v['min_cosine']:.6f}), same meta {v['same_meta']}, same stamp {v['same_stamp']}.",
         "",
-    ]
+        ]
     d = r["bc5cdr_dev_r1"]
     if d and d.get("mentions_in_kb"):
         ray_key = next(x for x in d if x.startswith("ray_"))

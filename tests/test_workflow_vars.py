@@ -139,6 +139,13 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
     assert commands["evaluate_e2e"]["script"][0].endswith("--title 'end to end on NCBI disease dev vs MEDIC'")
 
 
+def test_build_options_send_the_kb_and_name_rows_to_ray():
+    commands, _ = render(ROOT, ["--vars.build_options", " --ray --workers 4"])
+    assert commands["build_kb"]["script"] == [BC5CDR_MESH["build_kb"][0] + " --ray --workers 4"]
+    assert commands["build_names"]["script"][0].endswith("--output kbs/mesh_names --device auto --ray --workers 4")
+    assert commands["build_kb"]["outputs"] == ["kbs/mesh"]
+
+
 def test_the_docs_example_through_all_and_e2e(tmp_path, tiny_encoder_dir, monkeypatch):
     kb_block, dev_block, args_block = doc_blocks("Example: your own catalogue (JSONL KB) and a small corpus")
     project = tmp_path / "project"

@@ -1,0 +1,98 @@
+"""Issue 28, item 2 on a CPU: both towers trained from BC5CDR mentions, starting from base MiniLM.
+
+The chain, each step skipped when its output exists (a cut run resumes), timed, written to
+benchmarks/both_towers.{json,md}:
+
+1. ``train``     configs/train_both.cfg from base MiniLM (not the adapted encoder: benchmarks/encoder_adapt.md
+                 found it below base on mentions in context): both towers learn, shared negatives (every
+                 mention of a batch scored against the batch's positives and 4 sampled rows per mention, each
+                 row encoded once a step with gradient), half of them hard, mined from the base encoder's KB
+                 (kbs/mesh, never refreshed: its vectors are the starting entity tower's), entity inputs 32 word
+                 pieces, CE on 20 × cosine, lr 5e-5, bf16 autocast where the CPU has it, one epoch (286 steps)
+                 -- the budget of ``ce_mixed50_1ep`` in benchmarks/retriever.md (mention tower only);
+2. ``kb``        all of MeSH encoded once by the final entity tower (``build-kb --encoder …/best``);
+3. ``names`` / ``pipeline``  the name rows by the same tower and the pipeline as ``all`` assembles it.
+
+Figures: the retriever alone (no rules, no name rows) on BC5CDR dev gold mentions vs all MeSH, context 64,
+beside the mention-tower-only rows of benchmarks/retriever.md; the pipeline's come from
+``benchmarks/accuracy.py --pipeline training/pipeline_both --output benchmarks/accuracy_both``.
+
+    python benchmarks/both_towers.py                         # every step not yet done, then the report
+    python benchmarks/both_towers.py --steps train --steps kb --steps alone --steps report
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import List
+
+import typer
+
+from _common import lscpu_model, machine
+from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
+
+TRAIN = (f"{PY} -m spacy_pel train configs/train_both.cfg --output training/retriever_both --paths.kb kbs/mesh "
+         "--paths.kb_format null --encoder.base all-MiniLM-L6-v2 --negatives.refresh_every 0 {train_overrides}")
+STEPS = {
+    "train": ("training/retriever_both/best", TRAIN),
+    "kb": ("kbs/mesh_both", f"{PY} -m spacy_pel build-kb --kb {MESH} --format mesh --encoder training/retriever_both/best "
+           "--output kbs/mesh_both"),
+    "names": ("kbs/mesh_both_names", f"{PY} -m spacy_pel build-names kbs/mesh_both --output kbs/mesh_both_names"),
+    "aliases": ("training/aliases.json", f"{PY} -m spacy_pel aliases corpus/bc5cdr_train.spacy --output training/aliases.json"),
+    "pipeline": ("training/pipeline_both", f"{PY} -m spacy assemble configs/linker_rules.cfg training/pipeline_both "
+                 "--paths.kb kbs/mesh_both --paths.encoder training/retriever_both/best --paths.aliases training/aliases.json "
+                 "--paths.names kbs/mesh_both_names --components.pel_linker.context_window 64"),
+}
+TRAIN_OVERRIDES = "--training.epochs 1 --training.max_minutes 40"
+# benchmarks/retriever.md, same evaluation: the mention tower alone, base entity tower frozen
+MENTION_ONLY = {"mention tower only, CE mixed-50%, 1 epoch (ce_mixed50_1ep)": {"R@1": 0.755, "unseen": 0.615, "seen": 0.791, "R@64": 0.909}}
+
+
+def markdown(r: dict) -> str:
+    m = r["machine"]
+    lines = ["# Issue 28, item 2: both towers trained from mentions on 2 CPU cores", "",
+             f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, "
+             f"{m['torch_threads']} threads; every step ran alone.", "",
+             "Reproduce: `python benchmarks/both_towers.py` (the chain and its settings are in its docstring).", ""]
+    t = r.get("train_log")
+    if t:
+        lines += [f"Training: {t['step']} steps in {t['train_seconds'] / 60:.1f} min ({t['train_seconds'] / max(t['step'], 1):.2f} s "
+                  f"a step); best dev R@1 during training (100 dev docs vs their gold entities + 5,000 sampled rows) at step "
+                  f"{t['best_step']}: " + ", ".join(f"step {h['step']}: {h.get('dev_r1', h.get('R@1', float('nan'))):.3f}"
+                                                    for h in t["history"] if isinstance(h, dict) and "step" in h), ""]
+    rows = list(BEFORE.items()) + list(MENTION_ONLY.items())
+    if "alone_both" in r:
+        rows.append(("both towers, 1 epoch (this run)", r["alone_both"]))
+    lines += retriever_table(rows, "rows other than this run's") + step_times(r)
+    return "\n".join(lines) + "\n"
+
+
+def main(steps: List[str] = typer.Option(list(STEPS) + ["alone", "report"], help="What to do"),
+         train_overrides: str = typer.Option(TRAIN_OVERRIDES), notes: str = typer.Option("")):
+    out = HERE / "both_towers.json"
+    report = json.loads(out.read_text()) if out.exists() else {}
+    report["machine"] = {**machine(), "lscpu_model": lscpu_model()}
+    if notes:
+        report["notes"] = notes
+
+    def save():
+        out.write_text(json.dumps(report, indent=2), encoding="utf8")
+        out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+    for name, (output, command) in STEPS.items():
+        if name in steps:
+            run_step(name, report, steps=STEPS, train_overrides=train_overrides)
+            save()
+    log = ROOT / "training" / "retriever_both" / "train_log.json"
+    if log.exists():
+        report["train_log"] = json.loads(log.read_text())
+    if "alone" in steps and (ROOT / "kbs" / "mesh_both").exists():
+        t0 = time.perf_counter()
+        report["alone_both"] = retriever_alone("training/retriever_both/best", "kbs/mesh_both")
+        report["alone_both"]["eval_minutes"] = round((time.perf_counter() - t0) / 60, 1)
+    save()
+
+
+if __name__ == "__main__":
+    typer.run(main)
