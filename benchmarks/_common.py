@@ -3,14 +3,16 @@
 Run a script from the repository root, ``python benchmarks/x.py``: Python puts the script's folder
 first on ``sys.path``, so ``from _common import machine`` needs no ``sys.path`` insert.
 """
+import os
+import platform
 import subprocess
 from pathlib import Path
 
-# the speed benchmark defines these (and is run on its own); every other script takes them from here
-from speed import SHARED, cpu_seconds, machine, others_busy
+import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+SHARED = ROOT.parent / "shared" / "data"
 # The retriever benchmark's training budget (benchmarks/retriever.md), reused by discovery, seeds and
 # e2e_joint so that their trained runs compare; RETRIEVER_CONFIG is the config it trains.
 RETRIEVER_CONFIG = ROOT / "configs" / "train_pb_random.cfg"
@@ -34,3 +36,29 @@ def lscpu_model() -> str:
     except (OSError, subprocess.CalledProcessError):
         return ""
     return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Model name")), "")
+
+
+def machine() -> dict:
+    flags = set()
+    model = platform.processor()
+    if Path("/proc/cpuinfo").exists():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    wanted = ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
+    return {"cpu": model, "flags": [f for f in wanted if f in flags], "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def cpu_seconds() -> tuple:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited children)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    t = os.times()
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def others_busy(before: tuple, after: tuple, seconds: float) -> float:
+    """Cores kept busy by other processes between two :func:`cpu_seconds` (interference while timing)."""
+    return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds, 2)

@@ -20,10 +20,8 @@ import numpy as np
 import spacy
 import torch
 import typer
-from speed import (  # the speed report's CPU description and load/link run (benchmarks/ is on the path)
-    machine,
-    measure_load,
-)
+from _common import machine
+from speed import measure_load  # the speed report's load/link run (benchmarks/ is on the path)
 
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import Entity

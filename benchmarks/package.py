@@ -22,7 +22,6 @@ Writes ``--out``.md and ``--out``.json (benchmarks/package.md, .json). Needs ``p
 makes, setuptools' ``build/``, the wheel) plus the installed copy; WORK is left in place for a look,
 and emptied at the start of each run.
 """
-import argparse
 import json
 import os
 import shlex
@@ -32,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import typer
 from weasel.util import load_project_config, parse_config_overrides
 
 from _common import ROOT, cpu_seconds, lscpu_model, machine, others_busy
@@ -92,28 +92,28 @@ def offline_env() -> dict:
     return {**env, "PIP_CONFIG_FILE": os.devnull, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pipeline", type=Path, required=True)
-    ap.add_argument("--dev", type=Path, default=ROOT / "corpus" / "bc5cdr_dev.spacy")
-    ap.add_argument("--name", default="pel_bc5cdr_mesh")
-    ap.add_argument("--version", default="0.1.0")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/pel_package"))
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "package")
-    args = ap.parse_args()
-    pipeline, dev, work = args.pipeline.resolve(), args.dev.resolve(), args.work.resolve()
-    package = f"en_{args.name}"
+def main(
+    pipeline: Path = typer.Option(..., "--pipeline", help="The pipeline folder to package"),
+    dev: Path = typer.Option(ROOT / "corpus" / "bc5cdr_dev.spacy", "--dev", help="Documents linked by both installs"),
+    name: str = typer.Option("pel_bc5cdr_mesh", "--name", help="Package name (en_NAME)"),
+    version: str = typer.Option("0.1.0", "--version"),
+    work: Path = typer.Option(Path("/tmp/pel_package"), "--work", help="Scratch folder (replaced)"),
+    out: Path = typer.Option(ROOT / "benchmarks" / "package", "--out", help="Report stem: writes OUT.json and OUT.md"),
+) -> None:
+    given = {"pipeline": str(pipeline), "dev": str(dev)}
+    pipeline, dev, work = pipeline.resolve(), dev.resolve(), work.resolve()
+    package = f"en_{name}"
     shutil.rmtree(work, ignore_errors=True)
     packages, wheels, venv = work / "packages", work / "wheels", work / "venv"
     packages.mkdir(parents=True)
 
     steps = {}
-    for key, argv in zip(("spacy_pel_wheel", "pipeline_wheel"), package_script(args.name, args.version, pipeline, packages)):
+    for key, argv in zip(("spacy_pel_wheel", "pipeline_wheel"), package_script(name, version, pipeline, packages)):
         steps[key] = timed(argv, cwd=ROOT)
     (spacy_pel_wheel,) = (packages / "wheels").glob("spacy_pel-*.whl")
-    dist = packages / f"{package}-{args.version}" / "dist"
+    dist = packages / f"{package}-{version}" / "dist"
     built = sorted(p.name for p in dist.iterdir())
-    pipeline_wheel = dist / f"{package}-{args.version}-py3-none-any.whl"
+    pipeline_wheel = dist / f"{package}-{version}-py3-none-any.whl"
     if built != [pipeline_wheel.name]:
         sys.exit(f"expected one wheel in {dist}, found {built}")
     wheels.mkdir()
@@ -137,7 +137,7 @@ def main() -> None:
         step.pop("stdout")
 
     report = {
-        "pipeline": str(args.pipeline), "name": package, "version": args.version, "dev": str(args.dev),
+        "pipeline": given["pipeline"], "name": package, "version": version, "dev": given["dev"],
         "machine": {**machine(), "lscpu_model": lscpu_model()}, "steps": steps,
         "bytes": {"pipeline_folder": size(pipeline), "spacy_pel_wheel": size(spacy_pel_wheel),
                   "pipeline_wheel": size(pipeline_wheel), "packages_folder": size(packages), "installed": installed},
@@ -146,8 +146,8 @@ def main() -> None:
         "linked": sum(1 for e in source["ents"] if e[3]), "same_kb_ids": same,
         "ents": {"venv": in_venv["ents"], "source": source["ents"]},
     }
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
-    args.out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
+    out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
     print(markdown(report))
     if not (same and from_venv):
         sys.exit("the installed pipeline did not link as the source pipeline (see the report)")
@@ -202,4 +202,4 @@ def markdown(r: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

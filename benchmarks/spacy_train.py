@@ -31,6 +31,8 @@ from typing import Optional
 
 import typer
 
+from _common import machine
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -200,8 +202,6 @@ def main(
             result = run_eval(a, *a["which"])
         (work / f"{phase_name}.json").write_text(json.dumps(result, indent=2))
         return
-    from speed import machine
-
     a = {"kb": kb, "steps": steps, "batch": batch, "lr": lr, "context": context, "encoder": encoder, "train": train, "dev": dev,
          "loss": loss, "hard_fraction": hard_fraction}
     r = {"settings": a, "machine": machine(), "date": time.strftime("%Y-%m-%d")}

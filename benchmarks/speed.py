@@ -34,8 +34,6 @@ existing speed.json with the run they came from, and the report says which run e
 """
 import dataclasses
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -45,9 +43,10 @@ from pathlib import Path
 from typing import Optional
 
 import spacy
-import torch
 import typer
 from spacy.tokens import Span
+
+from _common import SHARED, cpu_seconds, machine, others_busy
 
 from spacy_pel.corpora import GOLD_KEY, bare_doc, corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import read_kb
@@ -56,7 +55,6 @@ from spacy_pel.retrieval.build import build_kb
 from spacy_pel.retrieval.names import build_names
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parents[1] / "shared" / "data"
 SECTIONS = ("kb_build", "pipelines", "load", "medic")
 FAST = {"context_window": 16, "text": False}  # the fast presets (module doc)
 FASTER = {"context_window": 12, "text": False}
@@ -73,20 +71,6 @@ MEDIC_ROWS = [("spacy_pel, KB names only", None, {}),
               ("spacy_pel fast preset (context 12), KB names only", None, FASTER),
               ("spacy_pel fast preset (context 12), + BC5CDR train surface forms", "aliases.json", FASTER),
               ("spacy_pel fast preset (context 16, int8), + BC5CDR train surface forms", "aliases.json", FAST_INT8)]
-
-
-def machine() -> dict:
-    flags = set()
-    model = platform.processor()
-    if Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    wanted = ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
-    return {"cpu": model, "flags": [f for f in wanted if f in flags], "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version()}
 
 
 def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: str, decide: bool, vectors: str,
@@ -114,18 +98,6 @@ def with_gold_ents(docs):
         copy.ents = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
         out.append(copy)
     return out
-
-
-def cpu_seconds() -> tuple:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited children)."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
-    t = os.times()
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
-
-
-def others_busy(before: tuple, after: tuple, seconds: float) -> float:
-    """Cores kept busy by other processes between two :func:`cpu_seconds` (interference while timing)."""
-    return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds, 2)
 
 
 def run_pipeline(nlp, docs, kb_ids, train_ids, passes: int = 1) -> dict:
