@@ -212,6 +212,17 @@ def test_other_commands_one_line_before_loading(tmp_path, kb_dir, monkeypatch, a
     one_line_error(run(app, [a.format(**paths) for a in args]), fragment)
 
 
+def test_a_config_override_of_no_section_is_one_line(tmp_path, kb_file):
+    """An override of a section the config lacks: one line naming it, from a config file (confection's
+    error) or from the built-in settings (adapt without --config)."""
+    cases = [(["train", ROOT / "configs" / "train_both.cfg", "--output", tmp_path / "r"], "nosuch.key: not a section value"),
+             (["adapt", kb_file, "-o", tmp_path / "a", "--config", ROOT / "configs" / "adapt.cfg"], "nosuch.key: not a section"),
+             (["adapt", kb_file, "-o", tmp_path / "a"], "unknown section(s) ['nosuch']")]
+    for args, fragment in cases:
+        one_line_error(run(main_app, [*args, "--nosuch.key", "1"]), fragment)
+    assert not (tmp_path / "a").exists()
+
+
 # ---------------------------------------------------------------------------- progress bars
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import typer
+from confection import ConfigValidationError
 
 from ..files import InputError
 from ..models.encoder import EncoderMismatchError
@@ -22,13 +23,16 @@ from ..retrieval.ray_build import RayOptions
 
 EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
-EXPECTED = (InputError, EncoderMismatchError, OSError)
+EXPECTED = (InputError, EncoderMismatchError, OSError, ConfigValidationError)  # a bad config value: one line too
 
 
 def one_line(error: BaseException) -> str:
     """The first non-empty line of an error's message (OSErrors name the file)."""
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"{error.strerror}: {error.filename}"
+    if isinstance(error, ConfigValidationError) and error.errors:  # e.g. an override of a section that does not exist
+        where = "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}" for e in error.errors)
+        return f"{error.title or 'invalid config'}: {where}"
     text = str(error).strip()
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
 

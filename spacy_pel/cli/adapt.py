@@ -6,15 +6,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from confection import ConfigValidationError
 from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key value parser
 
-from ..files import InputError
 from ..kb import READERS
 from ..training.adapt import adapt
 from ..training.self_alignment import __doc__ as LIBRARY_DOC
 from ..training.self_alignment import adapt_retriever
-from ._errors import cli_errors, fail, one_line, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 OBJECTIVES = ("retriever", "names")
@@ -56,9 +54,6 @@ def main(
                        ("training.max_minutes", max_minutes), ("training.device", device)):
         if value is not None:
             overrides[key] = value
-    try:
-        state = (adapt if names else adapt_retriever)(config, output, overrides)
-    except ConfigValidationError as err:
-        raise InputError(one_line(err)) from None
+    state = (adapt if names else adapt_retriever)(config, output, overrides)
     keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities")
     typer.echo(json.dumps({k: state[k] for k in keys if k in state}, indent=2))

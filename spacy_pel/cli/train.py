@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
 import typer
-from confection import ConfigValidationError
 from spacy.cli._util import (
     parse_config_overrides,  # spaCy's own --section.key value parser
 )
@@ -15,7 +14,7 @@ from ..files import InputError
 from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.config_files import read_config
 from ..training.retriever import train
-from ._errors import cli_errors, one_line, require_file
+from ._errors import cli_errors, require_file
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 T = TypeVar("T")
@@ -24,10 +23,7 @@ T = TypeVar("T")
 def run_config(train_fn: Callable[..., dict], ctx: typer.Context, config: Path, output: Path) -> dict:
     """``train_fn(config, output, overrides)``; a missing or bad config is an :class:`InputError`."""
     require_file(config, "training config")
-    try:
-        return train_fn(config, output, parse_config_overrides(ctx.args))
-    except ConfigValidationError as err:
-        raise InputError(one_line(err)) from None
+    return train_fn(config, output, parse_config_overrides(ctx.args))
 
 
 def read_typed_config(cls: Type[T], ctx: typer.Context, config: Optional[Path], flags: Dict[str, Any]) -> Tuple[T, Any]:
@@ -38,10 +34,7 @@ def read_typed_config(cls: Type[T], ctx: typer.Context, config: Optional[Path], 
         require_file(config, "training config")
     overrides = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
     overrides.update(parse_config_overrides(ctx.args))
-    try:
-        return read_config(cls, config, overrides)
-    except ConfigValidationError as err:
-        raise InputError(one_line(err)) from None
+    return read_config(cls, config, overrides)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -182,10 +182,10 @@ class AdaptTask(Task):
         if not want or self.pool is None:
             return np.zeros(0, np.int64)
         vectors, slots = self.pool
-        k = min(len(slots), 2 * -(-want // len(labels)) + 4)
+        per = -(-want // len(labels))  # per anchor, rounded up
+        k = min(len(slots), 2 * per + 4)
         with torch.no_grad():
             top = (anchors.detach().float() @ vectors.T).topk(k, dim=1).indices.cpu().numpy()
-        per = -(-want // len(labels))
         chosen: List[int] = []
         seen = set()
         for row, label in zip(top, labels):

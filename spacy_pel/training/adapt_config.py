@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping
 
 from ..models.pair_losses import PAIR_LOSSES, make_pair_loss
-from .config import ConfigError, LoopSettings, _check, _check_loop, _coerce, _one_of, _parse
+from .config import ConfigError, LoopSettings, _check, _check_schedule, _coerce, _one_of, _parse
 
 ENTITY_WEIGHTS = ("names", "uniform")
 
@@ -83,7 +83,7 @@ class AdaptConfig:
         out = _parse(cls, cfg, source)
         out.loss = _parse_loss(loss, f"{source} [loss]")
         t, n = out.training, out.negatives
-        _check_loop(_LoopView(t), f"{source} [training]")
+        _check_schedule(t, f"{source} [training]")
         _one_of(t.entity_weight, ENTITY_WEIGHTS, f"{source} [training] entity_weight")
         _check(bool(out.kb.path), f"{source} [kb] path", "a KB file or folder is needed")
         for key in ("batch_pairs", "eval_entities"):
@@ -106,14 +106,6 @@ def _parse_loss(values: Mapping[str, Any], where: str) -> PairLossSection:
     settings = {k: _coerce(v, float, f"{where} {k}") for k, v in values.items()
                 if k != "name" and k in PAIR_LOSSES[name].defaults}
     return PairLossSection(name, settings)
-
-
-class _LoopView:
-    """The fields :func:`_check_loop` reads, with the ones adapt has no use for at neutral values."""
-
-    def __init__(self, t: AdaptTraining):
-        self.__dict__.update(vars(t))
-        self.epochs, self.eval_docs = 1.0, 0
 
 
 __all__ = ["AdaptConfig", "ConfigError", "ENTITY_WEIGHTS"]

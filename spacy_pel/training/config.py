@@ -249,14 +249,20 @@ def _parse(cls: Type[T], cfg: Mapping[str, Any], source: str) -> T:
     return cls(**sections)
 
 
-def _check_loop(t: TrainingSection, where: str) -> None:
+def _check_schedule(t, where: str) -> None:
+    """The settings every training loop has (the retriever's, the joint model's and adapt's)."""
     _one_of(t.precision, PRECISIONS, f"{where} precision")
     _one_of(t.schedule, SCHEDULES, f"{where} schedule")
     _check(0.0 <= t.warmup <= 1.0, f"{where} warmup", f"must be within [0, 1], not {t.warmup}")
     _check(t.eval_every >= 1, f"{where} eval_every", f"must be at least 1, not {t.eval_every}")
-    for key in ("max_steps", "eval_docs"):
+    for key in ("max_steps", "lr", "grad_clip", "weight_decay"):
         _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
-    for key in ("lr", "epochs", "grad_clip", "weight_decay"):
+
+
+def _check_loop(t: TrainingSection, where: str) -> None:
+    """A corpus loop's settings: the schedule's, plus its epochs and dev documents."""
+    _check_schedule(t, where)
+    for key in ("eval_docs", "epochs"):
         _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
 
 
