@@ -181,7 +181,15 @@ def main(
     work: Optional[Path] = typer.Option(None, "--work", help="Folder for the builds (default: a temporary one, removed)"),
     out: Path = typer.Option(HERE / "ray_build", "--out", help="Report stem: writes OUT.json and OUT.md"),
     kill: bool = typer.Option(True, "--kill/--no-kill", help="Run the kill -9 and resume check (one more Ray KB build)"),
+    notes: str = typer.Option("", "--notes", help="A paragraph for the report (what else ran on the machine, …)"),
+    render: bool = typer.Option(False, "--render", help="Only rewrite OUT.md from OUT.json (with --notes)"),
 ):
+    if render:
+        report = json.loads(out.with_suffix(".json").read_text(encoding="utf8"))
+        report["notes"] = notes or report.get("notes", "")
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
+        out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+        return
     counts = [int(w) for w in workers.split(",")]
     with tempfile.TemporaryDirectory(prefix="pel-ray-build-") as tmp:
         work = Path(work or tmp)
@@ -206,7 +214,7 @@ def main(
         most = f"ray_{max(counts)}"
         killed = kill_and_resume(kb_file, work, a, max(counts), work / f"kb_{most}") if kill else None
         r1 = dev_r1({"local": work / "kb_local", most: work / f"kb_{most}"}, encoder, precision, dev_docs) if dev_docs >= 0 else None
-    report = make_report(runs, counts, killed, r1, a, kb, limit, threads)
+    report = {**make_report(runs, counts, killed, r1, a, kb, limit, threads), "notes": notes}
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
     out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
     print(markdown(report))
@@ -302,6 +310,8 @@ def markdown(r: dict) -> str:
         "|---:|---:|---:|---:|---:|",
     ]
     lines += [f"| {x['cores_per_node']} | {x['nodes']} | {x['encode_h']} | {x['driver_h']} | {x['total_h']} |" for x in p["rows"]]
+    if r.get("notes"):
+        lines += ["", r["notes"]]
     return "\n".join(lines) + "\n"
 
 
