@@ -6,10 +6,11 @@ benchmarks/both_towers.{json,md}:
 1. ``train``     configs/train_both.cfg from base MiniLM (not the adapted encoder: benchmarks/encoder_adapt.md
                  found it below base on mentions in context): both towers learn, shared negatives (every
                  mention of a batch scored against the batch's positives and 4 sampled rows per mention, each
-                 row encoded once a step with gradient), half of them hard, mined from the base encoder's KB
-                 (kbs/mesh, never refreshed: its vectors are the starting entity tower's), entity inputs 32 word
-                 pieces, CE on 20 × cosine, lr 5e-5, bf16 autocast where the CPU has it, one epoch (286 steps)
-                 -- the budget of ``ce_mixed50_1ep`` in benchmarks/retriever.md (mention tower only);
+                 row encoded once a step with gradient), half of them hard, mined from a pool of 20,000 MeSH
+                 entities re-encoded by the training entity tower every 100 steps (the KB read from its file,
+                 no vectors), entity inputs 32 word pieces, CE on 20 × cosine, lr 5e-5, bf16 autocast where the
+                 CPU has it, one epoch (286 steps) or 20 minutes -- the budget of ``ce_mixed50_1ep`` in
+                 benchmarks/retriever.md (mention tower only);
 2. ``kb``        all of MeSH encoded once by the final entity tower (``build-kb --encoder …/best``);
 3. ``names`` / ``pipeline``  the name rows by the same tower and the pipeline as ``all`` assembles it.
 
@@ -32,8 +33,8 @@ import typer
 from _common import lscpu_model, machine
 from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
 
-TRAIN = (f"{PY} -m spacy_pel train configs/train_both.cfg --output training/retriever_both --paths.kb kbs/mesh "
-         "--paths.kb_format null --encoder.base all-MiniLM-L6-v2 --negatives.refresh_every 0 {train_overrides}")
+TRAIN = (f"{PY} -m spacy_pel train configs/train_both.cfg --output training/retriever_both "
+         "--encoder.base all-MiniLM-L6-v2 {train_overrides}")
 STEPS = {
     "train": ("training/retriever_both/best", TRAIN),
     "kb": ("kbs/mesh_both", f"{PY} -m spacy_pel build-kb --kb {MESH} --format mesh --encoder training/retriever_both/best "
@@ -44,7 +45,7 @@ STEPS = {
                  "--paths.kb kbs/mesh_both --paths.encoder training/retriever_both/best --paths.aliases training/aliases.json "
                  "--paths.names kbs/mesh_both_names --components.pel_linker.context_window 64"),
 }
-TRAIN_OVERRIDES = "--training.epochs 1 --training.max_minutes 40"
+TRAIN_OVERRIDES = "--training.epochs 1 --training.max_minutes 20"
 # benchmarks/retriever.md, same evaluation: the mention tower alone, base entity tower frozen
 MENTION_ONLY = {"mention tower only, CE mixed-50%, 1 epoch (ce_mixed50_1ep)": {"R@1": 0.755, "unseen": 0.615, "seen": 0.791, "R@64": 0.909}}
 
