@@ -54,7 +54,7 @@ def markdown(r: dict) -> str:
     m = r["machine"]
     lines = ["# Issue 28, item 2: both towers trained from mentions on 2 CPU cores", "",
              f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, "
-             f"{m['torch_threads']} threads; every step ran alone.", "",
+             f"{m['torch_threads']} threads; every step ran alone unless the notes below say otherwise.", "",
              "Reproduce: `python benchmarks/both_towers.py` (the chain and its settings are in its docstring).", ""]
     t = r.get("train_log")
     if t:
