@@ -60,11 +60,11 @@ def markdown(r: dict) -> str:
     if t:
         lines += [f"Training: {t['step']} steps in {t['train_seconds'] / 60:.1f} min ({t['train_seconds'] / max(t['step'], 1):.2f} s "
                   f"a step); best dev R@1 during training (100 dev docs vs their gold entities + 5,000 sampled rows) at step "
-                  f"{t['best_step']}: " + ", ".join(f"step {h['step']}: {h.get('dev_r1', h.get('R@1', float('nan'))):.3f}"
-                                                    for h in t["history"] if isinstance(h, dict) and "step" in h), ""]
+                  f"{t['best_step']}: " + ", ".join(f"step {h['step']}: {h['dev_r1']:.3f}" for h in t["history"]), ""]
     rows = list(BEFORE.items()) + list(MENTION_ONLY.items())
     if "alone_both" in r:
-        rows.append(("both towers, 1 epoch (this run)", r["alone_both"]))
+        steps = f"{t['step']} steps, best at {t['best_step']}" if t else "this run"
+        rows.append((f"both towers ({steps}; this run)", r["alone_both"]))
     lines += retriever_table(rows, "rows other than this run's") + step_times(r)
     return "\n".join(lines) + "\n"
 
@@ -81,7 +81,7 @@ def main(steps: List[str] = typer.Option(list(STEPS) + ["alone", "report"], help
         out.write_text(json.dumps(report, indent=2), encoding="utf8")
         out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
 
-    for name, (output, command) in STEPS.items():
+    for name in STEPS:
         if name in steps:
             run_step(name, report, steps=STEPS, train_overrides=train_overrides)
             save()

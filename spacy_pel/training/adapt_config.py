@@ -88,8 +88,7 @@ class AdaptConfig:
         _check(bool(out.kb.path), f"{source} [kb] path", "a KB file or folder is needed")
         for key in ("batch_pairs", "eval_entities"):
             _check(getattr(t, key) >= 1, f"{source} [training] {key}", f"must be at least 1, not {getattr(t, key)}")
-        for key in ("max_steps", "eval_pool"):
-            _check(getattr(t, key) >= 0, f"{source} [training] {key}", f"must be >= 0, not {getattr(t, key)}")
+        _check(t.eval_pool >= 0, f"{source} [training] eval_pool", f"must be >= 0, not {t.eval_pool}")
         _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
         for key in ("per_batch", "pool", "refresh_every"):
             _check(getattr(n, key) >= 0, f"{source} [negatives] {key}", f"must be >= 0, not {getattr(n, key)}")
