@@ -48,6 +48,8 @@ STEPS = {
 TRAIN_OVERRIDES = "--training.epochs 1 --training.max_minutes 20"
 # benchmarks/retriever.md, same evaluation: the mention tower alone, base entity tower frozen
 MENTION_ONLY = {"mention tower only, CE mixed-50%, 1 epoch (ce_mixed50_1ep)": {"R@1": 0.755, "unseen": 0.615, "seen": 0.791, "R@64": 0.909}}
+# session 14's run of this script with the default TRAIN_OVERRIDES (1 epoch, 286 steps, best at step 200)
+ONE_EPOCH = {"both towers, 1 epoch (session 14)": {"R@1": 0.791, "unseen": 0.651, "seen": 0.827, "R@64": 0.932}}
 
 
 def markdown(r: dict) -> str:
@@ -61,7 +63,7 @@ def markdown(r: dict) -> str:
         lines += [f"Training: {t['step']} steps in {t['train_seconds'] / 60:.1f} min ({t['train_seconds'] / max(t['step'], 1):.2f} s "
                   f"a step); best dev R@1 during training (100 dev docs vs their gold entities + 5,000 sampled rows) at step "
                   f"{t['best_step']}: " + ", ".join(f"step {h['step']}: {h['dev_r1']:.3f}" for h in t["history"]), ""]
-    rows = list(BEFORE.items()) + list(MENTION_ONLY.items())
+    rows = list(BEFORE.items()) + list(MENTION_ONLY.items()) + list(ONE_EPOCH.items())
     if "alone_both" in r:
         steps = f"{t['step']} steps, best at {t['best_step']}" if t else "this run"
         rows.append((f"both towers ({steps}; this run)", r["alone_both"]))

@@ -40,19 +40,22 @@ TRAIN = """1|t|Lithium carbonate toxicity.
 2\t35\t43\twarfarin\tChem\tD5
 2\t49\t56\tflutter\tDis\tD3
 """
-DATASET_STEPS = ["convert", "build_kb", "label_types", "build_names", "train", "aliases", "pipeline", "calibrate",
+DATASET_STEPS = ["convert", "build_kb", "label_types", "final_kb", "build_names", "train", "aliases", "pipeline", "calibrate",
                  "evaluate", "package", "train_e2e", "pipeline_e2e", "calibrate_e2e", "evaluate_e2e", "adapt",
                  "spacy_train", "spacy_evaluate"]
-# the BC5CDR + MeSH commands as they were before the vars (git show f4f8b11:project.yml)
+# the BC5CDR + MeSH commands as they were before the vars (git show f4f8b11:project.yml); since final_kb
+# (issue 28 item 5) the name rows and the pipelines use kbs/mesh_final, the KB of the trained entity tower
 BC5CDR_MESH = {
     "convert": ["python -m spacy_pel.convert assets/bc5cdr/CDR_TrainingSet.PubTator.txt corpus/bc5cdr_train.spacy",
                 "python -m spacy_pel.convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"],
     "build_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder all-MiniLM-L6-v2 --output kbs/mesh --device auto"],
-    "build_names": ["python -m spacy_pel build-names kbs/mesh --output kbs/mesh_names --device auto"],
+    "final_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder training/retriever/best "
+                 "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
+    "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --device auto"],
     "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto "
               "--encoder.mention_max_length 64 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
-    "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh --paths.encoder "
+    "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh_final --paths.encoder "
                  "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
                  "--components.pel_linker.context_window 64"],
     "calibrate": ["python -m spacy_pel.calibrate training/pipeline corpus/bc5cdr_dev.spacy --output training/pipeline_calibrated "
@@ -63,8 +66,8 @@ BC5CDR_MESH = {
     "evaluate": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "
                  "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md"],
     "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --training.device auto "
-                  "--encoder.base training/retriever/best --paths.kb kbs/mesh --training.max_steps 0"],
-    "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh --paths.encoder "
+                  "--encoder.base training/retriever/best --paths.kb kbs/mesh_final --training.max_steps 0"],
+    "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
                      "training/retriever/best --paths.span_model training/e2e/best --paths.aliases training/aliases.json "
                      "--components.pel_linker.context_window 64"],
     "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated"],
@@ -113,8 +116,9 @@ def test_default_vars_render_the_bc5cdr_mesh_commands():
     assert commands["train"]["deps"] == ["configs/train_pb_random.cfg", "corpus/bc5cdr_train.spacy", "corpus/bc5cdr_dev.spacy", "kbs/mesh"]
     assert commands["evaluate"]["outputs"] == ["metrics/bc5cdr_dev.json", "metrics/bc5cdr_dev.md"]
     assert commands["fetch_assets"]["outputs"] == ["assets/bc5cdr", "assets/mesh"]
-    assert workflows["all"] == ["fetch_assets", "convert", "build_kb", "label_types", "build_names", "train", "aliases",
-                                "pipeline", "calibrate", "evaluate", "package"]
+    assert workflows["all"] == ["fetch_assets", "convert", "build_kb", "label_types", "train", "final_kb", "build_names",
+                                "aliases", "pipeline", "calibrate", "evaluate", "package"]
+    assert commands["final_kb"]["deps"] == ["assets/mesh", "kbs/mesh", "training/retriever/best"]
     assert workflows["e2e"] == ["train_e2e", "pipeline_e2e", "calibrate_e2e", "evaluate_e2e"]
     assert not paths_are_single(commands)
 
@@ -181,6 +185,8 @@ def test_the_docs_example_through_all_and_e2e(tmp_path, tiny_encoder_dir, monkey
     nlp = spacy.blank("en")
     assert [len(read_docbin(nlp, project / "corpus" / f"mine_{s}.spacy")) for s in ("train", "dev")] == [2, 1]
     assert json.loads((project / "kbs/catalogue/meta.json").read_text()) and (project / "kbs/catalogue_names").is_dir()
+    # the entity tower stayed frozen: the final KB is the first one, copied, not encoded again
+    assert json.loads((project / "kbs/catalogue_final/build_report.json").read_text())["reused_from"] == "kbs/catalogue"
     assert json.loads((project / "training/mine/label_types.json").read_text()) == {"Chem": ["Chemical"], "Dis": ["Disease"]}
     for pipeline in ("pipeline_calibrated", "pipeline_e2e_calibrated"):
         linker = spacy.load(project / "training/mine" / pipeline).get_pipe("pel_linker")

@@ -37,6 +37,7 @@ def main(
     ),
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Entities per resumable chunk of OUTPUT.partial/"),
     force: bool = typer.Option(False, "--force", help="Replace a KB at --output that was built from another KB file, format or encoder"),
+    reuse: Optional[Path] = typer.Option(None, "--reuse", help="A KB folder to copy instead of encoding when it was built from this same KB file and entity encoder (e.g. the KB before a training run that froze the entity tower); otherwise the KB is encoded as usual"),
     ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel[ray]'); same output as a local build"),
     address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
     workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),
@@ -47,7 +48,7 @@ def main(
         report = build_kb(
             kb, output, format, encoder, index, add, batch_size, precision, device,
             skip_bad_lines=skip_bad_lines, chunk_size=chunk_size, force=force,
-            ray=ray_options(ray, address, workers, cpus_per_worker),
+            ray=ray_options(ray, address, workers, cpus_per_worker), reuse=reuse,
         )
     except RayBuildError as err:
         fail(str(err))

@@ -8,12 +8,18 @@ the precision and the chunk size. A partial build made from anything else is dis
 starts clean; the returned report (``resume``) and the ``spacy_pel`` logger say which happened.
 
 Every option is checked before any heavy work (reading the KB, loading the encoder, encoding).
+
+``reuse``: a KB folder whose stamp equals the one this build would write (same KB file content,
+reader settings, entity texts, entity encoder fingerprint and precision) is copied instead of
+encoded again: the workflow's final KB after a training run that left the entity tower frozen is
+the KB ``build_kb`` wrote before it, while a trained entity tower (another fingerprint) encodes anew.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -21,14 +27,14 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..files import BadLines, InputError, atomic_write, file_digest, output_lock
+from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, output_lock
 from ..kb import READERS, Entity, kb_files, read_kb
 from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, tower_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray
 
-__all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_replace", "encode_resumable", "load_encoder"]
+__all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_replace", "encode_resumable", "load_encoder", "reusable"]
 log = logging.getLogger(__name__)
 # what a KB folder records of its input (its stamp.json), in words: another value refuses a rebuild without force
 RECORDED = {"input_sha256": "KB file content", "format": "KB format", "encoder_fingerprint": "entity encoder",
@@ -166,6 +172,31 @@ def check_replace(output: Path, source: dict, force: bool) -> None:
                          "use --force to replace it")
 
 
+def reusable(folder: Optional[Path], stamp: dict, index: str) -> bool:
+    """True when ``folder`` is a finished KB, never extended, of index kind ``index``, whose stamp
+    records exactly ``stamp`` (the device it ran on aside: the vectors do not depend on it)."""
+    if folder is None or not (Path(folder) / "meta.json").is_file():
+        return False
+    old = read_stamp(Path(folder) / STAMP_FILE)
+    meta = read_stamp(Path(folder) / "meta.json") or {}
+    if old is None or old.get("added") or meta.get("index", "flat") != index:
+        return False
+    same = [k for k in stamp if k != "device"]
+    return all(old.get(k) == stamp[k] for k in same) and set(old) - {"device"} == set(same)
+
+
+def _copy_kb(source: Path, output: Path) -> None:
+    """``source``'s files into ``output`` (hard links where the file system allows, else copies), atomically."""
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    with atomic_dir(output) as tmp:
+        shutil.copytree(source, tmp, copy_function=link_or_copy, dirs_exist_ok=True)
+
+
 # ---------------------------------------------------------------------------- the build
 
 
@@ -184,6 +215,7 @@ def build_kb(
     chunk_size: Optional[int] = None,
     force: bool = False,
     ray: Optional[RayOptions] = None,
+    reuse: Optional[Path] = None,
 ) -> dict:
     """Build ``output`` from ``kb`` (or, with ``add``, append ``add``'s entities to the KB at ``output``).
 
@@ -191,6 +223,9 @@ def build_kb(
     pid); a KB already there that was built from other input (another KB file content, format or
     encoder) is replaced only with ``force``. ``ray``: the entities are encoded on Ray
     (:mod:`.ray_build`), into the same resumable chunks and output as a local build.
+
+    ``reuse``: a KB folder to copy instead of encoding, when it was built from exactly this input and
+    entity encoder (:func:`reusable`; the report's ``reused_from`` names it).
 
     Returns the report written to ``output/build_report.json``: counts, wall time, entities/s, what was
     resumed (``resume``) and, with ``skip_bad_lines``, the malformed lines left out. Without
@@ -203,13 +238,17 @@ def build_kb(
     check_options(kb, output, format, encoder, index, add, batch_size, precision, device, chunk_size)
     if ray is not None:
         ray.check()
+    if reuse is not None and add is not None:
+        raise InputError("--reuse copies a finished KB into a new one; it does not go with --add")
+    if reuse is not None and Path(reuse).resolve() == output.resolve():
+        raise InputError(f"--reuse {reuse} is the output folder itself; give the KB to copy from")
     with output_lock(output):
         return _build(kb, output, format, encoder, index, add, batch_size, precision, device, progress,
-                      skip_bad_lines, chunk_size, force, ray, t0)
+                      skip_bad_lines, chunk_size, force, ray, t0, reuse)
 
 
 def _build(kb, output, format, encoder, index, add, batch_size, precision, device, progress, skip_bad_lines,
-           chunk_size, force, ray, t0) -> dict:
+           chunk_size, force, ray, t0, reuse=None) -> dict:
     bad_lines = BadLines() if skip_bad_lines else None
     source_path = Path(add if add is not None else kb)
     resume: Optional[dict] = None
@@ -248,6 +287,16 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             "precision": tower_precision(precision, enc.device_),  # "auto" as it resolved here
             "device": enc.device_.type,
         }
+        if reusable(reuse, stamp, index):
+            t_copy = time.perf_counter()
+            _copy_kb(Path(reuse), output)
+            report = {"kb": str(source_path), "format": format, "encoder": str(encoder), "index": index,
+                      "precision": precision, "entities_total": len(entities), "entities_encoded": 0,
+                      "reused_from": str(reuse), "wall_s": round(time.perf_counter() - t0, 1),
+                      "copy_s": round(time.perf_counter() - t_copy, 1)}
+            atomic_write(output / "build_report.json",
+                         lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
+            return report
         if ray is None:
             vectors, resume = encode_resumable(entities, enc, stamp, work, batch_size, progress, chunk_size)
         else:

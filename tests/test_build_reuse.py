@@ -1,0 +1,68 @@
+"""``build-kb --reuse``: the workflow's final KB is the pre-training KB, copied, when the entity tower
+did not change, and is encoded anew when it did (another fingerprint) or when the input changed."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_pel.files import InputError
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.build import build_kb
+from spacy_pel.retrieval.index import EntityIndex
+
+from .conftest import KB_LINES
+
+
+def test_same_encoder_and_input_is_copied_not_encoded(tmp_path, kb_file, kb_dir, tiny_encoder_dir, monkeypatch):
+    def no_encoding(*a, **k):
+        raise AssertionError("reuse must not encode")
+
+    monkeypatch.setattr(BiEncoder, "encode_entities", no_encoding)
+    out = tmp_path / "final"
+    report = build_kb(kb_file, out, format="jsonl", encoder=str(tiny_encoder_dir), progress=False, reuse=kb_dir)
+    assert report["reused_from"] == str(kb_dir) and report["entities_encoded"] == 0
+    a, b = EntityIndex.from_disk(kb_dir), EntityIndex.from_disk(out)
+    np.testing.assert_array_equal(a.embeddings, b.embeddings)
+    assert a.fingerprint == b.fingerprint and [e.id for e in a.entities] == [e.id for e in b.entities]
+
+
+def test_a_changed_entity_tower_encodes_anew(tmp_path, kb_file, kb_dir, tiny_encoder_dir):
+    """A trained entity tower has another fingerprint: its KB is encoded, not copied from the old one."""
+    trained = BiEncoder.from_pretrained(str(tiny_encoder_dir))
+    with torch.no_grad():
+        for p in trained.entity_model.parameters():
+            p.add_(0.05)
+    trained.save(tmp_path / "trained")
+    out = tmp_path / "final"
+    report = build_kb(kb_file, out, format="jsonl", encoder=str(tmp_path / "trained"), progress=False, reuse=kb_dir)
+    assert "reused_from" not in report and report["entities_encoded"] == len(KB_LINES)
+    new = EntityIndex.from_disk(out)
+    assert new.fingerprint != EntityIndex.from_disk(kb_dir).fingerprint
+    new.check_encoder(BiEncoder.from_pretrained(str(tmp_path / "trained")))
+
+
+def test_a_changed_kb_file_encodes_anew(tmp_path, kb_dir, tiny_encoder_dir):
+    other = tmp_path / "other.jsonl"
+    other.write_text("\n".join(KB_LINES[:3]) + "\n", encoding="utf8")
+    report = build_kb(other, tmp_path / "final", format="jsonl", encoder=str(tiny_encoder_dir), progress=False,
+                      reuse=kb_dir)
+    assert "reused_from" not in report and report["entities_total"] == 3
+
+
+def test_reuse_into_itself_or_with_add_is_refused(tmp_path, kb_file, kb_dir, tiny_encoder_dir):
+    with pytest.raises(InputError, match="output folder itself"):
+        build_kb(kb_file, kb_dir, format="jsonl", encoder=str(tiny_encoder_dir), progress=False, reuse=kb_dir)
+    with pytest.raises(InputError, match="--add"):
+        build_kb(None, kb_dir, format="jsonl", encoder=str(tiny_encoder_dir), add=kb_file, progress=False,
+                 reuse=tmp_path / "x")
+
+
+def test_a_kb_extended_with_add_is_not_reused(tmp_path, kb_file, kb_dir, tiny_encoder_dir):
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"id": "D9", "name": "heparin", "types": ["Chemical"]}) + "\n", encoding="utf8")
+    build_kb(None, kb_dir, format="jsonl", encoder=str(tiny_encoder_dir), add=extra, progress=False)
+    report = build_kb(kb_file, tmp_path / "final", format="jsonl", encoder=str(tiny_encoder_dir), progress=False,
+                      reuse=kb_dir)
+    assert "reused_from" not in report and report["entities_total"] == len(KB_LINES)
