@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import bioc
+import pytest
 import spacy
 from spacy.cli import app as spacy_app
 from typer.testing import CliRunner
@@ -22,6 +23,8 @@ from weasel.util import load_project_config, parse_config_overrides
 from spacy_pel.bioc_corpus import pubtator_to_bioc
 from spacy_pel.cli import app as pel_app
 from spacy_pel.corpora import read_docbin, read_pubtator
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.retrieval.index import EntityIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "your-own-data.md"
@@ -53,7 +56,7 @@ BC5CDR_MESH = {
                  "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
     "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --device auto"],
     "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto "
-              "--encoder.mention_max_length 64 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
+              "--encoder.mention_max_length 64 --paths.kb kbs/mesh --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
     "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh_final --paths.encoder "
                  "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
@@ -134,13 +137,26 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
         "python -m spacy_pel.convert assets/ncbi-disease/NCBIdevelopset_corpus.txt corpus/ncbi_dev.spacy --skip-bad-lines"]
     assert commands["build_kb"]["script"] == ["python -m spacy_pel.build_kb --kb assets/ncbi-disease/medic_06Jul2012.txt "
                                               "--format medic --encoder all-MiniLM-L6-v2 --output kbs/medic --device auto"]
-    data = "--paths.train corpus/ncbi_train.spacy --paths.dev corpus/ncbi_dev.spacy --paths.kb kbs/medic"
-    assert commands["train"]["script"][0].endswith(f"--training.epochs 3 {data}")
-    assert commands["train_e2e"]["script"][0].endswith(f"--training.max_steps 0 {data}")
+    data = "--paths.train corpus/ncbi_train.spacy --paths.dev corpus/ncbi_dev.spacy"
+    assert commands["train"]["script"][0].endswith(f"--paths.kb kbs/medic --loss.name ce_cosine --negatives.hard_fraction 0.5 "
+                                                   f"--training.lr 0.00005 --training.epochs 3 {data}")
+    assert commands["train_e2e"]["script"][0].endswith(f"--paths.kb kbs/medic_final --training.max_steps 0 {data}")
     assert commands["pipeline"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_rules.cfg training/ncbi_medic/pipeline ")
     assert commands["pipeline_e2e"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_e2e.cfg ")
     assert commands["package"]["script"][1].endswith("--name pel_ncbi_medic --version 0.1.0 --build wheel --force")
     assert commands["evaluate_e2e"]["script"][0].endswith("--title 'end to end on NCBI disease dev vs MEDIC'")
+
+
+def test_the_both_towers_preset_trains_both_and_links_against_the_final_kb():
+    commands, _ = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_medic_both.args"))
+    rendered = json.dumps({k: (commands[k]["script"], commands[k]["deps"], commands[k]["outputs"]) for k in DATASET_STEPS})
+    assert "bc5cdr" not in rendered.lower() and "mesh" not in rendered.lower(), rendered
+    assert commands["train"]["script"][0].startswith("python -m spacy_pel.train configs/train_both.cfg --output training/ncbi_medic_both/retriever ")
+    assert commands["final_kb"]["script"] == [
+        "python -m spacy_pel.build_kb --kb assets/ncbi-disease/medic_06Jul2012.txt --format medic --encoder "
+        "training/ncbi_medic_both/retriever/best --output kbs/medic_both_final --reuse kbs/medic_both --force --device auto"]
+    assert "--paths.kb kbs/medic_both_final " in commands["pipeline"]["script"][0]
+    assert "--paths.names kbs/medic_both_names " in commands["pipeline"]["script"][0]
 
 
 def test_build_options_send_the_kb_and_name_rows_to_ray():
@@ -150,7 +166,10 @@ def test_build_options_send_the_kb_and_name_rows_to_ray():
     assert commands["build_kb"]["outputs"] == ["kbs/mesh"]
 
 
-def test_the_docs_example_through_all_and_e2e(tmp_path, tiny_encoder_dir, monkeypatch):
+@pytest.mark.parametrize("recipe", ["frozen", "both"])
+def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir, monkeypatch):
+    """``both``: configs/train_both.cfg, so final_kb encodes the KB anew with the trained entity tower and
+    every pipeline is assembled with it (a KB of the other tower would be refused)."""
     kb_block, dev_block, args_block = doc_blocks("Example: your own catalogue (JSONL KB) and a small corpus")
     project = tmp_path / "project"
     shutil.copytree(ROOT / "configs", project / "configs")
@@ -171,6 +190,9 @@ def test_the_docs_example_through_all_and_e2e(tmp_path, tiny_encoder_dir, monkey
              "--vars.e2e_max_steps", "2", "--vars.train_overrides",
              f" --encoder.base {enc} --training.max_steps 2 --training.batch_size 4 --negatives.count 3 "
              "--training.eval_every 2 --training.eval_docs 0"]
+    if recipe == "both":
+        extra += ["--vars.train_config", "configs/train_both.cfg"]
+        extra[extra.index("--vars.train_overrides") + 1] += " --training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2"
     for step in ("fetch_assets", "convert"):  # the documented line: xargs -a ARGS python -m spacy project run STEP .
         run = subprocess.run(["xargs", "-a", "configs/datasets/mine.args", sys.executable, "-m", "spacy", "project", "run",
                               step, ".", *extra], capture_output=True, text=True, cwd=project, timeout=300)
@@ -185,8 +207,14 @@ def test_the_docs_example_through_all_and_e2e(tmp_path, tiny_encoder_dir, monkey
     nlp = spacy.blank("en")
     assert [len(read_docbin(nlp, project / "corpus" / f"mine_{s}.spacy")) for s in ("train", "dev")] == [2, 1]
     assert json.loads((project / "kbs/catalogue/meta.json").read_text()) and (project / "kbs/catalogue_names").is_dir()
-    # the entity tower stayed frozen: the final KB is the first one, copied, not encoded again
-    assert json.loads((project / "kbs/catalogue_final/build_report.json").read_text())["reused_from"] == "kbs/catalogue"
+    final = json.loads((project / "kbs/catalogue_final/build_report.json").read_text())
+    if recipe == "frozen":  # the entity tower stayed frozen: the final KB is the first one, copied, not encoded again
+        assert final["reused_from"] == "kbs/catalogue"
+    else:  # it learned: the final KB is encoded by it, and differs from the base tower's
+        assert "reused_from" not in final and final["entities_encoded"] == 5
+        base, last = (EntityIndex.from_disk(project / f"kbs/{k}") for k in ("catalogue", "catalogue_final"))
+        assert base.fingerprint != last.fingerprint
+        last.check_encoder(BiEncoder.from_pretrained(project / "training/mine/retriever/best"))
     assert json.loads((project / "training/mine/label_types.json").read_text()) == {"Chem": ["Chemical"], "Dis": ["Disease"]}
     for pipeline in ("pipeline_calibrated", "pipeline_e2e_calibrated"):
         linker = spacy.load(project / "training/mine" / pipeline).get_pipe("pel_linker")

@@ -141,13 +141,15 @@ class SpansSection:
 class LoopSettings:
     """What :class:`~spacy_pel.training.loop.TrainingLoop` reads: the learning-rate schedule
     (``linear``: warm-up over ``warmup`` × steps, then linear decay to 0; ``constant``), gradient
-    clipping (0 = none), evaluation every ``eval_every`` steps (0 = only at the end), bf16 autocast
-    and resuming from ``DIR/last``."""
+    clipping (0 = none), evaluation every ``eval_every`` steps (at least 1), early stopping after
+    ``patience`` evaluations in a row without a new best (0 = never), bf16 autocast and resuming from
+    ``DIR/last``."""
 
     warmup: float = 0.0
     schedule: str = "linear"
     grad_clip: float = 1.0
     eval_every: int = 0
+    patience: int = 0
     precision: str = "fp32"
     resume: bool = True
 
@@ -167,6 +169,9 @@ class TrainingSection(LoopSettings):
 class RetrieverTraining(TrainingSection):
     batch_size: int = 32
     train_entity_encoder: bool = False
+    # trained entity tower only: its learning rate is lr x this (a slower tower drifts less from the
+    # base's view of the KB's untrained entities)
+    entity_lr_scale: float = 1.0
     objective: str = "linking"
     eval_kb_sample: int = 20000
     # "raw": the KB's vectors as stored; "centred": normalize(e - μ_KB), frozen entity tower only
@@ -255,7 +260,7 @@ def _check_schedule(t, where: str) -> None:
     _one_of(t.schedule, SCHEDULES, f"{where} schedule")
     _check(0.0 <= t.warmup <= 1.0, f"{where} warmup", f"must be within [0, 1], not {t.warmup}")
     _check(t.eval_every >= 1, f"{where} eval_every", f"must be at least 1, not {t.eval_every}")
-    for key in ("max_steps", "lr", "grad_clip", "weight_decay"):
+    for key in ("max_steps", "lr", "grad_clip", "weight_decay", "patience"):
         _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
 
 
@@ -313,6 +318,9 @@ class RetrieverConfig:
             raise ConfigError(f"{source}: paths.kb_format (a KB file without vectors) needs a trained entity tower "
                               "(training.train_entity_encoder = true) whose hard negatives are refreshed "
                               "(negatives.refresh_every > 0) or none (negatives.hard_fraction = 0)")
+        if t.entity_lr_scale <= 0 or (t.entity_lr_scale != 1.0 and not t.train_entity_encoder):
+            raise ConfigError(f"{source}: training.entity_lr_scale must be > 0, and other than 1 only with a trained "
+                              "entity tower (training.train_entity_encoder = true)")
         if n.kind == "kb" and t.train_entity_encoder:
             raise ConfigError(f'{source}: negatives.kind = "kb" (softmax over the whole KB) needs a frozen entity tower '
                               "(training.train_entity_encoder = false)")

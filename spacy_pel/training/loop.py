@@ -216,6 +216,9 @@ class TrainingLoop:
                 means = {k: float(np.mean(parts[k][-eval_every:])) for k in task.loss_parts}
                 self.evaluate_and_save(means, time.perf_counter() - t0)
                 t0, evaluated = time.perf_counter(), done
+                if self.out_of_patience():
+                    state["stopped_early"] = done
+                    break
         bar.close()
         if state["step"] != evaluated:  # the task's batches ended early (a time budget): evaluate where it stopped
             tail = state["step"] - evaluated
@@ -225,6 +228,11 @@ class TrainingLoop:
         task.finish(self.output, state)
         self.write_log()
         return state
+
+    def out_of_patience(self) -> bool:
+        """``patience`` evaluations in a row since the best one, none of them better (early stopping)."""
+        evals = [h["step"] for h in self.state["history"]]
+        return bool(self.settings.patience) and sum(s > self.state["best_step"] for s in evals) >= self.settings.patience
 
     def save_model(self, folder: Path) -> None:
         with atomic_dir(folder) as tmp:

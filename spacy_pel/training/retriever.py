@@ -245,8 +245,12 @@ class RetrieverTask(Task):
         return self.encoder
 
     def optimizer(self) -> torch.optim.Optimizer:
-        params = [q for q in self.encoder.parameters() if q.requires_grad]
-        return torch.optim.AdamW(params, lr=self.cfg.training.lr, weight_decay=self.cfg.training.weight_decay)
+        t = self.cfg.training
+        entity = {id(q) for q in self.encoder.entity_model.parameters()}
+        groups = [{"params": [q for q in self.encoder.parameters() if q.requires_grad and id(q) not in entity], "lr": t.lr},
+                  {"params": [q for q in self.encoder.entity_model.parameters() if q.requires_grad],
+                   "lr": t.lr * t.entity_lr_scale}]
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=t.lr, weight_decay=t.weight_decay)
 
     def train_mode(self) -> None:
         self.encoder.train()

@@ -1,0 +1,72 @@
+"""``patience``: the training loop stops after that many evaluations in a row without a new best, and
+keeps the best model; 0 never stops early."""
+from pathlib import Path
+
+import torch
+
+from spacy_pel.evaluation.evaluators import Evaluator
+from spacy_pel.training.config import LoopSettings
+from spacy_pel.training.loop import StepOutput, Task, TrainingLoop
+
+
+class Scripted(Evaluator):
+    """Dev metric by evaluation: rises to a peak at the 2nd, then falls."""
+    primary_metric = "dev"
+
+    def __init__(self, values):
+        self.values, self.calls = list(values), 0
+
+    def __call__(self, model):
+        value = self.values[min(self.calls, len(self.values) - 1)]
+        self.calls += 1
+        return {"dev": value}
+
+
+class Linear(Task):
+    total_steps = 20
+
+    def __init__(self, values):
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.evaluator = Scripted(values)
+        self.seen = 0
+
+    @property
+    def model(self):
+        return self.weight
+
+    def optimizer(self):
+        return torch.optim.SGD([self.weight], lr=0.1)
+
+    def batches(self, start):
+        return range(start, self.total_steps)
+
+    def step(self, batch):
+        self.seen += 1
+        return StepOutput((self.weight - 1.0).pow(2).sum(), {"loss": 0.0})
+
+    def save(self, folder: Path):
+        (folder / "weight.txt").write_text(str(float(self.weight)))
+
+
+def run(tmp_path: Path, patience: int, values):
+    task = Linear(values)
+    state = TrainingLoop(task, LoopSettings(eval_every=2, patience=patience), tmp_path / f"p{patience}").run(progress=False)
+    return task, state
+
+
+def test_stops_after_patience_evaluations_without_a_better_one(tmp_path):
+    task, state = run(tmp_path, 2, [0.5, 0.9, 0.8, 0.7, 0.95, 0.99])
+    # evaluations at steps 2, 4 (best), 6, 8: two in a row below 0.9 -> stop at step 8; 0.95 is never seen
+    assert state["step"] == 8 and state["stopped_early"] == 8 and task.seen == 8
+    assert state["best_step"] == 4 and state["best"] == 0.9
+    assert [h["step"] for h in state["history"]] == [2, 4, 6, 8]
+
+
+def test_an_improvement_resets_the_count(tmp_path):
+    task, state = run(tmp_path, 2, [0.5, 0.9, 0.8, 0.95, 0.9, 0.85, 0.99])
+    assert state["best_step"] == 8 and state["stopped_early"] == 12
+
+
+def test_zero_patience_trains_every_step(tmp_path):
+    task, state = run(tmp_path, 0, [0.5, 0.9, 0.8, 0.7, 0.6])
+    assert state["step"] == 20 and "stopped_early" not in state and task.seen == 20
