@@ -34,7 +34,7 @@ from _common import lscpu_model, machine
 from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
 
 TRAIN = (f"{PY} -m spacy_pel train configs/train_both.cfg --output training/retriever_both "
-         "--encoder.base all-MiniLM-L6-v2 {train_overrides}")
+         f"--encoder.base all-MiniLM-L6-v2 --paths.kb {MESH} --paths.kb_format mesh --training.patience 0 {{train_overrides}}")
 STEPS = {
     "train": ("training/retriever_both/best", TRAIN),
     "kb": ("kbs/mesh_both", f"{PY} -m spacy_pel build-kb --kb {MESH} --format mesh --encoder training/retriever_both/best "
