@@ -2,9 +2,11 @@
 keeps the best model; 0 never stops early."""
 from pathlib import Path
 
+import pytest
 import torch
 
 from spacy_pel.evaluation.evaluators import Evaluator
+from spacy_pel.files import InputError
 from spacy_pel.training.config import LoopSettings
 from spacy_pel.training.loop import StepOutput, Task, TrainingLoop
 
@@ -70,3 +72,21 @@ def test_an_improvement_resets_the_count(tmp_path):
 def test_zero_patience_trains_every_step(tmp_path):
     task, state = run(tmp_path, 0, [0.5, 0.9, 0.8, 0.7, 0.6])
     assert state["step"] == 20 and "stopped_early" not in state and task.seen == 20
+
+
+class TwoGroups(Linear):
+    """The same model, its optimizer in two parameter groups (as the retriever's, once the entity tower has its own)."""
+
+    def __init__(self, values):
+        super().__init__(values)
+        self.other = torch.nn.Parameter(torch.zeros(1))
+
+    def optimizer(self):
+        return torch.optim.SGD([{"params": [self.weight]}, {"params": [self.other], "lr": 0.01}], lr=0.1)
+
+
+def test_a_checkpoint_of_another_optimizer_layout_is_one_clear_error(tmp_path):
+    out = tmp_path / "run"
+    TrainingLoop(Linear([0.5]), LoopSettings(eval_every=2), out).run(progress=False)
+    with pytest.raises(InputError, match="does not fit the model being trained.*resume false"):
+        TrainingLoop(TwoGroups([0.5]), LoopSettings(eval_every=2), out, out / "last")

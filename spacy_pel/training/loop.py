@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ..evaluation.evaluators import Evaluator
-from ..files import atomic_dir, atomic_write
+from ..files import InputError, atomic_dir, atomic_write
 from ..models.encoder import resolve_precision
 from .config import LoopSettings
 
@@ -146,7 +146,11 @@ def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
     for key, value in tensors.items():
         i, name = key.split(".", 1)
         per_param.setdefault(int(i), {})[name] = value
-    optimizer.load_state_dict({"state": per_param, "param_groups": state.pop("param_groups")})
+    try:
+        optimizer.load_state_dict({"state": per_param, "param_groups": state.pop("param_groups")})
+    except ValueError as err:  # another parameter layout (e.g. a checkpoint from before the entity tower had its own group)
+        raise InputError(f"{path}: this checkpoint's optimizer does not fit the model being trained ({err}); start "
+                         f"afresh with --training.resume false, or delete {path}") from None
     return state
 
 
