@@ -15,7 +15,6 @@ from typing import List
 
 import spacy
 import typer
-
 from _common import ROOT, lscpu_model, machine
 
 from spacy_pel.corpora import corpus_ids, read_docbin

@@ -1,7 +1,6 @@
 """``build-kb --reuse``: the workflow's final KB is the pre-training KB, copied, when the entity tower
 did not change, and is encoded anew when it did (another fingerprint) or when the input changed."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
