@@ -15,14 +15,12 @@ from typing import List
 
 import spacy
 import typer
-from _common import ROOT, lscpu_model, machine
+from _common import HERE, ROOT, lscpu_model, machine
 
 from spacy_pel.corpora import corpus_ids, read_docbin
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
 from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.pipeline.rules.char_ngrams import CharNgramRule
-
-HERE = Path(__file__).resolve().parent
 
 
 def with_rule(rules: dict, rule, before: str = "label_types") -> dict:
