@@ -26,7 +26,7 @@ BUDGET = {
     "negatives.count": 32,
 }
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "others_busy"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "others_busy"]
 
 
 def lscpu_model() -> str:
@@ -50,6 +50,12 @@ def machine() -> dict:
     wanted = ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
     return {"cpu": model, "flags": [f for f in wanted if f in flags], "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version()}
+
+
+def machine_line(m: dict) -> str:
+    """A report's "Machine: …" sentence from a :func:`machine` dict (with ``lscpu_model`` where recorded)."""
+    return (f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, "
+            f"{m['torch_threads']} threads")
 
 
 def cpu_seconds() -> tuple:

@@ -35,17 +35,21 @@ import typer
 from _common import lscpu_model, machine
 from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
 
-def chain(run: str) -> dict:
-    """The steps of run ``run`` (its outputs: training/retriever_<run>, kbs/mesh_<run>, …): (output, command)."""
+def chain(run: str, train: str = "corpus/bc5cdr_train.spacy") -> dict:
+    """The steps of run ``run`` (its outputs: training/retriever_<run>, kbs/mesh_<run>, …): (output, command).
+    ``train``: the training corpus (another than BC5CDR's gets its own alias table, training/aliases_<run>.json)."""
     enc, kb, pipe = f"training/retriever_{run}", f"kbs/mesh_{run}", f"training/pipeline_{run}"
+    default = train == "corpus/bc5cdr_train.spacy"
+    aliases = "training/aliases.json" if default else f"training/aliases_{run}.json"
+    paths = "" if default else f" --paths.train {train}"
     return {
         "train": (f"{enc}/best", f"{PY} -m spacy_pel train configs/train_both.cfg --output {enc} --encoder.base all-MiniLM-L6-v2 "
-                  f"--paths.kb {MESH} --paths.kb_format mesh --training.patience 0 {{train_overrides}}"),
+                  f"--paths.kb {MESH} --paths.kb_format mesh --training.patience 0{paths} {{train_overrides}}"),
         "kb": (kb, f"{PY} -m spacy_pel build-kb --kb {MESH} --format mesh --encoder {enc}/best --output {kb}"),
         "names": (f"{kb}_names", f"{PY} -m spacy_pel build-names {kb} --output {kb}_names"),
-        "aliases": ("training/aliases.json", f"{PY} -m spacy_pel aliases corpus/bc5cdr_train.spacy --output training/aliases.json"),
+        "aliases": (aliases, f"{PY} -m spacy_pel aliases {train} --output {aliases}"),
         "pipeline": (pipe, f"{PY} -m spacy assemble configs/linker_rules.cfg {pipe} --paths.kb {kb} --paths.encoder {enc}/best "
-                           f"--paths.aliases training/aliases.json --paths.names {kb}_names --components.pel_linker.context_window 64"),
+                           f"--paths.aliases {aliases} --paths.names {kb}_names --components.pel_linker.context_window 64"),
     }
 
 

@@ -25,7 +25,7 @@ from typing import List
 import spacy
 import typer
 
-from _common import ROOT, cpu_seconds, machine, others_busy
+from _common import ROOT, cpu_seconds, lscpu_model, machine, others_busy
 from speed import with_gold_ents
 
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
@@ -35,11 +35,24 @@ WARMUP_DOCS = 20
 app = typer.Typer(add_completion=False)
 
 
+def overrides(settings: List[str]) -> dict:
+    """``KEY=VALUE`` strings as a spaCy config overrides dict (values parsed as JSON where they parse)."""
+    out = {}
+    for item in settings:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 @app.command(hidden=True)
-def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path):
+def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: List[str] = typer.Option([], "--set"),
+          warm_passes: int = 0):
     """One measurement (run by ``run`` in a fresh process)."""
     t0 = time.perf_counter()
-    nlp = spacy.load(pipeline)
+    nlp = spacy.load(pipeline, config=overrides(setting))
     load_seconds = time.perf_counter() - t0
     docs = read_docbin(nlp, dev)
     list(nlp.pipe(with_gold_ents(docs[:WARMUP_DOCS])))
@@ -48,6 +61,11 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path):
     c0, t0 = cpu_seconds(), time.perf_counter()
     linked = list(nlp.pipe(fresh, n_process=n_process))
     seconds = time.perf_counter() - t0
+    warm = []
+    for _ in range(warm_passes):  # speed.md's way: the same documents again, batch_size 128, this process's caches warm
+        t1 = time.perf_counter()
+        list(nlp.pipe(with_gold_ents(timed), batch_size=128))
+        warm.append(time.perf_counter() - t1)
     busy = others_busy(c0, cpu_seconds(), seconds)  # with n_process > 1 the workers are not this process's
     kb = find_linker(nlp)[1].index.entities.ids
     kb_ids = {str(i) for i in kb}
@@ -65,6 +83,10 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path):
               "ids_sha1": hashlib.sha1("\n".join(ids).encode()).hexdigest()[:12]}
     if n_process == 1:
         result["other_processes_cores"] = busy
+    if warm:
+        result["warm_mentions_per_s"] = round(len(ids) / sorted(warm)[len(warm) // 2], 1)
+    if setting:
+        result["settings"] = list(setting)
     typer.echo(json.dumps(result))
 
 
@@ -73,15 +95,23 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
          n_process: List[int] = typer.Option([1, 2], help="nlp.pipe n_process values"),
          dev: Path = typer.Option(ROOT / "corpus" / "bc5cdr_dev.spacy"),
          output: Path = typer.Option(ROOT / "benchmarks" / "user_speed", help="Report path without suffix"),
-         work: Path = typer.Option(Path("/tmp/pel_user_speed")), notes: str = typer.Option("")):
+         work: Path = typer.Option(Path("/tmp/pel_user_speed")), notes: str = typer.Option(""),
+         setting: List[str] = typer.Option([], "--set", help="KEY=VALUE config override for every pipeline, e.g. "
+                                                               "components.pel_linker.precision=int8"),
+         warm_passes: int = typer.Option(0, help="after the timed first pass, this many passes over the same documents "
+                                                "with batch_size 128 (speed.md's way); their median is reported too"),
+         append: bool = typer.Option(False, help="add these runs to the report's instead of replacing them")):
     """Measure every pipeline at every n_process, each in a fresh process, and write the report."""
     work.mkdir(parents=True, exist_ok=True)
-    report = {"machine": machine(), "notes": notes, "runs": []}
+    old = json.loads(output.with_suffix(".json").read_text()) if append and output.with_suffix(".json").exists() else {}
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "notes": notes or old.get("notes", ""),
+              "runs": old.get("runs", [])}
+    extra = [a for item in setting for a in ("--set", item)] + ["--warm-passes", str(warm_passes)]
     for p in pipeline:
         ids_by_n = {}
         for n in n_process:
             ids_file = work / f"{p.name}_{n}.json"
-            out = subprocess.run([sys.executable, __file__, "child", str(p), str(dev), str(n), str(ids_file)],
+            out = subprocess.run([sys.executable, __file__, "child", str(p), str(dev), str(n), str(ids_file), *extra],
                                  check=True, capture_output=True, text=True).stdout
             run = {"pipeline": str(p), **json.loads(out.strip().splitlines()[-1])}
             ids_by_n[n] = json.loads(ids_file.read_text())
@@ -96,13 +126,15 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
 def markdown(r: dict) -> str:
     m = r["machine"]
     lines = ["# Speed as a user gets it: `nlp.pipe`, fresh process, first pass", "",
-             f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.", "",
+             f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
-             "| pipeline | n_process | load s | docs | mentions | seconds | mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| pipeline | settings | n_process | load s | docs | mentions | seconds | mentions/s | warm passes, mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in r["runs"]:
-        lines.append(f"| `{run['pipeline']}` | {run['n_process']} | {run['load_seconds']} | {run['docs']} | {run['mentions']} | "
-                     f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {run['R@1']:.4f} | "
+        warm = f"{run['warm_mentions_per_s']:,.0f}" if "warm_mentions_per_s" in run else "–"
+        lines.append(f"| `{run['pipeline']}` | {', '.join(run.get('settings', [])) or 'as saved'} | {run['n_process']} | "
+                     f"{run['load_seconds']} | {run['docs']} | {run['mentions']} | "
+                     f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {run['R@1']:.4f} | "
                      f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} |")
     lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2`.", "",
               __doc__.split("\n\n")[-1].replace("\n", " ").strip(), ""]

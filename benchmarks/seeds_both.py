@@ -1,0 +1,156 @@
+"""Issue 28, item 3: the seeds' losses re-tested with BOTH towers trained (benchmarks/seeds.md froze the
+entity tower): proxy loss (Eq. 3) with random negatives vs CE with mixed-50% hard negatives at the same
+budget, then FGSM on the better of the two.
+
+Every run trains configs/train_both.cfg from base MiniLM for the retriever benchmark's budget (``_common.BUDGET``:
+120 steps × 32 mentions, lr 5e-5, 25% warm-up, context 64), both towers learning, shared negatives (4 a
+mention, encoded once a step with gradient), hard ones (where the run has them) from a 20,000-entity pool
+re-encoded by the training entity tower every 100 steps. Only the loss, the negatives' hard fraction and
+FGSM differ between runs.
+
+Evaluation, the same for every run and cheap enough for a CPU (no 354k-entity KB encode per run): every
+BC5CDR dev gold mention whose entity is in MeSH, encoded by the run's mention tower, against an entity table
+encoded by the run's entity tower: the dev gold entities plus 50,000 other MeSH records drawn at random
+(seed 0, the same for every run). R@1 / R@64, and R@1 over mentions of entities absent from BC5CDR train
+(unseen). Writes benchmarks/seeds_both.{json,md}; a run whose training folder has ``best`` is not re-trained.
+
+    python benchmarks/seeds_both.py                   # every run not yet done, then the report
+    python benchmarks/seeds_both.py --only ce_mixed50
+"""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import time
+from typing import Dict, List
+
+import numpy as np
+import spacy
+import typer
+
+from _common import BUDGET, HERE, ROOT, SHARED, lscpu_model, machine, machine_line
+
+from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.kb import read_kb
+from spacy_pel.models.encoder import BiEncoder, Mention
+
+SAMPLE = 50_000
+RUNS_DIR = ROOT / "training" / "seeds_both"
+PB_RANDOM = {"loss.name": "proxy", "negatives.hard_fraction": 0.0}
+CE_MIXED = {"loss.name": "ce_cosine", "negatives.hard_fraction": 0.5}
+FGSM = {"fgsm.enabled": "true", "fgsm.negatives": 1, "fgsm.mentions": 8}
+RUNS: Dict[str, object] = {"pb_random": PB_RANDOM, "ce_mixed50": CE_MIXED, "fgsm_on_better": "fgsm"}
+BUDGET_OVERRIDES = {k: v for k, v in BUDGET.items() if k != "negatives.count"}  # shared negatives: 4 a mention
+
+
+def overrides(run: str, results: dict) -> dict:
+    spec = RUNS[run]
+    if spec == "fgsm":
+        better = max(("pb_random", "ce_mixed50"), key=lambda r: results[r]["R@1"])
+        return {**RUNS[better], **FGSM, "_better": better}
+    return dict(spec)
+
+
+def train(run: str, settings: dict) -> dict:
+    out = RUNS_DIR / run
+    args = [f"--{k} {v}" for k, v in {**BUDGET_OVERRIDES, **settings}.items() if not k.startswith("_")]
+    command = (f"python -m spacy_pel train configs/train_both.cfg --output {out.relative_to(ROOT)} --encoder.base all-MiniLM-L6-v2 "
+               f"--paths.kb {SHARED / 'mesh'} --paths.kb_format mesh --training.patience 0 " + " ".join(args))
+    t0 = time.perf_counter()
+    if not (out / "best").exists():
+        subprocess.run(command, shell=True, check=True, cwd=ROOT)
+    log = json.loads((out / "train_log.json").read_text())
+    return {"command": command, "minutes": round((time.perf_counter() - t0) / 60, 1),
+            "step_seconds": round(log["train_seconds"] / max(log["step"], 1), 2), "best_step": log.get("best_step")}
+
+
+class DevSet:
+    """BC5CDR dev in-KB gold mentions and the fixed entity table (dev gold entities + a random sample)."""
+
+    def __init__(self):
+        nlp = spacy.blank("en")
+        entities = read_kb(SHARED / "mesh", "mesh")
+        row = {e.id: i for i, e in enumerate(entities)}
+        seen = corpus_ids(read_docbin(nlp, ROOT / "corpus" / "bc5cdr_train.spacy"))
+        self.mentions: List[Mention] = []
+        self.gold: List[List[int]] = []
+        self.unseen: List[bool] = []
+        for doc in read_docbin(nlp, ROOT / "corpus" / "bc5cdr_dev.spacy"):
+            for span in gold_spans(doc):
+                ids = [i for i in gold_ids(span.kb_id_) if i in row]
+                if ids:
+                    self.mentions.append(Mention(doc.text, span.start_char, span.end_char))
+                    self.gold.append([row[i] for i in ids])
+                    self.unseen.append(not any(i in seen for i in ids))
+        gold_rows = {r for g in self.gold for r in g}
+        rest = [i for i in range(len(entities)) if i not in gold_rows]
+        table = sorted(gold_rows) + random.Random(0).sample(rest, SAMPLE)
+        self.entities = [entities[i] for i in table]
+        position = {r: p for p, r in enumerate(table)}
+        self.gold = [[position[r] for r in g] for g in self.gold]
+
+    def evaluate(self, encoder_dir) -> dict:
+        encoder = BiEncoder.from_pretrained(encoder_dir)
+        t0 = time.perf_counter()
+        e = encoder.encode_entities(self.entities, progress=True)
+        m = encoder.encode_mentions(self.mentions, progress=True)
+        scores = m @ e.T
+        gold_score = np.array([scores[i, g].max() for i, g in enumerate(self.gold)])
+        rank = (scores > gold_score[:, None]).sum(1) + 1
+        unseen = np.array(self.unseen)
+        return {"R@1": round(float((rank <= 1).mean()), 4), "R@64": round(float((rank <= 64).mean()), 4),
+                "unseen": round(float((rank[unseen] <= 1).mean()), 4), "seen": round(float((rank[~unseen] <= 1).mean()), 4),
+                "mentions": len(self.mentions), "unseen_mentions": int(unseen.sum()), "table": len(self.entities),
+                "eval_minutes": round((time.perf_counter() - t0) / 60, 1)}
+
+
+def markdown(r: dict) -> str:
+    m = r["machine"]
+    lines = ["# Issue 28, item 3: proxy loss vs CE and FGSM with both towers trained", "",
+             machine_line(m) + "; every run alone.", "",
+             "Reproduce: `python benchmarks/seeds_both.py` (the budget and the evaluation are in its docstring). Same budget "
+             "for every run: " + ", ".join(f"{k} {v}" for k, v in BUDGET_OVERRIDES.items()) + "; both towers learn.", "",
+             f"Evaluation: BC5CDR dev gold mentions (in MeSH) vs the dev gold entities + {SAMPLE:,} random MeSH records, all "
+             "encoded by the run's own towers (not all of MeSH: that would cost a 12-minute encode per run).", "",
+             "| run | loss | hard negatives | FGSM | R@1 | R@64 | unseen R@1 | seen R@1 | s / step | best step |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for name, res in r["runs"].items():
+        s = res["settings"]
+        lines.append(f"| {name} | {s['loss.name']} | {s['negatives.hard_fraction']} | {'yes' if 'fgsm.enabled' in s else 'no'} | "
+                     f"{res['R@1']:.4f} | {res['R@64']:.4f} | {res['unseen']:.4f} | {res['seen']:.4f} | "
+                     f"{res['train']['step_seconds']} | {res['train']['best_step']} |")
+    runs = r["runs"]
+    if {"pb_random", "ce_mixed50"} <= set(runs):
+        gap = (runs["pb_random"]["R@1"] - runs["ce_mixed50"]["R@1"]) * 100
+        lines += ["", f"Pb random vs CE mixed-50%: {gap:+.1f} pt R@1 (target: within 2 pt). With a frozen entity tower "
+                  "(benchmarks/seeds.md, all of MeSH): 0.464 (batch-centred, δ 0.3) vs 0.666."]
+    if "fgsm_on_better" in runs:
+        better = runs["fgsm_on_better"]["settings"]["_better"]
+        delta = (runs["fgsm_on_better"]["R@1"] - runs[better]["R@1"]) * 100
+        lines += ["", f"FGSM on the better loss ({better}): {delta:+.1f} pt R@1 (target ≥ 0; frozen tower: −2.8 pt)."]
+    if r.get("notes"):
+        lines += ["", r["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(only: str = typer.Option("", help="comma-separated runs (default: all, in order)"), notes: str = typer.Option("")):
+    out = HERE / "seeds_both.json"
+    report = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+    report["machine"] = {**machine(), "lscpu_model": lscpu_model()}
+    if notes:
+        report["notes"] = notes
+    dev = None
+    for run in (only.split(",") if only else RUNS):
+        if run in report["runs"]:
+            continue
+        settings = overrides(run, report["runs"])
+        trained = train(run, settings)
+        dev = dev or DevSet()
+        report["runs"][run] = {"settings": settings, "train": trained, **dev.evaluate(RUNS_DIR / run / "best")}
+        out.write_text(json.dumps(report, indent=2), encoding="utf8")
+        out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+
+if __name__ == "__main__":
+    typer.run(main)
