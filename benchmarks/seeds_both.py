@@ -20,22 +20,15 @@ encoded by the run's entity tower: the dev gold entities plus 50,000 other MeSH 
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import time
-from typing import Dict, List
+from typing import Dict
 
-import numpy as np
-import spacy
 import typer
 
 from _common import BUDGET, HERE, ROOT, SHARED, lscpu_model, machine, machine_line
+from subset_eval import SAMPLE, SubsetEval
 
-from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
-from spacy_pel.kb import read_kb
-from spacy_pel.models.encoder import BiEncoder, Mention
-
-SAMPLE = 50_000
 RUNS_DIR = ROOT / "training" / "seeds_both"
 PB_RANDOM = {"loss.name": "proxy", "negatives.hard_fraction": 0.0}
 CE_MIXED = {"loss.name": "ce_cosine", "negatives.hard_fraction": 0.5}
@@ -63,46 +56,6 @@ def train(run: str, settings: dict) -> dict:
     log = json.loads((out / "train_log.json").read_text())
     return {"command": command, "minutes": round((time.perf_counter() - t0) / 60, 1),
             "step_seconds": round(log["train_seconds"] / max(log["step"], 1), 2), "best_step": log.get("best_step")}
-
-
-class DevSet:
-    """BC5CDR dev in-KB gold mentions and the fixed entity table (dev gold entities + a random sample)."""
-
-    def __init__(self):
-        nlp = spacy.blank("en")
-        entities = read_kb(SHARED / "mesh", "mesh")
-        row = {e.id: i for i, e in enumerate(entities)}
-        seen = corpus_ids(read_docbin(nlp, ROOT / "corpus" / "bc5cdr_train.spacy"))
-        self.mentions: List[Mention] = []
-        self.gold: List[List[int]] = []
-        self.unseen: List[bool] = []
-        for doc in read_docbin(nlp, ROOT / "corpus" / "bc5cdr_dev.spacy"):
-            for span in gold_spans(doc):
-                ids = [i for i in gold_ids(span.kb_id_) if i in row]
-                if ids:
-                    self.mentions.append(Mention(doc.text, span.start_char, span.end_char))
-                    self.gold.append([row[i] for i in ids])
-                    self.unseen.append(not any(i in seen for i in ids))
-        gold_rows = {r for g in self.gold for r in g}
-        rest = [i for i in range(len(entities)) if i not in gold_rows]
-        table = sorted(gold_rows) + random.Random(0).sample(rest, SAMPLE)
-        self.entities = [entities[i] for i in table]
-        position = {r: p for p, r in enumerate(table)}
-        self.gold = [[position[r] for r in g] for g in self.gold]
-
-    def evaluate(self, encoder_dir) -> dict:
-        encoder = BiEncoder.from_pretrained(encoder_dir)
-        t0 = time.perf_counter()
-        e = encoder.encode_entities(self.entities, progress=True)
-        m = encoder.encode_mentions(self.mentions, progress=True)
-        scores = m @ e.T
-        gold_score = np.array([scores[i, g].max() for i, g in enumerate(self.gold)])
-        rank = (scores > gold_score[:, None]).sum(1) + 1
-        unseen = np.array(self.unseen)
-        return {"R@1": round(float((rank <= 1).mean()), 4), "R@64": round(float((rank <= 64).mean()), 4),
-                "unseen": round(float((rank[unseen] <= 1).mean()), 4), "seen": round(float((rank[~unseen] <= 1).mean()), 4),
-                "mentions": len(self.mentions), "unseen_mentions": int(unseen.sum()), "table": len(self.entities),
-                "eval_minutes": round((time.perf_counter() - t0) / 60, 1)}
 
 
 def markdown(r: dict) -> str:
@@ -146,7 +99,7 @@ def main(only: str = typer.Option("", help="comma-separated runs (default: all, 
             continue
         settings = overrides(run, report["runs"])
         trained = train(run, settings)
-        dev = dev or DevSet()
+        dev = dev or SubsetEval()
         report["runs"][run] = {"settings": settings, "train": trained, **dev.evaluate(RUNS_DIR / run / "best")}
         out.write_text(json.dumps(report, indent=2), encoding="utf8")
         out.with_suffix(".md").write_text(markdown(report), encoding="utf8")

@@ -10,7 +10,9 @@ one-process run's (issue 32): the report says how many differ.
     python benchmarks/user_speed.py run --pipeline training/pipeline --n-process 1 --n-process 2
 
 Why ``benchmarks/speed.md`` differs: it times the median of repeated passes over the same documents
-with ``batch_size=128`` in a long-lived process whose caches are warm, with its own linker settings.
+with ``batch_size=128`` in a long-lived process (``--warm-passes 3`` measures that way too: on the Zen 4 of
+session 16 it is slower than the first pass, 1,418 vs 1,566 mentions/s), and its 2,354/s came from session
+12's newer CPU (avx_vnni): the mention tower's cost per open mention is what differs between machines.
 """
 from __future__ import annotations
 
@@ -136,7 +138,8 @@ def markdown(r: dict) -> str:
                      f"{run['load_seconds']} | {run['docs']} | {run['mentions']} | "
                      f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {run['R@1']:.4f} | "
                      f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} |")
-    lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2`.", "",
+    lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2` (one run a line; "
+              "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--append` to add rows).", "",
               __doc__.split("\n\n")[-1].replace("\n", " ").strip(), ""]
     if r.get("notes"):
         lines += [r["notes"], ""]

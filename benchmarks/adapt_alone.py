@@ -1,0 +1,74 @@
+"""Issue 28, item 1's acceptance row: the KB-adapted encoder alone (no mention training) vs base MiniLM.
+
+1. ``adapt``  ``python -m spacy_pel adapt MESH --format mesh -o training/adapted --max-minutes 15``
+              (configs/adapt.cfg: a MeSH synonym as a marked mention vs its entity's KB row, both towers,
+              shared negatives half hard; the workflow's ``adapt_minutes`` budget); skipped when it exists;
+2. ``eval``   base MiniLM and the adapted encoder with :mod:`subset_eval` (BC5CDR dev gold mentions vs the
+              dev gold entities + 50,000 random MeSH records, encoded by each encoder's own entity tower),
+              in two inputs: the mention's text alone (``[CLS] [M_s] mention [M_e] [SEP]``, what ``adapt``
+              trains on: how an encoder adapted from a KB alone, with no annotated text, is used) and the
+              mention in 64 word pieces of context (the retriever's input after mention training).
+
+    python benchmarks/adapt_alone.py           # writes benchmarks/adapt_alone.{json,md}
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import typer
+
+from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line
+from subset_eval import SAMPLE, SubsetEval
+
+ENCODERS = {"base MiniLM (no training)": "all-MiniLM-L6-v2", "adapted on MeSH (no mention training)": "training/adapted"}
+INPUTS = {"mention text only": False, "mention in context (64 pieces)": True}
+
+
+def markdown(r: dict) -> str:
+    lines = ["# Issue 28: the KB-adapted encoder alone (no mention training) vs base MiniLM", "",
+             machine_line(r["machine"]) + "; alone.", "",
+             f"Reproduce: `python benchmarks/adapt_alone.py` (adapt: `{r.get('adapt', {}).get('command', '')}`, "
+             f"{r.get('adapt', {}).get('minutes', '?')} min). Evaluation: BC5CDR dev gold mentions (in MeSH) vs the dev gold "
+             f"entities + {SAMPLE:,} random MeSH records, encoded by each encoder's own entity tower (benchmarks/subset_eval.py; "
+             "not comparable with all-MeSH figures). Unseen: gold entity absent from BC5CDR train.", "",
+             "| input | encoder | R@1 | unseen R@1 | seen R@1 | R@64 | Δ R@1 vs base | Δ unseen vs base |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for inp in INPUTS:
+        base = r["results"].get(inp, {}).get(next(iter(ENCODERS)))
+        for enc in ENCODERS:
+            x = r["results"].get(inp, {}).get(enc)
+            if x:
+                delta = (f"{(x['R@1'] - base['R@1']) * 100:+.1f} pt | {(x['unseen'] - base['unseen']) * 100:+.1f} pt"
+                         if base and x is not base else "– | –")
+                lines.append(f"| {inp} | {enc} | {x['R@1']:.4f} | {x['unseen']:.4f} | {x['seen']:.4f} | {x['R@64']:.4f} | {delta} |")
+    if r.get("notes"):
+        lines += ["", r["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(minutes: float = typer.Option(15.0, help="adapt's time budget"), notes: str = typer.Option("")):
+    out = HERE / "adapt_alone.json"
+    report = json.loads(out.read_text()) if out.exists() else {"results": {}}
+    report["machine"] = {**machine(), "lscpu_model": lscpu_model()}
+    if notes:
+        report["notes"] = notes
+    if not (ROOT / "training" / "adapted" / "pel_encoder.json").exists():
+        command = f"python -m spacy_pel adapt {SHARED / 'mesh'} --format mesh -o training/adapted --max-minutes {minutes}"
+        t0 = time.perf_counter()
+        subprocess.run(command, shell=True, check=True, cwd=ROOT)
+        report["adapt"] = {"command": command, "minutes": round((time.perf_counter() - t0) / 60, 1)}
+    for inp, context in INPUTS.items():
+        evaluation = None
+        for enc, path in ENCODERS.items():
+            if enc not in report["results"].get(inp, {}):
+                evaluation = evaluation or SubsetEval(context=context)
+                report["results"].setdefault(inp, {})[enc] = evaluation.evaluate(path if path.startswith("all-") else ROOT / path)
+                out.write_text(json.dumps(report, indent=2), encoding="utf8")
+    out.write_text(json.dumps(report, indent=2), encoding="utf8")
+    out.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+
+if __name__ == "__main__":
+    typer.run(main)
