@@ -18,7 +18,6 @@ import subprocess
 import time
 
 import typer
-
 from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line
 from subset_eval import SAMPLE, SubsetEval
 

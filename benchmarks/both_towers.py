@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import List
 
 import typer
-
 from _common import lscpu_model, machine
 from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
+
 
 def chain(run: str, train: str = "corpus/bc5cdr_train.spacy") -> dict:
     """The steps of run ``run`` (its outputs: training/retriever_<run>, kbs/mesh_<run>, …): (output, command).

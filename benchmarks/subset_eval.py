@@ -15,7 +15,6 @@ from typing import List
 
 import numpy as np
 import spacy
-
 from _common import ROOT, SHARED
 
 from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin

@@ -18,11 +18,9 @@ when its output exists (a cut run resumes), timed, written to benchmarks/togethe
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import List
 
 import typer
-
 from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line
 from accuracy import dev_section
 from both_towers import chain

@@ -26,7 +26,6 @@ from typing import List
 
 import spacy
 import typer
-
 from _common import ROOT, cpu_seconds, lscpu_model, machine, others_busy
 from speed import with_gold_ents
 
