@@ -1,6 +1,7 @@
 """Issue 28, item 3: the seeds' losses re-tested with BOTH towers trained (benchmarks/seeds.md froze the
 entity tower): proxy loss (Eq. 3) with random negatives vs CE with mixed-50% hard negatives at the same
-budget, then FGSM on the better of the two.
+budget, then FGSM on the better of the two (on each mention's first shared row), then the proxy loss with CE's
+mixed-50% negatives (is the gap the loss or the negatives?).
 
 Every run trains configs/train_both.cfg from base MiniLM for the retriever benchmark's budget (``_common.BUDGET``:
 120 steps × 32 mentions, lr 5e-5, 25% warm-up, context 64), both towers learning, shared negatives (4 a
