@@ -30,7 +30,7 @@ import time
 from typing import List
 
 import typer
-from _common import lscpu_model, machine
+from _common import lscpu_model, machine, machine_line
 from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
 
 
@@ -65,8 +65,7 @@ THREE_EPOCHS = {"both towers, 3-epoch schedule, best at step 200 (session 15)": 
 def markdown(r: dict) -> str:
     m = r["machine"]
     lines = ["# Issue 28, item 2: both towers trained from mentions on 2 CPU cores", "",
-             f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, "
-             f"{m['torch_threads']} threads; every step ran alone unless the notes below say otherwise.", "",
+             machine_line(m) + "; every step ran alone unless the notes below say otherwise.", "",
              "Reproduce: `python benchmarks/both_towers.py" + (f" --run {r['run']} --train-overrides \"{r['train_overrides']}\""
                                                                if r.get("run", "both") != "both" else "") +
              "` (the chain and its settings are in its docstring).", ""]

@@ -26,7 +26,7 @@ from typing import List
 
 import spacy
 import typer
-from _common import ROOT, cpu_seconds, lscpu_model, machine, others_busy
+from _common import ROOT, cpu_seconds, lscpu_model, machine, machine_line, others_busy
 from speed import with_gold_ents
 
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
@@ -127,7 +127,7 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
 def markdown(r: dict) -> str:
     m = r["machine"]
     lines = ["# Speed as a user gets it: `nlp.pipe`, fresh process, first pass", "",
-             f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.", "",
+             machine_line(m) + ".", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              "| pipeline | settings | n_process | load s | docs | mentions | seconds | mentions/s | warm passes, mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
