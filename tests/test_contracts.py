@@ -20,7 +20,7 @@ from spacy_pel.pipeline.mentions import DocSpans
 from spacy_pel.pipeline.nil import ClassifierNil, TopScoreNil
 from spacy_pel.pipeline.rules.alias_table import AliasRule
 from spacy_pel.pipeline.rules.batch import CandidateBatch
-from spacy_pel.pipeline.vectors import collective_vectors, per_mention_vectors
+from spacy_pel.pipeline.vectors import collective_vectors, mention_text_vectors, per_mention_vectors
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -108,7 +108,7 @@ def test_mention_source_without_write_is_refused():
 def test_the_packaged_parts_fulfil_their_contracts():
     for value, contract in [
         (DocSpans(None), MentionSource), (DocSpans("sc"), MentionSource),
-        (per_mention_vectors, VectorStrategy), (collective_vectors, VectorStrategy),
+        (per_mention_vectors, VectorStrategy), (collective_vectors, VectorStrategy), (mention_text_vectors, VectorStrategy),
         (AliasRule(), CandidateRule), (TopScoreNil(), NilStrategy), (ClassifierNil({"top": 1.0}), NilStrategy),
     ]:
         assert contract_problems(value, contract) == [], value

@@ -389,6 +389,25 @@ def test_collective_mode_links_every_span(kb_dir):
     assert [e._.pel_candidates for e in single.ents] == [e._.pel_candidates for e in out[0].ents]
 
 
+def test_mention_text_mode_encodes_the_words_without_context(kb_dir):
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 2,
+                                                "vectors": {"@misc": "spacy_pel.vectors.mention_text.v1"}})
+    doc = nlp(make_doc(nlp))
+    spans = [(e.start, e.end) for e in doc.ents]
+    words = [doc[a:b].text for a, b in spans]
+    vectors = linker.encoder.encode_mentions([Mention(w, 0, len(w)) for w in words])
+    scores, rows = linker.index.search(vectors, 2)
+    assert [e.kb_id_ for e in doc.ents] == [linker.index.entities[row[0]].id for row in rows]
+    np.testing.assert_allclose([[c[2] for c in e._.pel_candidates] for e in doc.ents], scores, atol=1e-4)
+    # the same words in another sentence get the same vector; in context (per_mention) they do not
+    other = make_doc(nlp, "In a newborn , atrial flutter", ((4, 6, "Disease"),))
+    same = linker.mention_vectors([other], [[(4, 6, "Disease")]])
+    np.testing.assert_allclose(same[0], vectors[2], atol=1e-5)
+    in_context = encoder_module.BiEncoder.encode_mentions(linker.encoder, [Mention(doc.text, doc[7].idx, doc[8].idx + len(doc[8]))])
+    assert not np.allclose(in_context[0], vectors[2], atol=1e-3)
+
+
 def test_precision_setting_reaches_the_encoder(kb_dir):
     nlp = spacy.blank("en")
     linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "precision": "fp32"})

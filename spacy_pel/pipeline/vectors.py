@@ -2,6 +2,9 @@
 
 * ``spacy_pel.vectors.per_mention.v1`` — one marked-up input per mention,
   ``[CLS] left [M_s] mention [M_e] right [SEP]`` in ``context_window`` word pieces (SPEC §1);
+* ``spacy_pel.vectors.mention_text.v1`` — the mention's own words alone, ``[CLS] [M_s] mention [M_e] [SEP]``:
+  the input ``adapt`` trains on, for an encoder taught only the KB's synonyms (no annotated text),
+  which links better without context than with it (``benchmarks/adapt_alone.md``);
 * ``spacy_pel.vectors.collective.v1`` — one transformer pass per document (≤ 512-piece windows),
   every mention's vector the normalised mean of its tokens' vectors (SPEC §2): linking N mentions
   costs one pass, not N. If the mention source already encoded the documents (the span finder),
@@ -37,6 +40,14 @@ def per_mention_vectors(
     return encoder.encode_mentions(mentions, batch_size=batch_size)
 
 
+def mention_text_vectors(
+    encoder: BiEncoder, docs: Sequence[Doc], spans: Sequence[list], batch_size: int, hidden: Optional[list] = None
+) -> np.ndarray:
+    """One marked-up input per mention with no context: its own text only (``hidden`` is not used)."""
+    words = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
+    return encoder.encode_mentions([Mention(w, 0, len(w)) for w in words], batch_size=batch_size)
+
+
 def collective_vectors(
     encoder: BiEncoder, docs: Sequence[Doc], spans: Sequence[list], batch_size: int, hidden: Optional[list] = None
 ) -> np.ndarray:
@@ -63,6 +74,12 @@ def collective_vectors(
 def per_mention() -> VectorStrategy:
     """One marked-up input per mention."""
     return per_mention_vectors
+
+
+@registry.misc("spacy_pel.vectors.mention_text.v1")
+def mention_text() -> VectorStrategy:
+    """One input per mention, its own words without context (for a KB-adapted encoder)."""
+    return mention_text_vectors
 
 
 @registry.misc("spacy_pel.vectors.collective.v1")
