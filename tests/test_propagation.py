@@ -34,3 +34,19 @@ def test_a_new_span_never_overlaps_a_found_one_and_wordless_ones_do_not_spread()
     # "lithium" inside the found "lithium carbonate" stays as it was; the free "lithium" at 5 is added
     assert out == [(0, 2, 1), (3, 4, 2), (5, 6, 2), (7, 8, 3)]
     assert propagate(doc, []) == []
+
+
+def test_the_floor_keeps_out_occurrences_the_span_model_rejects():
+    nlp = spacy.blank("en")
+    doc = nlp("von Hippel-Lindau disease (VHL) is rare. The VHL gene and VHL tumours.")
+    vhl = [t.i for t in doc if t.text == "VHL"]
+    found = [(0, 5, 1)]  # "von Hippel-Lindau disease" (the tokenizer keeps "Hippel-Lindau" in three pieces)
+    assert doc[0:5].text == "von Hippel-Lindau disease"
+    everywhere = propagate(doc, found)
+    assert [a for a, b, _ in everywhere[1:]] == vhl
+    # the model's probability per span: the gene use (second VHL) is far below the floor
+    probs = {(vhl[0], vhl[0] + 1): 0.3, (vhl[1], vhl[1] + 1): 0.001, (vhl[2], vhl[2] + 1): 0.2}
+    support = lambda a, b: probs.get((a, b), 0.0)  # noqa: E731
+    assert [a for a, b, _ in propagate(doc, found, support, 0.05)[1:]] == [vhl[0], vhl[2]]
+    assert propagate(doc, found, support, 0.0) == everywhere  # floor 0: every occurrence, as without support
+    assert propagate(doc, found, support, 0.5) == found

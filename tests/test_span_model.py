@@ -183,3 +183,20 @@ def test_first_piece_pooling_takes_each_tokens_first_word_piece(tiny_encoder_dir
     assert torch.allclose(first, states[starts], atol=1e-4)
     with pytest.raises(ValueError, match="pooling"):
         encode_docs(encoder, [doc], pooling="last")
+
+
+def test_propagate_floor_is_checked_and_bounds_what_propagation_adds(span_model, kb_dir, tiny_encoder_dir):
+    best, _, _ = span_model
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "model": str(best), "propagate": True}
+    docs = {}
+    for name, extra in {"none": {"propagate": False}, "all": {}, "floor0": {"propagate_floor": 0.0},
+                        "floor1": {"propagate_floor": 1.0}}.items():
+        nlp = spacy.blank("en")
+        nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION,
+                                           "mentions": {**finder, **extra}})
+        docs[name] = [found(nlp(nlp.make_doc(text))) for text, _ in TEXTS]
+    assert docs["floor0"] == docs["all"]
+    assert docs["floor1"] == docs["none"]  # no span reaches probability 1: nothing is propagated
+    for bad in (-0.1, 1.5, None, "high"):
+        with pytest.raises(ValueError, match="propagate_floor"):
+            spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "propagate_floor": bad}})

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import srsly
@@ -105,11 +105,15 @@ class SpanFinder(DocSpans, LinkerPart):
     data_name = "span_scorer"
 
     def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                 labels: Optional[Dict[str, str]] = None, model: Optional[str] = None, propagate: bool = False):
+                 labels: Optional[Dict[str, str]] = None, model: Optional[str] = None, propagate: bool = False,
+                 propagate_floor: float = 0.0):
         super().__init__(None)
         if not isinstance(propagate, bool):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `propagate` must be true or false, not {propagate!r}")
         self.propagate = propagate
+        self.propagate_floor = check_probability(propagate_floor, "span_finder.propagate_floor")
+        if self.propagate_floor is None:
+            raise ValueError("spacy_pel.mentions.span_finder.v1: `propagate_floor` must be a probability in [0, 1], not null")
         if not scorer and not model:
             raise ValueError(
                 "spacy_pel.mentions.span_finder.v1 needs `model` (a folder from `python -m spacy_pel.train_e2e`: "
@@ -208,8 +212,19 @@ class SpanFinder(DocSpans, LinkerPart):
                 if self.scorer.labels and len(chosen):
                     labels = [doc.vocab.strings.add(x) for x in self.scorer.predict_labels(H, starts[chosen], ends[chosen])]
                 kept = [(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)]
-                spans.append(propagate(doc, kept) if self.propagate else kept)
+                if self.propagate:
+                    kept = propagate(doc, kept, self._support(starts, ends, probs), self.propagate_floor)
+                spans.append(kept)
         return spans, (None if self.encoder is not None else hidden)
+
+    def _support(self, starts: np.ndarray, ends: np.ndarray, probs) -> Optional[Callable[[int, int], float]]:
+        """The span model's probability of an enumerated span (0 for one longer than ``max_span_len``),
+        or None when ``propagate_floor`` is 0 (every occurrence is added)."""
+        if not self.propagate_floor:
+            return None
+        where = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(starts, ends))}
+        values = np.asarray(probs.float().cpu() if isinstance(probs, torch.Tensor) else probs, dtype=np.float32)
+        return lambda a, b: float(values[where[(a, b)]]) if (a, b) in where else 0.0
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
         if not spans and not len(doc.ents):
@@ -245,10 +260,11 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 @registry.misc("spacy_pel.mentions.span_finder.v1")
 def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
                          labels: Optional[Dict[str, str]] = None, model: Optional[str] = None,
-                         propagate: bool = False) -> SpanFinder:
+                         propagate: bool = False, propagate_floor: float = 0.0) -> SpanFinder:
     """Find the mentions with a trained span model (end to end, no NER needed): ``model`` a
     ``train_e2e`` folder (own transformer + scorer) or ``scorer`` a scorer file over the linker's
     transformer; ``labels``: KB type → span label for scorers without a label head (null: the map
     learned with the scorer, from the training corpus's labels); ``propagate``: document-level
-    consistency of the found spans."""
-    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate)
+    consistency of the found spans; ``propagate_floor``: the least probability the span model must give
+    a propagated occurrence (0: every occurrence)."""
+    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate, propagate_floor)

@@ -9,13 +9,16 @@ mention once may miss its later occurrences, so after selection:
 2. every other occurrence of a found mention's words (case-insensitive, same tokens) becomes a
    mention with its label;
 
-in both cases only where the new span overlaps no found span (found spans are never changed).
+in both cases only where the new span overlaps no found span (found spans are never changed), and,
+given ``support`` (the span model's probability of a span), only where the model gives the new span at
+least ``floor``: an occurrence the model is sure is no mention stays out (``VHL`` the gene, after
+``von Hippel-Lindau disease (VHL)`` was found: NCBI disease dev).
 """
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy.tokens import Doc
 
@@ -40,8 +43,9 @@ def _wordy(words: Sequence[str]) -> bool:
     return len(text) >= 2 and any(c.isalpha() for c in text)
 
 
-def propagate(doc: Doc, found: Found) -> Found:
-    """``found`` plus the spans the two rules of the module add, in document order."""
+def propagate(doc: Doc, found: Found, support: Optional[Callable[[int, int], float]] = None, floor: float = 0.0) -> Found:
+    """``found`` plus the spans the two rules of the module add, in document order; with ``support``,
+    only those whose ``support(start, end)`` is at least ``floor``."""
     if not found:
         return list(found)
     taken = [False] * len(doc)
@@ -69,7 +73,7 @@ def propagate(doc: Doc, found: Found) -> Found:
             continue
         for i in _occurrences(doc, words, by_first):  # whole matches only: i + len(words) ≤ len(doc)
             j = i + len(words)
-            if not any(taken[i:j]):
+            if not any(taken[i:j]) and (support is None or support(i, j) >= floor):
                 added.append((i, j, label))
                 taken[i:j] = [True] * (j - i)
     return sorted([*found, *added])
