@@ -48,6 +48,7 @@ setup(
             "spacy_pel.mentions.span_finder.v1 = spacy_pel.pipeline.mentions:span_finder_mentions",
             "spacy_pel.vectors.per_mention.v1 = spacy_pel.pipeline.vectors:per_mention",
             "spacy_pel.vectors.collective.v1 = spacy_pel.pipeline.vectors:collective",
+            "spacy_pel.vectors.mention_text.v1 = spacy_pel.pipeline.vectors:mention_text",
             "spacy_pel.rules.abbreviations.v1 = spacy_pel.pipeline.rules.abbreviations:abbreviation_rule",
             "spacy_pel.rules.alias_table.v1 = spacy_pel.pipeline.rules.alias_table:alias_table_rule",
             "spacy_pel.rules.repeats.v1 = spacy_pel.pipeline.rules.repeats:repeat_rule",
