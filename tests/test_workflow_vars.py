@@ -16,6 +16,7 @@ from pathlib import Path
 import bioc
 import pytest
 import spacy
+import torch
 from spacy.cli import app as spacy_app
 from typer.testing import CliRunner
 from weasel.util import load_project_config, parse_config_overrides
@@ -24,6 +25,7 @@ from spacy_pel.bioc_corpus import pubtator_to_bioc
 from spacy_pel.cli import app as pel_app
 from spacy_pel.corpora import read_docbin, read_pubtator
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.pipeline.vectors import mention_text_vectors
 from spacy_pel.retrieval.index import EntityIndex
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,10 +168,9 @@ def test_build_options_send_the_kb_and_name_rows_to_ray():
     assert commands["build_kb"]["outputs"] == ["kbs/mesh"]
 
 
-@pytest.mark.parametrize("recipe", ["frozen", "both"])
-def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir, monkeypatch):
-    """``both``: configs/train_both.cfg, so final_kb encodes the KB anew with the trained entity tower and
-    every pipeline is assembled with it (a KB of the other tower would be refused)."""
+def docs_project(tmp_path: Path, tiny_encoder_dir) -> tuple:
+    """docs/your-own-data.md's example as a project folder (the training corpus in BioC XML), and the
+    test's own vars: a tiny model, a few steps."""
     kb_block, dev_block, args_block = doc_blocks("Example: your own catalogue (JSONL KB) and a small corpus")
     project = tmp_path / "project"
     shutil.copytree(ROOT / "configs", project / "configs")
@@ -190,13 +191,26 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
              "--vars.e2e_max_steps", "2", "--vars.train_overrides",
              f" --encoder.base {enc} --training.max_steps 2 --training.batch_size 4 --negatives.count 3 "
              "--training.eval_every 2 --training.eval_docs 0"]
-    if recipe == "both":
-        extra += ["--vars.train_config", "configs/train_both.cfg"]
-        extra[extra.index("--vars.train_overrides") + 1] += " --training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2"
-    for step in ("fetch_assets", "convert"):  # the documented line: xargs -a ARGS python -m spacy project run STEP .
+    return project, extra
+
+
+def fetch_and_convert(project: Path, extra: list) -> None:
+    """The documented line, ``xargs -a ARGS python -m spacy project run STEP .``, for the first two steps."""
+    for step in ("fetch_assets", "convert"):
         run = subprocess.run(["xargs", "-a", "configs/datasets/mine.args", sys.executable, "-m", "spacy", "project", "run",
                               step, ".", *extra], capture_output=True, text=True, cwd=project, timeout=300)
         assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("recipe", ["frozen", "both"])
+def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir, monkeypatch):
+    """``both``: configs/train_both.cfg, so final_kb encodes the KB anew with the trained entity tower and
+    every pipeline is assembled with it (a KB of the other tower would be refused)."""
+    project, extra = docs_project(tmp_path, tiny_encoder_dir)
+    if recipe == "both":
+        extra += ["--vars.train_config", "configs/train_both.cfg"]
+        extra[extra.index("--vars.train_overrides") + 1] += " --training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2"
+    fetch_and_convert(project, extra)
     commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
     monkeypatch.chdir(project)
     assert workflows["all"][:2] == ["fetch_assets", "convert"] and workflows["all"][-1] == "package"
@@ -226,3 +240,29 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
     assert "end to end on my corpus dev vs my catalogue" in (project / "metrics/mine/mine_dev_e2e.md").read_text()
     assert not [p for p in ("training/pipeline", "training/retriever", "metrics/bc5cdr_dev.json", "kbs/mesh", "corpus/bc5cdr_train.spacy")
                 if (project / p).exists()]
+
+
+def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatch):
+    """A KB and no training corpus: adapt on the catalogue's synonyms, the KB and name rows encoded by the
+    adapted encoder, a pipeline linking each mention by its own words, scored on the dev corpus."""
+    project, extra = docs_project(tmp_path, tiny_encoder_dir)
+    extra += ["--vars.adapt_options", " --synonyms.steps 2 --synonyms.eval_entities 1 --training.batch_size 2 "
+              "--training.eval_every 2 --training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2 "
+              "--training.precision fp32"]
+    fetch_and_convert(project, extra)
+    commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
+    assert workflows["kb_only"] == ["fetch_assets", "convert", "adapt", "build_kb_adapted", "build_names_adapted",
+                                    "pipeline_kb_only", "evaluate_kb_only"]
+    monkeypatch.chdir(project)
+    for step in workflows["kb_only"][2:]:
+        for line in commands[step]["script"]:
+            run_line(line)
+    adapted = BiEncoder.from_pretrained(project / "training/mine/adapted")
+    base = BiEncoder.from_pretrained(tiny_encoder_dir)
+    assert any(not torch.equal(a, b) for a, b in zip(adapted.entity_model.state_dict().values(),
+                                                     base.entity_model.state_dict().values()))  # both towers learned
+    EntityIndex.from_disk(project / "kbs/catalogue_adapted").check_encoder(adapted)  # encoded by the adapted towers
+    linker = spacy.load(project / "training/mine/pipeline_kb_only").get_pipe("pel_linker")
+    assert linker.vectors is mention_text_vectors and len(linker.index.entities) == 5
+    assert linker.rules["aliases"].counts is None  # KB names only: no surface forms from annotated text
+    assert "R@1" in (project / "metrics/mine/mine_dev_kb_only.md").read_text()
