@@ -206,7 +206,7 @@ class SpanFinder(DocSpans, LinkerPart):
                 if len(starts) == 0:
                     spans.append([])
                     continue
-                probs = self.scorer.probs(H, starts, ends)
+                probs = self.scorer.probs(H, starts, ends).detach().float().cpu().numpy()  # once: selection and propagation
                 chosen = np.asarray(select_spans(starts, ends, probs, self.threshold), dtype=np.int64)
                 labels = [0] * len(chosen)
                 if self.scorer.labels and len(chosen):
@@ -217,14 +217,13 @@ class SpanFinder(DocSpans, LinkerPart):
                 spans.append(kept)
         return spans, (None if self.encoder is not None else hidden)
 
-    def _support(self, starts: np.ndarray, ends: np.ndarray, probs) -> Optional[Callable[[int, int], float]]:
+    def _support(self, starts: np.ndarray, ends: np.ndarray, probs: np.ndarray) -> Optional[Callable[[int, int], float]]:
         """The span model's probability of an enumerated span (0 for one longer than ``max_span_len``),
         or None when ``propagate_floor`` is 0 (every occurrence is added)."""
         if not self.propagate_floor:
             return None
         where = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(starts, ends))}
-        values = np.asarray(probs.float().cpu() if isinstance(probs, torch.Tensor) else probs, dtype=np.float32)
-        return lambda a, b: float(values[where[(a, b)]]) if (a, b) in where else 0.0
+        return lambda a, b: float(probs[where[(a, b)]]) if (a, b) in where else 0.0
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
         if not spans and not len(doc.ents):
