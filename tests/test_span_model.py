@@ -10,9 +10,10 @@ import torch
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.models.doc_encoder import encode_docs
+from spacy_pel.models.doc_encoder import encode_docs, enumerate_doc_spans
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.span_scorer import load_span_scorer
+from spacy_pel.pipeline import mentions as mentions_module
 from spacy_pel.training.config import JointConfig, load_config
 from spacy_pel.training.joint import JointTask, train_e2e
 from spacy_pel.training.loop import checkpoint_to_resume
@@ -185,18 +186,30 @@ def test_first_piece_pooling_takes_each_tokens_first_word_piece(tiny_encoder_dir
         encode_docs(encoder, [doc], pooling="last")
 
 
-def test_propagate_floor_is_checked_and_bounds_what_propagation_adds(span_model, kb_dir, tiny_encoder_dir):
+def test_propagate_floor_reaches_propagation_with_the_span_models_probabilities(span_model, kb_dir, tiny_encoder_dir, monkeypatch):
     best, _, _ = span_model
     finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "model": str(best), "propagate": True}
-    docs = {}
-    for name, extra in {"none": {"propagate": False}, "all": {}, "floor0": {"propagate_floor": 0.0},
-                        "floor1": {"propagate_floor": 1.0}}.items():
+    calls = []
+    real = mentions_module.propagate
+    monkeypatch.setattr(mentions_module, "propagate", lambda doc, kept, support, floor: calls.append((doc, support, floor)) or real(doc, kept, support, floor))
+    for floor in (0.0, 0.3):
         nlp = spacy.blank("en")
-        nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION,
-                                           "mentions": {**finder, **extra}})
-        docs[name] = [found(nlp(nlp.make_doc(text))) for text, _ in TEXTS]
-    assert docs["floor0"] == docs["all"]
-    assert docs["floor1"] == docs["none"]  # no span reaches probability 1: nothing is propagated
+        linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION,
+                                                    "mentions": {**finder, "propagate_floor": floor}})
+        nlp(nlp.make_doc(TEXTS[0][0]))
+        doc, support, seen_floor = calls[-1]
+        assert seen_floor == floor
+        if floor == 0.0:
+            assert support is None  # every occurrence, as before the setting
+            continue
+        finder_part = linker.mentions
+        (H,) = encode_docs(finder_part.encoder, [doc], pooling=finder_part.scorer.pooling)
+        starts, ends = enumerate_doc_spans(doc, finder_part.max_span_len)
+        with torch.inference_mode():
+            probs = finder_part.scorer.probs(H, starts, ends).float().numpy()
+        for i in (0, len(starts) // 2, len(starts) - 1):
+            assert abs(support(int(starts[i]), int(ends[i])) - float(probs[i])) < 1e-5
+        assert support(0, finder_part.max_span_len + 5) == 0.0  # longer than any enumerated span
     for bad in (-0.1, 1.5, None, "high"):
         with pytest.raises(ValueError, match="propagate_floor"):
             spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "propagate_floor": bad}})
