@@ -6,6 +6,7 @@ first on ``sys.path``, so ``from _common import machine`` needs no ``sys.path`` 
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ BUDGET = {
     "negatives.count": 32,
 }
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "others_busy"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "others_busy", "run_timed"]
 
 
 def lscpu_model() -> str:
@@ -68,3 +69,10 @@ def cpu_seconds() -> tuple:
 def others_busy(before: tuple, after: tuple, seconds: float) -> float:
     """Cores kept busy by other processes between two :func:`cpu_seconds` (interference while timing)."""
     return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds, 2)
+
+
+def run_timed(command: str, digits: int = 1) -> float:
+    """Run the shell ``command`` from the repository root (failing loudly); its wall-clock minutes."""
+    t0 = time.perf_counter()
+    subprocess.run(command, shell=True, check=True, cwd=ROOT)
+    return round((time.perf_counter() - t0) / 60, digits)

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import time
 
 import typer
-from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line
+from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
 from subset_eval import SAMPLE, SubsetEval
 
 BASE = "base MiniLM (no training)"
@@ -70,10 +68,9 @@ def adapt(report: dict, key: str, output: str, minutes: float, start_from: str =
     if start_from and not (ROOT / f"{output}.work").exists():
         shutil.copytree(ROOT / f"{start_from}.work", ROOT / f"{output}.work")
     command = f"python -m spacy_pel adapt {SHARED / 'mesh'} --format mesh -o {output} --max-minutes {minutes}"
-    t0 = time.perf_counter()
-    subprocess.run(command, shell=True, check=True, cwd=ROOT)
+    minutes = run_timed(command)
     log = json.loads((ROOT / output / "adapt_log.json").read_text())
-    report[key] = {"command": command, "minutes": round((time.perf_counter() - t0) / 60, 1), "steps": log["step"],
+    report[key] = {"command": command, "minutes": minutes, "steps": log["step"],
                    "train_minutes": round(log["train_seconds"] / 60, 1), "held_out_r1": log["best"]}
 
 

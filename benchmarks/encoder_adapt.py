@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import List
 
 import spacy
 import typer
 
-from _common import machine  # noqa: E402
+from _common import machine, run_timed  # noqa: E402
 
 from spacy_pel.corpora import corpus_ids, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
@@ -74,9 +72,7 @@ def run_step(name: str, report: dict, steps: dict = STEPS, **values) -> None:
     if (ROOT / output).exists():
         return
     command = command.format(**values)
-    t0 = time.perf_counter()
-    subprocess.run(command, shell=True, check=True, cwd=ROOT)
-    report.setdefault("steps", {})[name] = {"minutes": round((time.perf_counter() - t0) / 60, 1), "command": command}
+    report.setdefault("steps", {})[name] = {"minutes": run_timed(command), "command": command}
 
 
 def retriever_alone(encoder: str, kb: str, context: int = 64) -> dict:

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Sequence
 
 import typer
-from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line
+from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
 
 MEDIC = SHARED / "ncbi-disease" / "medic_06Jul2012.txt"
 DEV, TRAIN = "corpus/ncbi_dev.spacy", "corpus/ncbi_train.spacy"
@@ -43,9 +42,7 @@ def run(report: dict, key: str, command: str) -> None:
     """Run ``command`` once (from the repository root), recording its minutes under ``steps[key]``."""
     if key in report["steps"]:
         return
-    t0 = time.perf_counter()
-    subprocess.run(command, shell=True, check=True, cwd=ROOT)
-    report["steps"][key] = {"command": command, "minutes": round((time.perf_counter() - t0) / 60, 2)}
+    report["steps"][key] = {"command": command, "minutes": run_timed(command, digits=2)}
     OUT.write_text(json.dumps(report, indent=2), encoding="utf8")
 
 

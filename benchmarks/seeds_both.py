@@ -21,12 +21,10 @@ encoded by the run's entity tower: the dev gold entities plus 50,000 other MeSH 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from typing import Dict
 
 import typer
-from _common import BUDGET, HERE, ROOT, SHARED, lscpu_model, machine, machine_line
+from _common import BUDGET, HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
 from subset_eval import SAMPLE, SubsetEval
 
 RUNS_DIR = ROOT / "training" / "seeds_both"
@@ -52,11 +50,9 @@ def train(run: str, settings: dict) -> dict:
     args = [f"--{k} {v}" for k, v in {**BUDGET_OVERRIDES, **settings}.items() if not k.startswith("_")]
     command = (f"python -m spacy_pel train configs/train_both.cfg --output {out.relative_to(ROOT)} --encoder.base all-MiniLM-L6-v2 "
                f"--paths.kb {SHARED / 'mesh'} --paths.kb_format mesh --training.patience 0 " + " ".join(args))
-    t0 = time.perf_counter()
-    if not (out / "best").exists():
-        subprocess.run(command, shell=True, check=True, cwd=ROOT)
+    minutes = 0.0 if (out / "best").exists() else run_timed(command)
     log = json.loads((out / "train_log.json").read_text())
-    return {"command": command, "minutes": round((time.perf_counter() - t0) / 60, 1),
+    return {"command": command, "minutes": minutes,
             "step_seconds": round(log["train_seconds"] / max(log["step"], 1), 2), "best_step": log.get("best_step")}
 
 
