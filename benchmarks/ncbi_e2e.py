@@ -12,6 +12,9 @@ NCBI disease dev is 100 documents and the span model's step and γ were chosen o
 The floor sweep is on the same documents: read it as what the setting does, not as a tuned figure.
 
     python benchmarks/ncbi_e2e.py        # writes benchmarks/ncbi_e2e.{json,md}; alone (it times docs/s)
+
+Another span model (e.g. trained longer, ``--training.epochs 12 --output training/ncbi_medic_both/e2e12``):
+assemble and calibrate its pipeline as ``e2e`` does, then ``--pipeline P --model DIR --output NAME``.
 """
 from __future__ import annotations
 
@@ -37,12 +40,14 @@ SETTINGS = {
 
 def markdown(r: dict) -> str:
     model = r["span_model"]
-    lines = ["# Issue 29: NCBI disease dev end to end (raw text in), span-finder propagation", "",
+    lines = [f"# Issue 29: NCBI disease dev end to end (raw text in), span-finder propagation ({r['span_model']['path']})", "",
              machine_line(r["machine"]) + "; alone.", "",
              f"Reproduce: `xargs -a configs/datasets/ncbi_medic_both.args python -m spacy project run e2e .` "
-             f"(train_e2e {model['train_minutes']} min, {model['steps']} steps), then `python benchmarks/ncbi_e2e.py`. "
+             f"(train_e2e {model['train_minutes']} min, {model['steps']} steps, span model `{model['path']}`, "
+             f"pipeline `{r['pipeline']}`), then `python benchmarks/ncbi_e2e.py{r.get('arguments', '')}`. "
              f"The span model alone on the same 100 documents (its report, γ {model['threshold']}): span P "
-             f"{model['span']['p']:.3f} R {model['span']['r']:.3f} F1 {model['span']['f']:.3f}; its best step was its last.", "",
+             f"{model['span']['p']:.3f} R {model['span']['r']:.3f} F1 {model['span']['f']:.3f}; best step {model['best_step']} "
+             f"of {model['steps']}.", "",
              "| span finder | strict P | strict R | strict F1 | span P | span R | span F1 | predicted | docs/s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, x in r["results"].items():
@@ -55,10 +60,14 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(pipeline: str = typer.Option(PIPELINE), dev: str = typer.Option("corpus/ncbi_dev.spacy"), notes: str = typer.Option("")):
-    log = json.loads((ROOT / MODEL / "train_log.json").read_text())
-    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "pipeline": pipeline, "notes": notes,
-              "span_model": {"steps": log["step"], "train_minutes": round(log["train_seconds"] / 60, 1),
+def main(pipeline: str = typer.Option(PIPELINE), model: str = typer.Option(MODEL, help="the span model's training folder"),
+         dev: str = typer.Option("corpus/ncbi_dev.spacy"), output: str = typer.Option("ncbi_e2e", help="report name in benchmarks/"),
+         notes: str = typer.Option("")):
+    log = json.loads((ROOT / model / "train_log.json").read_text())
+    arguments = "" if (pipeline, model, output) == (PIPELINE, MODEL, "ncbi_e2e") else f" --pipeline {pipeline} --model {model} --output {output}"
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "pipeline": pipeline, "notes": notes, "arguments": arguments,
+              "span_model": {"path": model, "steps": log["step"], "best_step": log.get("best_step"),
+                             "train_minutes": round(log["train_seconds"] / 60, 1),
                              "threshold": log["span_report"]["threshold"], "span": log["span_report"]["dev"]["span"]},
               "results": {}}
     for name, overrides in SETTINGS.items():
@@ -69,8 +78,8 @@ def main(pipeline: str = typer.Option(PIPELINE), dev: str = typer.Option("corpus
         predicted = list(nlp.pipe([nlp.make_doc(d.text) for d in gold]))
         seconds = time.perf_counter() - t0
         report["results"][name] = {**e2e_metrics(predicted, gold), "docs_per_s": round(len(gold) / seconds, 2)}
-    (HERE / "ncbi_e2e.json").write_text(json.dumps(report, indent=2), encoding="utf8")
-    (HERE / "ncbi_e2e.md").write_text(markdown(report), encoding="utf8")
+    (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
 
 
 if __name__ == "__main__":
