@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from spacy_pel.kb import Entity
-from spacy_pel.models.encoder import BiEncoder, EncoderConfig, Mention
+from spacy_pel.models.encoder import BiEncoder, EncoderConfig, Mention, batch_sizes
 from spacy_pel.models.onnx_tower import OnnxTower
 
 ENTS = [Entity("D1", "lithium carbonate", ["Li2CO3"], ["Chemical"]), Entity("D2", "flutter", [], ["Disease"], "x")]
@@ -71,6 +71,34 @@ def test_batching_does_not_change_vectors(tiny_bert):
     enc = BiEncoder.from_pretrained(str(tiny_bert))
     ents = ENTS + [Entity(f"X{i}", "word " * i, [], []) for i in range(1, 9)]
     np.testing.assert_allclose(enc.encode_entities(ents, batch_size=3), enc.encode_entities(ents, batch_size=64), atol=1e-5)
+
+
+def test_batch_sizes_cap_padded_pieces():
+    lengths = [24, 20, 9, 8, 8, 7, 6, 6, 5, 4]  # longest first, as _encode sorts them
+    assert batch_sizes(lengths, 4) == [4, 4, 2]
+    sizes = batch_sizes(lengths, 4, max_tokens=40)
+    assert sum(sizes) == len(lengths) and sizes[0] == 1  # 24 pieces: one item under 40
+    starts = np.cumsum([0, *sizes[:-1]])
+    assert all(lengths[a] * n <= 40 for a, n in zip(starts, sizes))  # each batch pads to its first item
+    assert all(n <= 4 for n in sizes)
+    assert batch_sizes([100, 3], 8, max_tokens=10) == [1, 1]  # an input longer than the cap still goes alone
+    assert batch_sizes([], 8, max_tokens=10) == []
+
+
+def test_name_batches_by_padded_pieces_give_the_same_vectors(tiny_bert, monkeypatch):
+    from spacy_pel.retrieval.names import encode_names
+
+    enc = BiEncoder.from_pretrained(tiny_bert)
+    names = ["a very long name " * 4] + [f"drug {i}" for i in range(40)]
+    widths = []
+    original = BiEncoder.embed_entities
+    monkeypatch.setattr(BiEncoder, "embed_entities", lambda self, seqs: widths.append((len(seqs), max(map(len, seqs)))) or original(self, seqs))
+    capped = encode_names(enc, names, max_tokens=64)
+    assert all(n * w <= 64 or n == 1 for n, w in widths) and len(widths) > 1
+    widths.clear()
+    whole = encode_names(enc, names, max_tokens=10**6)
+    assert len(widths) == 1  # one batch of 41 padded to the long name
+    np.testing.assert_allclose(capped, whole, atol=1e-5)
 
 
 def test_config_validation():

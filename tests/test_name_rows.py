@@ -299,7 +299,7 @@ def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_it
     encoder = linker.encoder
     text_of = {tuple(s): t for t, s in zip(vocab, names.name_inputs(encoder, vocab, [""] * 3, "name", names.MAX_LENGTH))}
 
-    def one_hot(tower, seqs, batch_size=256, progress=False):  # the tower's input → a vector that says which text it is
+    def one_hot(tower, seqs, batch_size=256, progress=False, max_tokens=None):  # the tower's input → a vector that says which text it is
         encoded.append([text_of[tuple(s)] for s in seqs])
         return np.eye(len(vocab), 32, dtype=np.float32)[[vocab.index(t) for t in encoded[-1]]]
 

@@ -128,6 +128,19 @@ def tower_precision(precision: str, device: torch.device) -> str:
     return "fp32" if resolved == "int8" and device.type != "cpu" else resolved
 
 
+def batch_sizes(lengths: Sequence[int], batch_size: int, max_tokens: Optional[int] = None) -> List[int]:
+    """Sizes of consecutive batches over ``lengths`` sorted longest first: ``batch_size`` items each,
+    or fewer where ``max_tokens`` caps a batch's padded pieces (its first item's length × its size;
+    at least one item a batch)."""
+    sizes, i = [], 0
+    while i < len(lengths):
+        n = batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // max(1, lengths[i])))
+        n = min(n, len(lengths) - i)
+        sizes.append(n)
+        i += n
+    return sizes
+
+
 def weights_version(model: torch.nn.Module) -> int:
     """A number that changes whenever any weight of ``model`` is modified in place (an optimiser step,
     ``load_state_dict``): the sum of the parameters' version counters."""
@@ -286,11 +299,15 @@ class BiEncoder(torch.nn.Module):
             return torch.autocast(self.device_.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _encode(self, items: list, lengths: List[int], fn, batch_size: int, desc: str, progress):
-        """Encode in length-sorted batches. ``progress``: ``True`` shows a bar that moves every batch
-        (``entities/s`` or ``mentions/s``); a callable is called with each batch's size instead (a
-        caller's own bar, e.g. a resumable KB build's)."""
+    def _encode(self, items: list, lengths: List[int], fn, batch_size: int, desc: str, progress,
+                max_tokens: Optional[int] = None):
+        """Encode in length-sorted batches of at most ``batch_size`` items and, with ``max_tokens``, at
+        most that many padded word pieces (a batch of a few long and many short inputs pads them all to
+        the longest: a few hundred mention texts padded ~2× their pieces at 256 a batch). ``progress``:
+        ``True`` shows a bar that moves every batch (``entities/s`` or ``mentions/s``); a callable is
+        called with each batch's size instead (a caller's own bar, e.g. a resumable KB build's)."""
         order = np.argsort(-np.asarray(lengths), kind="stable")
+        sizes = batch_sizes([lengths[i] for i in order], batch_size, max_tokens)
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         report = progress if callable(progress) else None
         was_training = self.training
@@ -300,8 +317,8 @@ class BiEncoder(torch.nn.Module):
                 total=len(items), desc=f"encoding {desc}", unit=f" {desc}", smoothing=0.05,
                 disable=not progress or report is not None,
             ) as bar:
-                for i in range(0, len(items), batch_size):
-                    idx = order[i : i + batch_size]
+                for i, n in zip(np.cumsum([0, *sizes[:-1]]).tolist(), sizes):
+                    idx = order[i : i + n]
                     out[idx] = fn([items[j] for j in idx]).cpu().numpy()
                     bar.update(len(idx))
                     if report is not None:

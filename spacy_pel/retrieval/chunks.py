@@ -165,8 +165,10 @@ class PieceTower:
     def __init__(self, encoder):
         self.encoder, self.dim = encoder, encoder.dim
 
-    def encode_entities(self, seqs: Sequence[List[int]], batch_size: int = 256, progress=False) -> np.ndarray:
+    def encode_entities(self, seqs: Sequence[List[int]], batch_size: int = 256, progress=False,
+                        max_tokens: Optional[int] = None) -> np.ndarray:
         seqs = list(seqs)
         if not seqs:
             return np.zeros((0, self.dim), np.float32)
-        return self.encoder._encode(seqs, [len(s) for s in seqs], self.encoder.embed_entities, batch_size, "names", progress)
+        return self.encoder._encode(seqs, [len(s) for s in seqs], self.encoder.embed_entities, batch_size, "names", progress,
+                                    max_tokens)

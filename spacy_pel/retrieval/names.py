@@ -44,6 +44,7 @@ NAMES_DIR = "names"
 META, VECTORS, ROWS, TEXTS = "meta.json", "embeddings.npy", "entity_rows.npy", "names.json"
 INPUTS = ("name", "name_types")
 MAX_LENGTH = 24
+NAME_BATCH_TOKENS = 512  # encode_names: padded pieces a batch at most
 FORMAT_VERSION = 1
 FETCH = 4  # name rows fetched per entity wanted, at first (doubled for queries still short of k)
 PAIRS_PER_CALL = 1 << 20  # (query, name) products computed at once when scoring given entities
@@ -94,13 +95,16 @@ def name_inputs(encoder: BiEncoder, names: Sequence[str], types: Sequence[str], 
     return out
 
 
-def encode_names(encoder: BiEncoder, names: Sequence[str], max_length: int = MAX_LENGTH, batch_size: int = 256) -> np.ndarray:
+def encode_names(encoder: BiEncoder, names: Sequence[str], max_length: int = MAX_LENGTH, batch_size: int = 256,
+                 max_tokens: int = NAME_BATCH_TOKENS) -> np.ndarray:
     """``[n, dim]`` entity-tower vectors of ``[CLS] name [SEP]`` inputs (``input="name"``); identical
-    inputs are encoded once (a batch's mention texts repeat), as :meth:`BiEncoder.encode_mentions` does."""
+    inputs are encoded once (a batch's mention texts repeat), as :meth:`BiEncoder.encode_mentions` does.
+    Batches hold at most ``max_tokens`` padded pieces: a few hundred texts (a pipeline batch's open
+    mentions) have a long tail that would pad the others ~2× at 256 a batch."""
     seqs = name_inputs(encoder, names, [""] * len(names), "name", max_length)
     where: Dict[tuple, int] = {}
     slot = [where.setdefault(tuple(s), len(where)) for s in seqs]
-    return PieceTower(encoder).encode_entities([list(s) for s in where], batch_size)[slot]
+    return PieceTower(encoder).encode_entities([list(s) for s in where], batch_size, max_tokens=max_tokens)[slot]
 
 
 class NameIndex:
