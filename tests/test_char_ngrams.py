@@ -4,8 +4,8 @@ import pytest
 import spacy
 from spacy.tokens import Span
 
-from spacy_pel.pipeline.rules.char_ngrams import CharNgramRule, ngram_cosine
 from spacy_pel.pipeline.rules.batch import CandidateBatch
+from spacy_pel.pipeline.rules.char_ngrams import CharNgramRule, ngram_cosine
 from spacy_pel.retrieval.index import EntityIndex
 
 TEXT = "Li2CO3 toxicity with Atrial flutters and aspirin ."

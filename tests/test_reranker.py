@@ -8,8 +8,8 @@ from spacy.tokens import Span
 
 from spacy_pel.models.cross_encoder import CrossEncoder
 from spacy_pel.models.encoder import Mention
-from spacy_pel.pipeline.rules.rerank import RerankRule
 from spacy_pel.pipeline.rules.batch import DECIDED_SCORE, CandidateBatch
+from spacy_pel.pipeline.rules.rerank import RerankRule
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training.config import LoopSettings
 from spacy_pel.training.loop import TrainingLoop

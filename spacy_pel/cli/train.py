@@ -10,9 +10,8 @@ from spacy.cli._util import (
     parse_config_overrides,  # spaCy's own --section.key value parser
 )
 
-from ..files import InputError
-from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.config_files import read_config
+from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.retriever import train
 from ._errors import cli_errors, require_file
 

@@ -43,6 +43,7 @@ from .scoring import score_linker
 from .updating import Objective, Updater
 from .vectors import per_mention_vectors
 
+
 def _one_torch_thread() -> None:
     """In a forked child (spaCy's ``nlp.pipe(n_process=N)``): one torch thread. The parent's OpenMP
     pool does not survive the fork, and its first parallel op would wait forever on a barrier of

@@ -40,7 +40,6 @@ encoder) replaces the batch mean at evaluation: ``normalize(normalize(m) - μ_m)
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
@@ -53,7 +52,7 @@ from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..files import InputError
 from ..kb import read_kb
-from ..models.encoder import BiEncoder, Mention
+from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
 from ..pipeline.updating import linkable_mentions

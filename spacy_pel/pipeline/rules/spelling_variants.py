@@ -16,7 +16,6 @@ from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
-
 from spacy.util import registry
 
 from ...kb import normalize
