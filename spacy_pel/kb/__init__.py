@@ -12,14 +12,17 @@ entry-point group (see :mod:`.registry`). Every reader raises :class:`KBFormatEr
 and line (``FILE:LINE: reason``) for a malformed line, a byte that is not UTF-8 or a duplicate id —
 or, given ``bad_lines``, counts the line there and skips it.
 """
+# isort: off  (the built-in formats register in import order)
 from .entity import Entity, KBFormatError, PathLike, normalize
+from .registry import ENTRY_POINT_GROUP, READERS, kb_files, kb_readers, read_kb, register_kb_reader
 
 # the built-in formats, registered in this order
 from .jsonl import read_jsonl, write_jsonl
-from .medic import read_medic
 from .mesh import MESH_BRANCHES, MESH_DESCRIPTOR_FILE, MESH_SUPPLEMENTARY_FILE, mesh_files, read_mesh
+from .medic import read_medic
 from .obo import OBO_STANZAS, read_obo
-from .registry import ENTRY_POINT_GROUP, READERS, kb_files, kb_readers, read_kb, register_kb_reader
+
+# isort: on
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Entity", "KBFormatError", "MESH_BRANCHES", "MESH_DESCRIPTOR_FILE",
