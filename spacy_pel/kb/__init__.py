@@ -12,7 +12,8 @@ entry-point group (see :mod:`.registry`). Every reader raises :class:`KBFormatEr
 and line (``FILE:LINE: reason``) for a malformed line, a byte that is not UTF-8 or a duplicate id —
 or, given ``bad_lines``, counts the line there and skips it.
 """
-# isort: off  (the built-in formats register in import order)
+# the built-in formats register in import order: not sorted
+# isort: off
 from .entity import Entity, KBFormatError, PathLike, normalize
 from .registry import ENTRY_POINT_GROUP, READERS, kb_files, kb_readers, read_kb, register_kb_reader
 
