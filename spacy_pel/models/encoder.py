@@ -28,6 +28,7 @@ from ..files import atomic_dir
 from ..kb import Entity
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
+from .span_pooling import pooled_last_layer
 
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_encoder.json"
@@ -284,7 +285,12 @@ class BiEncoder(torch.nn.Module):
         Vectors are L2-normalised when the similarity is cosine, unless ``normalize`` says otherwise.
         """
         ids, mask, pool = self._collate(seqs, spans)
-        hidden = self.runtime_model(model)(input_ids=ids, attention_mask=mask).last_hidden_state
+        runtime = self.runtime_model(model)
+        if spans is not None and runtime is model:  # inference: the last layer at the pooled positions only
+            pooled = pooled_last_layer(model, ids, mask, pool)
+            if pooled is not None:
+                return self._finish(pooled, normalize)
+        hidden = runtime(input_ids=ids, attention_mask=mask).last_hidden_state
         return self._finish(mean_pool(hidden, pool), normalize)
 
     def embed_mentions(self, inputs, normalize: Optional[bool] = None) -> torch.Tensor:
