@@ -58,11 +58,11 @@ BC5CDR_MESH = {
                  "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
     "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --device auto"],
     "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto "
-              "--encoder.mention_max_length 64 --paths.kb kbs/mesh --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
+              "--encoder.mention_max_length 32 --paths.kb kbs/mesh --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
     "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh_final --paths.encoder "
                  "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
-                 "--components.pel_linker.context_window 64"],
+                 "--components.pel_linker.context_window 32"],
     "calibrate": ["python -m spacy_pel.calibrate training/pipeline corpus/bc5cdr_dev.spacy --output training/pipeline_calibrated "
                   "--plot metrics/nil_pr_curve.png --nil classifier --max-r1-loss 0.01"],
     "package": ["python -m pip wheel . --no-deps --no-build-isolation --wheel-dir packages/wheels",
@@ -74,7 +74,7 @@ BC5CDR_MESH = {
                   "--encoder.base training/retriever/best --paths.kb kbs/mesh_final --training.max_steps 0"],
     "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
                      "training/retriever/best --paths.span_model training/e2e/best --paths.aliases training/aliases.json "
-                     "--components.pel_linker.context_window 64"],
+                     "--components.pel_linker.context_window 32"],
     "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated"],
     "evaluate_e2e": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_e2e_calibrated --e2e "
                      "--output metrics/bc5cdr_dev_e2e.json --markdown metrics/bc5cdr_dev_e2e.md --title 'end to end on BC5CDR dev vs MeSH'"],
