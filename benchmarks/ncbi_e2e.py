@@ -42,7 +42,7 @@ def markdown(r: dict) -> str:
     model = r["span_model"]
     lines = [f"# Issue 29: NCBI disease dev end to end (raw text in), span-finder propagation ({r['span_model']['path']})", "",
              machine_line(r["machine"]) + "; alone.", "",
-             f"Reproduce: `xargs -a configs/datasets/ncbi_medic_both.args python -m spacy project run e2e .` "
+             f"Reproduce: `xargs -a configs/datasets/ncbi_medic_both.args python -m spacy project run e2e .{r.get('e2e_vars', '')}` "
              f"(train_e2e {model['train_minutes']} min, {model['steps']} steps, span model `{model['path']}`, "
              f"pipeline `{r['pipeline']}`), then `python benchmarks/ncbi_e2e.py{r.get('arguments', '')}`. "
              f"The span model alone on the same 100 documents (its report, γ {model['threshold']}): span P "
@@ -62,10 +62,11 @@ def markdown(r: dict) -> str:
 
 def main(pipeline: str = typer.Option(PIPELINE), model: str = typer.Option(MODEL, help="the span model's training folder"),
          dev: str = typer.Option("corpus/ncbi_dev.spacy"), output: str = typer.Option("ncbi_e2e", help="report name in benchmarks/"),
+         e2e_vars: str = typer.Option("", help="vars the span model was trained with beyond the preset's, e.g. ' --vars.e2e_max_steps 1776'"),
          notes: str = typer.Option("")):
     log = json.loads((ROOT / model / "train_log.json").read_text())
     arguments = "" if (pipeline, model, output) == (PIPELINE, MODEL, "ncbi_e2e") else f" --pipeline {pipeline} --model {model} --output {output}"
-    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "pipeline": pipeline, "notes": notes, "arguments": arguments,
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "pipeline": pipeline, "notes": notes, "arguments": arguments, "e2e_vars": e2e_vars,
               "span_model": {"path": model, "steps": log["step"], "best_step": log.get("best_step"),
                              "train_minutes": round(log["train_seconds"] / 60, 1),
                              "threshold": log["span_report"]["threshold"], "span": log["span_report"]["dev"]["span"]},
