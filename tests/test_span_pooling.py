@@ -36,6 +36,9 @@ def test_the_fast_path_is_off_with_gradients_and_for_other_architectures(tiny_be
     assert pooled_last_layer(enc.mention_model, ids, mask, pool) is None  # gradients on: training runs the full model
     with torch.inference_mode():
         assert pooled_last_layer(enc.mention_model, ids, mask, pool) is not None
+        enc.mention_model.train()  # dropout on: the full forward's business
+        assert pooled_last_layer(enc.mention_model, ids, mask, pool) is None
+        enc.mention_model.eval()
     enc.mention_model.config.position_embedding_type = "relative_key"
     try:
         assert last_layer(enc.mention_model) is None

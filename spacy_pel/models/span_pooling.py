@@ -10,8 +10,8 @@ and saves about a sixth of the mention tower's time.
 
 Only for towers whose layers have BERT's structure (``bert``, ``roberta``, ``xlm-roberta`` with
 absolute positions: ``attention.self.query/key/value``, ``attention.output``, ``intermediate``,
-``output``), and only without gradients: :func:`pooled_last_layer` returns None otherwise and the
-caller runs the whole model.
+``output``), and only in eval mode without gradients: :func:`pooled_last_layer` returns None otherwise
+and the caller runs the whole model.
 """
 from __future__ import annotations
 
@@ -74,9 +74,10 @@ def pooled_positions(pool: torch.Tensor):
 
 def pooled_last_layer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, pool: torch.Tensor) -> Optional[torch.Tensor]:
     """``[B, hidden]``: the mean over ``pool``'s positions of ``model``'s last hidden states, the last
-    layer computed at those positions only; None when it cannot be (gradients on, another architecture)."""
+    layer computed at those positions only; None when it cannot be (gradients on, training mode, another
+    architecture)."""
     layer = last_layer(model)
-    if layer is None or torch.is_grad_enabled():
+    if layer is None or torch.is_grad_enabled() or model.training:  # training mode: dropout, as the full forward has it
         return None
     hidden = hidden_before(model, layer, ids, mask)
     positions, valid = pooled_positions(pool)
