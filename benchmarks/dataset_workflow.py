@@ -44,12 +44,13 @@ def figures(values: Dict[str, str]) -> dict:
 
 def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (configs/datasets/*.args)"),
          workflow: List[str] = typer.Option(["all"], help="Workflows of project.yml to run, in order"),
-         notes: str = typer.Option("", help="A line about the run conditions")):
+         notes: str = typer.Option("", help="A line about the run conditions"),
+         output: str = typer.Option("", help="report name in benchmarks/ (default: <preset>_workflow)")):
     preset = shlex.split(args.read_text())
     values = preset_vars(preset)
     workflows = srsly.read_yaml(ROOT / "project.yml")["workflows"]
-    out = ROOT / "benchmarks" / f"{args.stem}_workflow"
-    report = {"machine": machine(), "preset": str(args), "notes": notes, "steps": []}
+    out = ROOT / "benchmarks" / (output or f"{args.stem}_workflow")
+    report = {"machine": machine(), "preset": str(args), "notes": notes, "output": output, "steps": []}
     for name in workflow:
         for step in workflows[name]:
             t0 = time.perf_counter()
@@ -68,7 +69,8 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
     lines = [f"# The workflows on {values['corpus_title']} + {values['kb_title']} (preset `{r['preset']}`)", "",
              f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.",
              f"Reproduce: `python benchmarks/dataset_workflow.py --args {r['preset']} "
-             + " ".join(f"--workflow {w}" for w in dict.fromkeys(s["workflow"] for s in r["steps"])) + "` "
+             + " ".join(f"--workflow {w}" for w in dict.fromkeys(s["workflow"] for s in r["steps"]))
+             + (f" --output {r['output']}" if r.get("output") else "") + "` "
              f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`, timed step by step).", ""]
     f = r.get("figures", {})
     if "linking" in f:
