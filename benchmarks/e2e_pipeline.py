@@ -91,7 +91,8 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
          dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
          nil_corpus: Path = typer.Option(Path("corpus/bc5cdr_train.spacy"), help="Gold corpus the NIL threshold is calibrated on (dev docs 0-99 have no NIL mention)"),
          work: Path = typer.Option(Path("training/bench/e2e_pipeline")),
-         context_window: int = typer.Option(64)):
+         context_window: int = typer.Option(64),
+         output: str = typer.Option("e2e_pipeline", help="report name in benchmarks/")):
     work.mkdir(parents=True, exist_ok=True)
     span_report = json.loads((span_model / "span_report.json").read_text())
     log = json.loads((span_model.parent / "train_log.json").read_text())
@@ -126,8 +127,9 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
     joint = HERE / "e2e_joint.json"
     if joint.exists():
         report["todays_joint_model"] = json.loads(joint.read_text())["e2e"]
-    (HERE / "e2e_pipeline.json").write_text(json.dumps(report, indent=2), encoding="utf8")
-    (HERE / "e2e_pipeline.md").write_text(markdown(report), encoding="utf8")
+    report["command"] = "python benchmarks/e2e_pipeline.py" + ("" if output == "e2e_pipeline" else " " + " ".join(sys.argv[1:]))
+    (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
 
 
 def markdown(r: dict) -> str:
@@ -135,7 +137,7 @@ def markdown(r: dict) -> str:
     lines = [
         "# Raw text in, linked entities out: BC5CDR dev vs all 354,068 MeSH records",
         "",
-        "Reproduce: `python benchmarks/e2e_pipeline.py` after `spacy project run all` and `spacy project run e2e` "
+        f"Reproduce: `{r.get('command', 'python benchmarks/e2e_pipeline.py')}` after `spacy project run all` and `spacy project run e2e` "
         f"(span model `{r['span_model']}`, retriever `{r['retriever']}`). Machine: {m['cpu']} ({', '.join(m['flags'])}), "
         f"{m['torch_threads']} torch threads, torch {m['torch']}; one run. Accuracy does not depend on load; docs/s "
         "does: the last column says how many cores other jobs kept busy while each pipeline was timed.",
