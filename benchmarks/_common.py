@@ -5,7 +5,9 @@ first on ``sys.path``, so ``from _common import machine`` needs no ``sys.path`` 
 """
 import os
 import platform
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ BUDGET = {
     "negatives.count": 32,
 }
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "others_busy", "run_timed"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "invocation", "others_busy", "run_timed"]
 
 
 def lscpu_model() -> str:
@@ -69,6 +71,19 @@ def cpu_seconds() -> tuple:
 def others_busy(before: tuple, after: tuple, seconds: float) -> float:
     """Cores kept busy by other processes between two :func:`cpu_seconds` (interference while timing)."""
     return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds, 2)
+
+
+def invocation(skip=("--notes",)) -> str:
+    """The command that ran this script, shell-quoted, without the options in ``skip`` and their values
+    (a report's "Reproduce" line says what was run, not what the defaults would run)."""
+    kept, args = [], iter(sys.argv[1:])
+    for arg in args:
+        if arg.split("=", 1)[0] in skip:
+            if "=" not in arg:
+                next(args, None)
+            continue
+        kept.append(arg)
+    return shlex.join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *kept])
 
 
 def run_timed(command: str, digits: int = 1) -> float:

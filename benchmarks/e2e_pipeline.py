@@ -31,7 +31,7 @@ from typing import List, Optional
 import spacy
 import typer
 
-from _common import cpu_seconds, machine, others_busy
+from _common import cpu_seconds, invocation, machine, others_busy
 
 from spacy_pel.corpora import bare_doc, read_docbin
 from spacy_pel.evaluation.linking import e2e_metrics
@@ -127,7 +127,7 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
     joint = HERE / "e2e_joint.json"
     if joint.exists():
         report["todays_joint_model"] = json.loads(joint.read_text())["e2e"]
-    report["command"] = "python benchmarks/e2e_pipeline.py" + ("" if output == "e2e_pipeline" else " " + " ".join(sys.argv[1:]))
+    report["command"] = invocation()
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
     (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
 

@@ -23,7 +23,7 @@ import time
 
 import spacy
 import typer
-from _common import HERE, ROOT, lscpu_model, machine, machine_line
+from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from spacy.tokens import DocBin
 
 from spacy_pel.evaluation.linking import e2e_metrics
@@ -44,7 +44,7 @@ def markdown(r: dict) -> str:
              machine_line(r["machine"]) + "; alone.", "",
              f"Reproduce: `xargs -a configs/datasets/ncbi_medic_both.args python -m spacy project run e2e .{r.get('e2e_vars', '')}` "
              f"(train_e2e {model['train_minutes']} min, {model['steps']} steps, span model `{model['path']}`, "
-             f"pipeline `{r['pipeline']}`), then `python benchmarks/ncbi_e2e.py{r.get('arguments', '')}`. "
+             f"pipeline `{r['pipeline']}`), then `{r.get('command', 'python benchmarks/ncbi_e2e.py' + r.get('arguments', ''))}`. "
              f"The span model alone on the same 100 documents (its report, γ {model['threshold']}): span P "
              f"{model['span']['p']:.3f} R {model['span']['r']:.3f} F1 {model['span']['f']:.3f}; best step {model['best_step']} "
              f"of {model['steps']}.", "",
@@ -65,8 +65,7 @@ def main(pipeline: str = typer.Option(PIPELINE), model: str = typer.Option(MODEL
          e2e_vars: str = typer.Option("", help="vars the span model was trained with beyond the preset's, e.g. ' --vars.e2e_max_steps 1776'"),
          notes: str = typer.Option("")):
     log = json.loads((ROOT / model / "train_log.json").read_text())
-    arguments = "" if (pipeline, model, output) == (PIPELINE, MODEL, "ncbi_e2e") else f" --pipeline {pipeline} --model {model} --output {output}"
-    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "pipeline": pipeline, "notes": notes, "arguments": arguments, "e2e_vars": e2e_vars,
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "pipeline": pipeline, "notes": notes, "command": invocation(), "e2e_vars": e2e_vars,
               "span_model": {"path": model, "steps": log["step"], "best_step": log.get("best_step"),
                              "train_minutes": round(log["train_seconds"] / 60, 1),
                              "threshold": log["span_report"]["threshold"], "span": log["span_report"]["dev"]["span"]},
