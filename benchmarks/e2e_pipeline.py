@@ -56,7 +56,7 @@ def run(pipeline: Path, docs) -> dict:
     predicted = list(nlp.pipe(texts))
     seconds = time.perf_counter() - t0
     found = sum(len(d.ents) for d in predicted)
-    return {**e2e_metrics(predicted, docs), "docs": len(docs), "seconds": round(seconds, 1),
+    return {**e2e_metrics(predicted, docs, nlp.get_pipe("pel_linker").index.canonical), "docs": len(docs), "seconds": round(seconds, 1),
             "docs_per_s": round(len(docs) / seconds, 2), "found_mentions_per_s": round(found / seconds, 1),
             "other_busy_cores": others_busy(before, cpu_seconds(), seconds)}
 

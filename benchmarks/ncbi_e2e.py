@@ -77,7 +77,7 @@ def main(pipeline: str = typer.Option(PIPELINE), model: str = typer.Option(MODEL
         t0 = time.perf_counter()
         predicted = list(nlp.pipe([nlp.make_doc(d.text) for d in gold]))
         seconds = time.perf_counter() - t0
-        report["results"][name] = {**e2e_metrics(predicted, gold), "docs_per_s": round(len(gold) / seconds, 2)}
+        report["results"][name] = {**e2e_metrics(predicted, gold, nlp.get_pipe("pel_linker").index.canonical), "docs_per_s": round(len(gold) / seconds, 2)}
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
     (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
 

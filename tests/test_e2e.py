@@ -37,6 +37,24 @@ def test_e2e_metrics_strict_and_partial():
     assert m["partial"]["p"] == pytest.approx(2 / 3, abs=1e-3) and m["partial"]["r"] == 1.0
 
 
+def test_e2e_metrics_match_spans_by_characters_and_alternative_ids_by_their_entity():
+    nlp = spacy.blank("en")
+    # the corpus split "SJS-like" at its annotation; the raw text's tokens do not
+    gold = spacy.tokens.Doc(nlp.vocab, words=["Schwartz", "-", "Jampel", "syndrome", "(", "SJS", ")", "and", "SJS", "-like", "myopathy"],
+                            spaces=[False, False, True, True, True, True, True, True, False, True, False])
+    gold.spans[GOLD_KEY] = [Span(gold, 0, 4, label="X", kb_id="OMIM:255800"), Span(gold, 5, 6, label="X", kb_id="OMIM:255800"),
+                            Span(gold, 10, 11, label="X", kb_id="D9")]
+    pred = nlp.make_doc(gold.text)
+    assert len(pred) != len(gold)  # token indices differ after "SJS-like"; characters do not
+    by_char = [pred.char_span(s.start_char, s.end_char) for s in gold.spans[GOLD_KEY]]
+    pred.ents = [Span(pred, s.start, s.end, label="X", kb_id=k) for s, k in zip(by_char, ["D010009", "D010009", "D9"])]
+    assert e2e_metrics([pred], [gold])["span"]["f"] == 1.0
+    assert e2e_metrics([pred], [gold])["strict"]["f"] == pytest.approx(1 / 3, abs=1e-3)
+    # the KB files OMIM:255800 under D010009: the linker's answer is the gold entity
+    primary = {"OMIM:255800": "D010009"}
+    assert e2e_metrics([pred], [gold], lambda i: primary.get(i, i))["strict"]["f"] == 1.0
+
+
 def test_e2e_metrics_nil_composite_ids_and_one_match_per_gold():
     nlp = spacy.blank("en")
     # Lithium(0) carbonate(1) toxicity(2) caused(3) tricuspid(4) regurgitation(5) .(6)

@@ -16,7 +16,7 @@ second, untimed pass with 64 (:mod:`spacy_pel.pipeline.depth`).
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 from spacy.tokens import Doc
@@ -147,20 +147,27 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
     return report
 
 
-def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc]) -> dict:
+def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None) -> dict:
     """End-to-end micro P/R/F1:
 
     * ``strict``: same span, right id; ``typed``: same span, same label, right id;
     * ``partial``: overlapping span, right id (each gold mention matched at most once);
     * ``span``: same span boundaries, ids ignored (every predicted and gold span, NIL ones included).
 
-    For the linked measures NIL gold mentions and NIL predictions are left out."""
+    Spans are compared by character offsets, so a document tokenised differently from the gold one
+    (``nlp.make_doc(text)`` where the corpus split tokens at its annotations) is scored by what was found.
+
+    For the linked measures NIL gold mentions and NIL predictions are left out. ``canonical`` (the
+    linker's ``index.canonical``) maps an id to its entity's primary id, on both sides, as
+    :func:`mention_table` does for gold mentions: a gold alternative id (an OMIM number MEDIC files
+    under a MeSH record) is then matched by the entity the linker returns."""
+    same = canonical or (lambda i: i)
     tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
     span_tp = span_pred = span_gold = 0
     for pred_doc, gold_doc in zip(predicted, gold):
         all_gold = gold_spans(gold_doc)
-        golds = [(s.start, s.end, set(gold_ids(s.kb_id_)), s.label_) for s in all_gold if s.kb_id_ != NIL]
-        preds = [(s.start, s.end, s.kb_id_, s.label_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+        golds = [(s.start_char, s.end_char, {same(i) for i in gold_ids(s.kb_id_)}, s.label_) for s in all_gold if s.kb_id_ != NIL]
+        preds = [(s.start_char, s.end_char, same(s.kb_id_), s.label_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
         n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
         exact = {(x, y): (ids, label) for x, y, ids, label in golds}
         for a, b, i, label in preds:
@@ -174,7 +181,7 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc]) -> dict:
                     used.add(g)
                     tp_partial += 1
                     break
-        found, wanted = {(s.start, s.end) for s in pred_doc.ents}, {(s.start, s.end) for s in all_gold}
+        found, wanted = {(s.start_char, s.end_char) for s in pred_doc.ents}, {(s.start_char, s.end_char) for s in all_gold}
         span_tp, span_pred, span_gold = span_tp + len(found & wanted), span_pred + len(found), span_gold + len(wanted)
     return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
             "typed": prf(tp_typed, n_pred, n_gold), "span": prf(span_tp, span_pred, span_gold),
