@@ -86,8 +86,8 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
          one_pass_model: Optional[Path] = typer.Option(None, help="A span model trained with the linking loss, for the one-pass row"),
          compare: List[Path] = typer.Option([], help="Other train_e2e output folders to tabulate (their dev docs 0-99 figures)"),
          kb: Path = typer.Option(Path("kbs/mesh")), aliases: Optional[Path] = typer.Option(Path("training/aliases.json")),
-         names: Optional[Path] = typer.Option(None, help="a name index of the KB (build-names), for configs/linker_e2e.cfg's paths.names "
-                                             "(read only if a name-row rule is added to it)"),
+         names: Optional[Path] = typer.Option(None, help="a name index of the KB (build-names; kbs/mesh_names), for configs/linker_e2e.cfg's "
+                                             "name-row rule (null: rule off)"),
          dev: Path = typer.Option(Path("corpus/bc5cdr_dev.spacy")),
          nil_corpus: Path = typer.Option(Path("corpus/bc5cdr_train.spacy"), help="Gold corpus the NIL threshold is calibrated on (dev docs 0-99 have no NIL mention)"),
          work: Path = typer.Option(Path("training/bench/e2e_pipeline")),
@@ -106,15 +106,21 @@ def main(span_model: Path = typer.Option(Path("training/e2e/best")), retriever: 
               "pipelines": {}, "span_models": [span_model_row(span_model.parent)] + [span_model_row(c) for c in compare]}
     default, other = work / "pipeline_e2e", work / "pipeline_e2e_other"
     config = ROOT / "configs" / "linker_e2e.cfg"
-    propagate = spacy.util.load_config(config)["components"]["pel_linker"]["mentions"].get("propagate", False)
-    for folder, prop in ((default, propagate), (other, not propagate)):
+    finder = spacy.util.load_config(config)["components"]["pel_linker"]["mentions"]
+    propagate, floor = finder.get("propagate", False), float(finder.get("propagate_floor", 0.0))
+    settings = [(default, propagate, floor), (other, not propagate, floor)]
+    runs = [(f"span model + retriever, propagate {str(propagate).lower()}" + (f", floor {floor}" if propagate and floor else "") + " (default)", default),
+            (f"span model + retriever, propagate {str(not propagate).lower()}" + (f", floor {floor}" if not propagate and floor else ""), other)]
+    if floor:  # the config's floor against none (every occurrence propagated)
+        settings.append((work / "pipeline_e2e_no_floor", True, 0.0))
+        runs.append(("span model + retriever, propagate true, no floor", work / "pipeline_e2e_no_floor"))
+    for folder, prop, fl in settings:
         subprocess.run([sys.executable, "-m", "spacy", "assemble", str(config), str(folder),
                         "--paths.kb", str(kb), "--paths.encoder", str(retriever), "--paths.span_model", str(span_model),
                         "--paths.aliases", str(aliases) if aliases else "null", "--paths.names", str(names) if names else "null",
-                        "--components.pel_linker.mentions.propagate",
-                        str(prop).lower(), "--components.pel_linker.context_window", str(context_window)], check=True)
-    runs = [(f"span model + retriever, propagate {str(propagate).lower()} (default)", default),
-            (f"span model + retriever, propagate {str(not propagate).lower()}", other)]
+                        "--components.pel_linker.mentions.propagate", str(prop).lower(),
+                        "--components.pel_linker.mentions.propagate_floor", str(fl),
+                        "--components.pel_linker.context_window", str(context_window)], check=True)
     if one_pass_model:
         one_pass_pipeline(one_pass_model, kb, aliases, work / "one_pass")
         runs.append((f"one pass: `{one_pass_model}` finds and links", work / "one_pass"))
