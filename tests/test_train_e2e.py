@@ -54,6 +54,16 @@ def test_doc_example_labels_gold_spans_and_keeps_in_kb_rows(corpus, kb_dir, tiny
     assert (ex.ends - ex.starts).max() <= 4
 
 
+def test_doc_example_scores_a_gold_alternative_id_as_its_entity(corpus, kb_dir, tiny_encoder_dir):
+    index = EntityIndex.from_disk(kb_dir)
+    d4 = index.row["D4"]
+    index.entities.alt_ids["OMIM:1"] = d4  # as MEDIC files an OMIM number under a MeSH record
+    doc = spacy.blank("en").make_doc(TEXTS[2][0])
+    doc.spans[GOLD_KEY] = [Span(doc, 0, 1, label="X", kb_id="OMIM:1")]
+    ex = DocExample(doc, index, 4)
+    assert ex.gold == [(0, 1, {"D4"})] and ex.linked == [(0, 1, {d4})]
+
+
 def linker_for(best, kb_dir, threshold):
     nlp = spacy.blank("en")
     finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "scorer": str(best / "span_scorer.safetensors"),

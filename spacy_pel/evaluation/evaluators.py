@@ -98,7 +98,7 @@ class DocExample:
         self.where = {(int(s), int(e)): i for i, (s, e) in enumerate(zip(self.starts, self.ends))}
         self.labels = np.zeros(len(self.starts), np.float32)
         self.linked: List[Tuple[int, int, Set[int]]] = []  # (start, end, gold rows) of in-KB gold spans
-        self.gold: List[Tuple[int, int, Set[str]]] = []  # every gold span with its ids, for scoring
+        self.gold: List[Tuple[int, int, Set[str]]] = []  # every gold span with its (primary) ids, for scoring
         self.span_labels: List[Tuple[int, str]] = []  # (enumerated span index, gold label) of the gold spans
         spans = gold_spans(doc)
         for span in spans:
@@ -108,7 +108,7 @@ class DocExample:
                 if span.label_:
                     self.span_labels.append((i, span.label_))
             ids = gold_ids(span.kb_id_)
-            self.gold.append((span.start, span.end, set(ids)))
+            self.gold.append((span.start, span.end, {index.canonical(x) for x in ids}))  # alternative ids as their entity
             lookup = index.lookup
             rows = {lookup[x] for x in ids if x in lookup}
             if ids != [NIL] and rows:
