@@ -213,3 +213,26 @@ def test_propagate_floor_reaches_propagation_with_the_span_models_probabilities(
     for bad in (-0.1, 1.5, None, "high"):
         with pytest.raises(ValueError, match="propagate_floor"):
             spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "propagate_floor": bad}})
+
+
+def test_lexicon_adds_training_surface_forms_with_labels_travels_with_the_pipeline_and_null_turns_it_off(
+        span_model, kb_dir, tiny_encoder_dir, tmp_path):
+    best, _, _ = span_model
+    aliases = tmp_path / "aliases.json"
+    srsly.write_json(aliases, {"use": {"D1": 1}, "given": {"D4": 2}})  # strings the span model does not find
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "model": str(best), "lexicon": str(aliases), "lexicon_floor": 0.0}
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION, "mentions": finder})
+    text = TEXTS[1][0] + " " + TEXTS[2][0]  # ... lithium carbonate use . Aspirin and warfarin were given .
+    doc = nlp(text)
+    words = [e.text for e in doc.ents]
+    assert "use" in words and "given" in words
+    assert {e.label_ for e in doc.ents if e.text in ("use", "given")} <= {"Chemical", "Disease"}  # the label head's
+    nlp.to_disk(tmp_path / "p")
+    aliases.unlink()  # the saved pipeline carries its lexicon
+    assert [e.text for e in spacy.load(tmp_path / "p")(text).ents] == words
+    off = spacy.load(tmp_path / "p", config={"components.pel_linker.mentions.lexicon": None})
+    assert not {"use", "given"} & {e.text for e in off(text).ents}
+    for bad in (-0.1, 2, None):
+        with pytest.raises(ValueError, match="lexicon_floor"):
+            spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "lexicon_floor": bad}})

@@ -11,7 +11,9 @@
   when it has one, else from its entity's KB types mapped to corpus labels (``labels``, or the map
   learned in training). ``threshold = null`` takes the γ recorded in the ``span_report.json``.
   ``propagate``: document-level consistency (:mod:`.propagation`: other occurrences of a found
-  mention and defined short forms of found long forms become mentions too).
+  mention and defined short forms of found long forms become mentions too); ``lexicon``: the training
+  corpus's surface forms, matched in the text where the span model gives them at least
+  ``lexicon_floor`` (:mod:`.lexicon`).
 
 A source gives, per doc, the spans to link as ``(start, end, label)`` and, when it encoded the
 documents itself, their token vectors (so a collective vector strategy reuses that pass); it also
@@ -40,12 +42,14 @@ from ..models.span_scorer import (
 )
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, check_probability
+from .lexicon import Lexicon, lexicon_spans, make_lexicon, read_lexicon
 from .propagation import propagate
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
 SCORER_FILE = "span_scorer.safetensors"
 ENCODER_DIR = "span_encoder"  # the finder's own transformer inside a saved component
 REPORT_FILE = "span_report.json"
+LEXICON_FILE = "lexicon.json"  # the lexicon's surface forms, saved with the component
 DEFAULT_SPAN_THRESHOLD = 0.5  # when neither the config nor a span_report.json gives γ
 
 
@@ -106,8 +110,15 @@ class SpanFinder(DocSpans, LinkerPart):
 
     def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
                  labels: Optional[Dict[str, str]] = None, model: Optional[str] = None, propagate: bool = False,
-                 propagate_floor: float = 0.0):
+                 propagate_floor: float = 0.0, lexicon: Optional[str] = None, lexicon_floor: float = 0.1):
         super().__init__(None)
+        if lexicon is not None and not isinstance(lexicon, (str, Path)):
+            raise ValueError(f"spacy_pel.mentions.span_finder.v1: `lexicon` must be a path or null, not {lexicon!r}")
+        self.lexicon_source = str(lexicon) if lexicon else None
+        self.lexicon: Optional[Lexicon] = None
+        self.lexicon_floor = check_probability(lexicon_floor, "span_finder.lexicon_floor")
+        if self.lexicon_floor is None:
+            raise ValueError("spacy_pel.mentions.span_finder.v1: `lexicon_floor` must be a probability in [0, 1], not null")
         if not isinstance(propagate, bool):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `propagate` must be true or false, not {propagate!r}")
         self.propagate = propagate
@@ -154,6 +165,8 @@ class SpanFinder(DocSpans, LinkerPart):
         self.report_labels = data.get("labels")
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
+        if self.lexicon is None and self.lexicon_source:
+            self.lexicon = read_lexicon(self.lexicon_source)
         if self.scorer is None:
             self.scorer = load_span_scorer(self.source, device=str(encoder.device_))
             self._read_report(Path(self.source))
@@ -180,6 +193,8 @@ class SpanFinder(DocSpans, LinkerPart):
         report = {"threshold": self.report_threshold, "labels": self.report_labels}
         if any(v is not None for v in report.values()):
             srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
+        if self.lexicon is not None:
+            srsly.write_json(path / LEXICON_FILE, sorted(self.lexicon))
         return True
 
     def from_disk(self, path: Path) -> bool:
@@ -187,6 +202,8 @@ class SpanFinder(DocSpans, LinkerPart):
             return False
         self.scorer = load_span_scorer(path / SCORER_FILE)
         self._read_report(path / SCORER_FILE)
+        if self.lexicon_source and (path / LEXICON_FILE).exists():  # the config's `lexicon` null turns it off
+            self.lexicon = make_lexicon(srsly.read_json(path / LEXICON_FILE))
         if (path / ENCODER_DIR).exists():
             self.encoder = BiEncoder.from_pretrained(path / ENCODER_DIR)
         return True
@@ -214,16 +231,32 @@ class SpanFinder(DocSpans, LinkerPart):
                 kept = [(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)]
                 if self.propagate:
                     kept = propagate(doc, kept, self._support(starts, ends, probs), self.propagate_floor)
+                if self.lexicon:
+                    kept = self._add_lexicon(doc, H, kept, self._probability(starts, ends, probs))
                 spans.append(kept)
         return spans, (None if self.encoder is not None else hidden)
 
     def _support(self, starts: np.ndarray, ends: np.ndarray, probs: np.ndarray) -> Optional[Callable[[int, int], float]]:
         """The span model's probability of an enumerated span (0 for one longer than ``max_span_len``),
         or None when ``propagate_floor`` is 0 (every occurrence is added)."""
-        if not self.propagate_floor:
-            return None
+        return self._probability(starts, ends, probs) if self.propagate_floor else None
+
+    @staticmethod
+    def _probability(starts: np.ndarray, ends: np.ndarray, probs: np.ndarray) -> Callable[[int, int], float]:
+        """The span model's probability of an enumerated span (0 for one longer than ``max_span_len``)."""
         where = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(starts, ends))}
         return lambda a, b: float(probs[where[(a, b)]]) if (a, b) in where else 0.0
+
+    def _add_lexicon(self, doc: Doc, H: torch.Tensor, kept: SpanTuples, support: Callable[[int, int], float]) -> SpanTuples:
+        """``kept`` plus the lexicon's matches (:func:`.lexicon.lexicon_spans`), labelled by the label head."""
+        extra = lexicon_spans(doc, kept, self.lexicon, self.max_span_len, support, self.lexicon_floor)
+        if not extra:
+            return kept
+        labels = [0] * len(extra)
+        if self.scorer.labels:
+            a, b = np.asarray([x for x, _ in extra], np.int64), np.asarray([y for _, y in extra], np.int64)
+            labels = [doc.vocab.strings.add(x) for x in self.scorer.predict_labels(H, a, b)]
+        return sorted([*kept, *((x, y, label) for (x, y), label in zip(extra, labels))])
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
         if not spans and not len(doc.ents):
@@ -259,11 +292,14 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 @registry.misc("spacy_pel.mentions.span_finder.v1")
 def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
                          labels: Optional[Dict[str, str]] = None, model: Optional[str] = None,
-                         propagate: bool = False, propagate_floor: float = 0.0) -> SpanFinder:
+                         propagate: bool = False, propagate_floor: float = 0.0, lexicon: Optional[str] = None,
+                         lexicon_floor: float = 0.1) -> SpanFinder:
     """Find the mentions with a trained span model (end to end, no NER needed): ``model`` a
     ``train_e2e`` folder (own transformer + scorer) or ``scorer`` a scorer file over the linker's
     transformer; ``labels``: KB type → span label for scorers without a label head (null: the map
     learned with the scorer, from the training corpus's labels); ``propagate``: document-level
     consistency of the found spans; ``propagate_floor``: the least probability the span model must give
-    a propagated occurrence (0: every occurrence)."""
-    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate, propagate_floor)
+    a propagated occurrence (0: every occurrence); ``lexicon``: an aliases JSON file of the training
+    corpus's surface forms (null: off), matched in the text where the span model gives a match at least
+    ``lexicon_floor``."""
+    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate, propagate_floor, lexicon, lexicon_floor)

@@ -1,0 +1,44 @@
+"""Corpus-level recall for found spans (span_finder.v1's ``lexicon``)."""
+import json
+
+import pytest
+import spacy
+
+from spacy_pel.pipeline.lexicon import lexicon_spans, make_lexicon, read_lexicon
+
+
+def doc_and_support(text, probs):
+    doc = spacy.blank("en")(text)
+    return doc, (lambda a, b: probs.get(doc[a:b].text, 0.5))
+
+
+def test_surface_forms_become_mentions_where_free_and_the_model_does_not_reject_them():
+    doc, support = doc_and_support("Breast cancer and breast-cancer risk ; the cancer gene ; BREAST CANCER .",
+                                   {"cancer": 0.3, "cancer gene": 0.01})
+    lexicon = make_lexicon(["breast cancer", "cancer", "Breast-Cancer"])
+    assert lexicon == {"breast cancer", "cancer"}  # normalised: case and punctuation fold together
+    found = [(0, 2, 7)]  # "Breast cancer" already found: kept as it is, nothing inside it added
+    added = lexicon_spans(doc, found, lexicon, 10, support, 0.1)
+    assert [doc[a:b].text for a, b in added] == ["breast-cancer", "cancer", "BREAST CANCER"]
+    # a floor above a match's probability keeps it out
+    assert [doc[a:b].text for a, b in lexicon_spans(doc, found, lexicon, 10, support, 0.4)] == ["breast-cancer", "BREAST CANCER"]
+    # "breast-cancer" is 3 tokens: longer than max_len 2, so only the "cancer" inside it matches
+    assert [doc[a:b].text for a, b in lexicon_spans(doc, found, lexicon, 2, support, 0.1)] == ["cancer", "cancer", "BREAST CANCER"]
+    assert lexicon_spans(doc, found, make_lexicon([]), 10, support, 0.1) == []
+
+
+def test_of_overlapping_matches_the_more_probable_wins():
+    doc, support = doc_and_support("childhood kidney cancer", {"kidney cancer": 0.6, "childhood kidney cancer": 0.3, "cancer": 0.9})
+    lexicon = make_lexicon(["kidney cancer", "childhood kidney cancer", "cancer"])
+    assert [doc[a:b].text for a, b in lexicon_spans(doc, [], lexicon, 10, support, 0.1)] == ["cancer"]
+    doc, support = doc_and_support("childhood kidney cancer", {"kidney cancer": 0.6, "childhood kidney cancer": 0.3, "cancer": 0.2})
+    assert [doc[a:b].text for a, b in lexicon_spans(doc, [], lexicon, 10, support, 0.1)] == ["kidney cancer"]
+
+
+def test_read_lexicon_takes_the_surface_forms_of_an_aliases_file(tmp_path):
+    path = tmp_path / "aliases.json"
+    path.write_text(json.dumps({"breast cancer": {"D001943": 3}, "(": {"D1": 1}}), encoding="utf8")
+    assert read_lexicon(path) == {"breast cancer"}  # a wordless form is no mention
+    path.write_text("[1, 2]", encoding="utf8")
+    with pytest.raises(ValueError, match="aliases.json"):
+        read_lexicon(path)
