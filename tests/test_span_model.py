@@ -233,6 +233,10 @@ def test_lexicon_adds_training_surface_forms_with_labels_travels_with_the_pipeli
     assert [e.text for e in spacy.load(tmp_path / "p")(text).ents] == words
     off = spacy.load(tmp_path / "p", config={"components.pel_linker.mentions.lexicon": None})
     assert not {"use", "given"} & {e.text for e in off(text).ents}
+    other = tmp_path / "other.json"  # another lexicon in the config: read from there, not the saved copy
+    srsly.write_json(other, {"use": {"D1": 1}})
+    again = spacy.load(tmp_path / "p", config={"components.pel_linker.mentions.lexicon": str(other)})
+    assert {e.text for e in again(text).ents} & {"use", "given"} == {"use"}
     for bad in (-0.1, 2, None):
         with pytest.raises(ValueError, match="lexicon_floor"):
             spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "lexicon_floor": bad}})

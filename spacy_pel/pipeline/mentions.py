@@ -49,7 +49,7 @@ SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of on
 SCORER_FILE = "span_scorer.safetensors"
 ENCODER_DIR = "span_encoder"  # the finder's own transformer inside a saved component
 REPORT_FILE = "span_report.json"
-LEXICON_FILE = "lexicon.json"  # the lexicon's surface forms, saved with the component
+LEXICON_FILE = "lexicon.json"  # the lexicon's source path and surface forms, saved with the component
 DEFAULT_SPAN_THRESHOLD = 0.5  # when neither the config nor a span_report.json gives γ
 
 
@@ -194,7 +194,7 @@ class SpanFinder(DocSpans, LinkerPart):
         if any(v is not None for v in report.values()):
             srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
         if self.lexicon is not None:
-            srsly.write_json(path / LEXICON_FILE, sorted(self.lexicon))
+            srsly.write_json(path / LEXICON_FILE, {"source": self.lexicon_source, "forms": sorted(self.lexicon)})
         return True
 
     def from_disk(self, path: Path) -> bool:
@@ -202,8 +202,9 @@ class SpanFinder(DocSpans, LinkerPart):
             return False
         self.scorer = load_span_scorer(path / SCORER_FILE)
         self._read_report(path / SCORER_FILE)
-        if self.lexicon_source and (path / LEXICON_FILE).exists():  # the config's `lexicon` null turns it off
-            self.lexicon = make_lexicon(srsly.read_json(path / LEXICON_FILE))
+        saved = srsly.read_json(path / LEXICON_FILE) if (path / LEXICON_FILE).exists() else {}
+        if self.lexicon_source and isinstance(saved, dict) and saved.get("source") == self.lexicon_source:  # else: the config's file (or null: off)
+            self.lexicon = make_lexicon(saved["forms"])
         if (path / ENCODER_DIR).exists():
             self.encoder = BiEncoder.from_pretrained(path / ENCODER_DIR)
         return True
