@@ -14,29 +14,21 @@ text, scored by
 from __future__ import annotations
 
 import json
-import time
 from typing import List, Optional
 
 import spacy
 import typer
 from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
+from e2e_pipeline import run as run_pipeline  # load, warm up, link the raw text, score (benchmarks/ is on the path)
 
-from spacy_pel.corpora import bare_doc, read_docbin
-from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.corpora import read_docbin
 
 KEY = "components.pel_linker.mentions."
 FLOORS = (0.05, 0.1, 0.2)
 
 
 def run(pipeline: str, dev: str, first: int, last: Optional[int], overrides: dict) -> dict:
-    nlp = spacy.load(ROOT / pipeline, config=overrides)
-    gold = read_docbin(nlp, ROOT / dev)[first:last]
-    list(nlp.pipe([bare_doc(d, nlp.vocab) for d in gold[:4]]))  # warm-up
-    t0 = time.perf_counter()
-    predicted = list(nlp.pipe([bare_doc(d, nlp.vocab) for d in gold]))
-    seconds = time.perf_counter() - t0
-    return {**e2e_metrics(predicted, gold, nlp.get_pipe("pel_linker").index.canonical), "docs": len(gold),
-            "docs_per_s": round(len(gold) / seconds, 2)}
+    return run_pipeline(ROOT / pipeline, read_docbin(spacy.blank("en"), ROOT / dev)[first:last], overrides)
 
 
 def markdown(r: dict) -> str:

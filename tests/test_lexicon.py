@@ -16,7 +16,7 @@ def test_surface_forms_become_mentions_where_free_and_the_model_does_not_reject_
     doc, support = doc_and_support("Breast cancer and breast-cancer risk ; the cancer gene ; BREAST CANCER .",
                                    {"cancer": 0.3, "cancer gene": 0.01})
     lexicon = make_lexicon(["breast cancer", "cancer", "Breast-Cancer"])
-    assert lexicon == {"breast cancer", "cancer"}  # normalised: case and punctuation fold together
+    assert lexicon.forms == {"breast cancer", "cancer"} and lexicon.firsts == {"breast", "cancer"}  # normalised: case and punctuation fold together
     found = [(0, 2, 7)]  # "Breast cancer" already found: kept as it is, nothing inside it added
     added = lexicon_spans(doc, found, lexicon, 10, support, 0.1)
     assert [doc[a:b].text for a, b in added] == ["breast-cancer", "cancer", "BREAST CANCER"]
@@ -38,7 +38,7 @@ def test_of_overlapping_matches_the_more_probable_wins():
 def test_read_lexicon_takes_the_surface_forms_of_an_aliases_file(tmp_path):
     path = tmp_path / "aliases.json"
     path.write_text(json.dumps({"breast cancer": {"D001943": 3}, "(": {"D1": 1}}), encoding="utf8")
-    assert read_lexicon(path) == {"breast cancer"}  # a wordless form is no mention
+    assert read_lexicon(path).forms == {"breast cancer"}  # a wordless form is no mention
     path.write_text("[1, 2]", encoding="utf8")
     with pytest.raises(ValueError, match="aliases.json"):
         read_lexicon(path)

@@ -15,6 +15,7 @@ the raw text of NCBI disease dev and BC5CDR dev docs 100-499: ``benchmarks/e2e_l
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, FrozenSet, Iterable, List, Sequence, Tuple, Union
 
@@ -23,12 +24,23 @@ from spacy.tokens import Doc
 from ..kb import normalize
 from .aliases import read_aliases
 
-Lexicon = FrozenSet[str]
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Normalised surface forms and the first words they begin with (a token that begins none is
+    skipped without building its n-grams), made once when the lexicon is read."""
+
+    forms: FrozenSet[str]
+    firsts: FrozenSet[str]
+
+    def __len__(self) -> int:
+        return len(self.forms)
 
 
 def make_lexicon(forms: Iterable[str]) -> Lexicon:
     """Normalised surface forms (blank and wordless ones left out)."""
-    return frozenset(k for k in (normalize(f) for f in forms) if any(c.isalpha() for c in k))
+    kept = frozenset(k for k in (normalize(f) for f in forms) if any(c.isalpha() for c in k))
+    return Lexicon(kept, frozenset(k.split(" ", 1)[0] for k in kept))
 
 
 def read_lexicon(path: Union[str, Path]) -> Lexicon:
@@ -42,18 +54,17 @@ def lexicon_spans(doc: Doc, found: Sequence[Tuple[int, int, int]], lexicon: Lexi
     have ``support`` ≥ ``floor``, the more probable first among overlapping ones; in document order."""
     if not lexicon:
         return []
-    firsts = {k.split(" ", 1)[0] for k in lexicon}
     taken = [False] * len(doc)
     for a, b, _ in found:
         taken[a:b] = [True] * (b - a)
     matches = []
     for i in range(len(doc)):
-        if taken[i] or normalize(doc[i].text).split(" ", 1)[0] not in firsts:
+        if taken[i] or normalize(doc[i].text).split(" ", 1)[0] not in lexicon.firsts:
             continue
         for j in range(i + 1, min(i + max_len, len(doc)) + 1):
             if taken[j - 1]:
                 break
-            if normalize(doc[i:j].text) in lexicon:
+            if normalize(doc[i:j].text) in lexicon.forms:
                 p = support(i, j)
                 if p >= floor:
                     matches.append((p, i, j))

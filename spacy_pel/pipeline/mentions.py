@@ -194,7 +194,7 @@ class SpanFinder(DocSpans, LinkerPart):
         if any(v is not None for v in report.values()):
             srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
         if self.lexicon is not None:
-            srsly.write_json(path / LEXICON_FILE, {"source": self.lexicon_source, "forms": sorted(self.lexicon)})
+            srsly.write_json(path / LEXICON_FILE, {"source": self.lexicon_source, "forms": sorted(self.lexicon.forms)})
         return True
 
     def from_disk(self, path: Path) -> bool:
@@ -230,17 +230,14 @@ class SpanFinder(DocSpans, LinkerPart):
                 if self.scorer.labels and len(chosen):
                     labels = [doc.vocab.strings.add(x) for x in self.scorer.predict_labels(H, starts[chosen], ends[chosen])]
                 kept = [(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)]
-                if self.propagate:
-                    kept = propagate(doc, kept, self._support(starts, ends, probs), self.propagate_floor)
+                floored = self.propagate and self.propagate_floor
+                support = self._probability(starts, ends, probs) if floored or self.lexicon else None  # one map a doc
+                if self.propagate:  # no floor: every occurrence, so no support
+                    kept = propagate(doc, kept, support if floored else None, self.propagate_floor)
                 if self.lexicon:
-                    kept = self._add_lexicon(doc, H, kept, self._probability(starts, ends, probs))
+                    kept = self._add_lexicon(doc, H, kept, support)
                 spans.append(kept)
         return spans, (None if self.encoder is not None else hidden)
-
-    def _support(self, starts: np.ndarray, ends: np.ndarray, probs: np.ndarray) -> Optional[Callable[[int, int], float]]:
-        """The span model's probability of an enumerated span (0 for one longer than ``max_span_len``),
-        or None when ``propagate_floor`` is 0 (every occurrence is added)."""
-        return self._probability(starts, ends, probs) if self.propagate_floor else None
 
     @staticmethod
     def _probability(starts: np.ndarray, ends: np.ndarray, probs: np.ndarray) -> Callable[[int, int], float]:
