@@ -3,20 +3,23 @@
 for one KB).
 
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
-``.spacy`` a DocBin, anything else PubTator.
+``.spacy`` a DocBin, anything else PubTator. ``labels`` keeps the mentions of those types only (BC5CDR's
+diseases beside a disease corpus); the others are counted as ``left_out_by_label``, never silently lost.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Collection, Iterator, List, Optional, Sequence
 
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
+from spacy.util import filter_spans
 
 from . import files
 from .bioc_corpus import read_bioc
 from .corpora import (
+    GOLD_KEY,
     NIL,
     ConversionStats,
     PathLike,
@@ -42,15 +45,19 @@ def corpus_format(path: PathLike, format: Optional[str] = None) -> str:
 
 
 def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, stats: Optional[ConversionStats] = None,
-                bad_lines: Optional[files.BadLines] = None) -> Iterator[Doc]:
-    """The gold docs of one corpus file in any supported format; counts go to ``stats``."""
+                bad_lines: Optional[files.BadLines] = None, labels: Optional[Collection[str]] = None) -> Iterator[Doc]:
+    """The gold docs of one corpus file in any supported format; counts go to ``stats``. With ``labels``,
+    only mentions of those types are kept (the others counted in ``stats.left_out_by_label``)."""
     stats = stats if stats is not None else ConversionStats()
+    keep = None if labels is None else set(labels)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus not found: {path}" if not path.exists() else f"corpus {path} is not a file")
     format = corpus_format(path, format)
     if format == "spacy":
         for doc in read_docbin(nlp, path):
+            if keep is not None:
+                _keep_labels(doc, keep, stats)
             stats.docs += 1
             spans = gold_spans(doc)
             stats.mentions += len(spans)
@@ -65,16 +72,33 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
     if bad_lines is not None:
         stats.skipped_lines, stats.skipped_examples = bad_lines.count, list(bad_lines.examples)
     for pdoc in pdocs:
+        if keep is not None:
+            for ann in pdoc.annotations:
+                if ann.type not in keep:
+                    stats.left_out_by_label[ann.type] = stats.left_out_by_label.get(ann.type, 0) + 1
+            pdoc.annotations = [a for a in pdoc.annotations if a.type in keep]
         yield make_doc(nlp, pdoc, stats)
 
 
+def _keep_labels(doc: Doc, keep: set, stats: ConversionStats) -> None:
+    """Drop the gold mentions of ``doc`` (a ``.spacy`` input) whose label is not in ``keep``."""
+    spans = list(gold_spans(doc))
+    for span in spans:
+        if span.label_ not in keep:
+            stats.left_out_by_label[span.label_] = stats.left_out_by_label.get(span.label_, 0) + 1
+    kept = [s for s in spans if s.label_ in keep]
+    doc.spans[GOLD_KEY] = kept
+    doc.ents = filter_spans(kept)
+
+
 def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "en", skip_bad_lines: bool = False,
-                    format: Optional[str] = None) -> dict:
+                    format: Optional[str] = None, labels: Optional[Collection[str]] = None) -> dict:
     """Convert ``inputs`` (each PubTator, BioC XML/JSON or .spacy; ``format`` for all of them, else by
     extension) into one ``.spacy`` file, documents in input order; returns the conversion statistics.
 
     Every input is read before anything is written: a malformed one stops with its location and writes
-    nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted.
+    nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted. With
+    ``labels``, mentions of other types are left out and counted by type.
     """
     if not inputs:
         raise files.InputError("no corpus to convert")
@@ -84,7 +108,10 @@ def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "e
     bad = files.BadLines() if skip_bad_lines else None
     docs: List[Doc] = []
     for path, fmt in zip(inputs, formats):
-        docs.extend(corpus_docs(nlp, path, fmt, stats, bad))
+        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels))
+    if labels is not None and not stats.mentions and stats.left_out_by_label:
+        found = ", ".join(f"{n} {t}" for t, n in sorted(stats.left_out_by_label.items()))
+        raise files.InputError(f"no mention has a type in labels {sorted(labels)}; the corpora have {found}")
     write_docbin(docs, output)
     out = stats.as_dict()
     out["inputs"] = [str(p) for p in inputs]

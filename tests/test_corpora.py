@@ -9,6 +9,8 @@ from spacy_pel.corpora import (
     read_docbin,
     read_pubtator,
 )
+from spacy_pel.corpus_formats import convert_corpora
+from spacy_pel.files import InputError
 
 from .conftest import shared
 
@@ -84,3 +86,23 @@ def test_ncbi_plus_separated_composites(tmp_path):
     assert stats["unaligned"] == 0 and len(ids) == stats["mentions"]
     assert all("+" not in i and " " not in i for i in ids)
     assert sum("|" in i for i in ids) == stats["composite"] > 0
+
+
+def test_convert_labels_keeps_those_types_and_counts_the_rest(tmp_path):
+    """``convert --labels Disease`` (BC5CDR's diseases beside a disease corpus): the other types are left
+    out and counted, in PubTator and in ``.spacy`` inputs alike; a filter no mention passes writes nothing."""
+    path = tmp_path / "c.txt"
+    path.write_text(SAMPLE, encoding="utf8")
+    stats = convert_corpora([path], tmp_path / "d.spacy", labels=["Disease"])
+    assert stats["mentions"] == 2 and stats["left_out_by_label"] == {"Chemical": 3}
+    (doc,) = read_docbin(spacy.blank("en"), tmp_path / "d.spacy")
+    assert [(e.text, e.label_) for e in doc.ents] == [("Hemorrhagic cystitis", "Disease"), ("delirium", "Disease")]
+    assert [s.label_ for s in doc.spans[GOLD_KEY]] == ["Disease", "Disease"]
+    convert_corpora([path], tmp_path / "all.spacy")  # a .spacy input is filtered the same way
+    again = convert_corpora([tmp_path / "all.spacy"], tmp_path / "d2.spacy", labels=["Disease"])
+    assert again["mentions"] == 2 and again["left_out_by_label"] == {"Chemical": 3}
+    (doc2,) = read_docbin(spacy.blank("en"), tmp_path / "d2.spacy")
+    assert [(e.text, e.kb_id_) for e in doc2.ents] == [(e.text, e.kb_id_) for e in doc.ents]
+    with pytest.raises(InputError, match="no mention has a type in labels"):
+        convert_corpora([path], tmp_path / "none.spacy", labels=["Gene"])
+    assert not (tmp_path / "none.spacy").exists()

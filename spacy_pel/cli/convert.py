@@ -36,6 +36,9 @@ def main(
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="Leave out malformed lines / annotations (counted and listed) instead of stopping at the first"
     ),
+    labels: Optional[List[str]] = typer.Option(
+        None, "--labels", help="Keep only mentions of this type (repeat for several, e.g. --labels Disease); the others are counted, by type"
+    ),
 ):
     """Convert annotated corpora; prints counts of mentions, NIL, composite, overlapping and unaligned
     mentions, and of the relations left out (by type)."""
@@ -50,7 +53,7 @@ def main(
         spacy.util.get_lang_class(lang)
     except Exception:  # spaCy raises ImportError / its own errors for an unknown language code
         fail(f"--lang {lang!r} is not a language spaCy knows (e.g. en, de, fr)")
-    stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format)
+    stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format, labels=labels or None)
     typer.echo(json.dumps(stats, indent=2))
     if stats["relations_skipped"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(stats["relations_skipped"].items()))
