@@ -43,16 +43,18 @@ RULES = {"abbreviations": {"@misc": "spacy_pel.rules.abbreviations.v1"}}
 MEASURES = ("span", "strict", "typed", "partial")
 
 
-def raw(nlp, docs):
-    """The documents' text with their tokens (so found spans and gold spans share offsets), no annotations."""
-    return [bare_doc(d, nlp.vocab) for d in docs]
+def raw(nlp, docs, tokenize: bool = False):
+    """The documents' text, no annotations: with the corpus's tokens (``tokenize`` False), or tokenized
+    by the pipeline as a user's text is (spans are scored by character offsets either way)."""
+    return [nlp.make_doc(d.text) if tokenize else bare_doc(d, nlp.vocab) for d in docs]
 
 
-def run(pipeline: Path, docs, overrides: Optional[dict] = None) -> dict:
-    """The pipeline (with config ``overrides``) on the raw text of ``docs``: e2e scores and speed."""
+def run(pipeline: Path, docs, overrides: Optional[dict] = None, tokenize: bool = False) -> dict:
+    """The pipeline (with config ``overrides``) on the raw text of ``docs``: e2e scores and speed
+    (``tokenize``: see :func:`raw`)."""
     nlp = spacy.load(pipeline, config=overrides or {})
-    texts = raw(nlp, docs)
-    list(nlp.pipe(raw(nlp, docs[:4])))  # warm-up: lazy loading is not linking time
+    texts = raw(nlp, docs, tokenize)
+    list(nlp.pipe(raw(nlp, docs[:4], tokenize)))  # warm-up: lazy loading is not linking time
     before, t0 = cpu_seconds(), time.perf_counter()
     predicted = list(nlp.pipe(texts))
     seconds = time.perf_counter() - t0

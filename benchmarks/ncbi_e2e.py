@@ -4,8 +4,9 @@ The pipeline is the one ``e2e`` assembles for the preset ``configs/datasets/ncbi
 (``xargs -a configs/datasets/ncbi_medic_both.args python -m spacy project run e2e .``: the span model
 trained on NCBI train from the NCBI-trained both-towers retriever, MEDIC encoded by its entity tower,
 the alias table of NCBI train). Each row loads that pipeline with one span-finder setting changed
-(``spacy.load(config=…)``) and links the raw text of every NCBI disease dev document, scored by
-:func:`spacy_pel.evaluation.linking.e2e_metrics` (strict: span + id; span: boundaries only).
+(``spacy.load(config=…)``) and links the raw text of every NCBI disease dev document, tokenized by the
+pipeline as a user's text is (``e2e_pipeline.run``, scored by :func:`spacy_pel.evaluation.linking.e2e_metrics`:
+strict: span + id; span: boundaries only).
 
 NCBI disease dev is 100 documents and the span model's step and γ were chosen on them (its
 ``span_report.json``): there is no held-out part, so these are dev figures in the strictest sense.
@@ -19,14 +20,13 @@ assemble and calibrate its pipeline as ``e2e`` does, then ``--pipeline P --model
 from __future__ import annotations
 
 import json
-import time
 
 import spacy
 import typer
 from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
-from spacy.tokens import DocBin
+from e2e_pipeline import run
 
-from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.corpora import read_docbin
 
 PIPELINE = "training/ncbi_medic_both/pipeline_e2e_calibrated"
 MODEL = "training/ncbi_medic_both/e2e"
@@ -70,14 +70,9 @@ def main(pipeline: str = typer.Option(PIPELINE), model: str = typer.Option(MODEL
                              "train_minutes": round(log["train_seconds"] / 60, 1),
                              "threshold": log["span_report"]["threshold"], "span": log["span_report"]["dev"]["span"]},
               "results": {}}
+    gold = read_docbin(spacy.blank("en"), ROOT / dev)
     for name, overrides in SETTINGS.items():
-        nlp = spacy.load(ROOT / pipeline, config=overrides)
-        gold = list(DocBin().from_disk(ROOT / dev).get_docs(nlp.vocab))
-        list(nlp.pipe([nlp.make_doc(d.text) for d in gold[:5]]))  # warm-up
-        t0 = time.perf_counter()
-        predicted = list(nlp.pipe([nlp.make_doc(d.text) for d in gold]))
-        seconds = time.perf_counter() - t0
-        report["results"][name] = {**e2e_metrics(predicted, gold, nlp.get_pipe("pel_linker").index.canonical), "docs_per_s": round(len(gold) / seconds, 2)}
+        report["results"][name] = run(ROOT / pipeline, gold, overrides, tokenize=True)  # the text as a user gives it
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
     (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
 

@@ -5,9 +5,12 @@ import pytest
 import spacy
 from spacy.tokens import Span
 
+from spacy_pel.cli.calibrate import app as calibrate_app
 from spacy_pel.corpora import GOLD_KEY
 from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.evaluation.nil import e2e_curve
 from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.pipeline.linker import CONFIDENCE_ATTR
 from spacy_pel.pipeline.mentions import learn_labels
 from spacy_pel.training.span_scorer import train_span_scorer
 
@@ -183,6 +186,45 @@ def test_null_finder_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_d
     assert (out["docs"], out["gold"], out["predicted"]) == (12, 24, 24)
     assert out["strict"] == {"p": 0.8333, "r": 0.8333, "f": 0.8333}  # 20 / 24
     assert out["partial"] == {"p": 1.0, "r": 1.0, "f": 1.0}
+    # calibrate --e2e: the threshold with the best strict F1 is written into the config, and the
+    # calibrated pipeline scores what the curve promised
+    result = CliRunner().invoke(calibrate_app, [str(tmp_path / "pipe"), str(tmp_path / "gold.spacy"), "--e2e",
+                                                "--output", str(tmp_path / "calibrated")])
+    assert result.exit_code == 0, result.output
+    chosen = json.loads((tmp_path / "calibrated" / "nil_calibration.json").read_text())
+    assert chosen["objective"] == "strict end-to-end F1" and chosen["f"] >= chosen["without_threshold"]["f"]
+    assert spacy.load(tmp_path / "calibrated").get_pipe("pel_linker").threshold == chosen["threshold"]
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--pipeline", str(tmp_path / "calibrated"), "--e2e",
+                                      "--output", str(tmp_path / "e2e_calibrated.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "e2e_calibrated.json").read_text())["strict"]["f"] == pytest.approx(chosen["f"], abs=1e-4)
+    result = CliRunner().invoke(calibrate_app, [str(tmp_path / "pipe"), str(tmp_path / "gold.spacy"), "--e2e",
+                                                "--nil", "classifier", "--output", str(tmp_path / "c2")])
+    assert result.exit_code != 0 and "leave out --nil" in result.output and "Traceback" not in result.output
+
+
+def test_e2e_curve_drops_low_confidence_spans_when_that_pays():
+    """Found spans below the threshold become NIL: the spurious one (low confidence) goes, F1 rises from
+    2·2/(3+3) to 2·2/(2+3); a curve whose low-confidence span is right keeps everything (no threshold)."""
+    nlp = spacy.blank("en")
+    gold = nlp.make_doc("Lithium carbonate toxicity caused tricuspid regurgitation and fever .")
+    gold.spans[GOLD_KEY] = [Span(gold, 0, 2, label="X", kb_id="D1"), Span(gold, 4, 6, label="X", kb_id="D2"),
+                            Span(gold, 7, 8, label="X", kb_id="D9")]
+
+    def predicted(confidences):
+        doc = nlp.make_doc(gold.text)
+        doc.ents = [Span(doc, 0, 2, label="X", kb_id="D1"), Span(doc, 2, 3, label="X", kb_id="D7"),
+                    Span(doc, 4, 6, label="X", kb_id="D2")]
+        for span, c in zip(doc.ents, confidences):
+            span._.set(CONFIDENCE_ATTR, c)
+        return doc
+
+    curve = e2e_curve([predicted([0.9, 0.2, 0.5])], [gold])
+    assert curve["threshold"] == pytest.approx(0.35) and curve["kept"] == 2
+    assert curve["f"] == pytest.approx(0.8) and curve["without_threshold"]["f"] == pytest.approx(2 / 3)
+    assert curve["p"] == pytest.approx(1.0) and curve["r"] == pytest.approx(2 / 3)
+    kept_all = e2e_curve([predicted([0.2, 0.9, 0.5])], [gold])  # the right span is the least confident
+    assert kept_all["threshold"] is None and kept_all["kept"] == 3
 
 
 def test_e2e_metrics_typed_needs_the_label_and_span_ignores_ids():

@@ -9,7 +9,7 @@ import typer
 
 from ..evaluation.nil import __doc__ as LIBRARY_DOC
 from ..evaluation.nil import calibrate
-from ._errors import cli_errors, require_dir, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -25,12 +25,17 @@ def main(
                             "a logistic model over the NIL evidence (score, margin, rule match, type fit), then a threshold"),
     max_r1_loss: Optional[float] = typer.Option(None, "--max-r1-loss", help="At most this share of in-KB mentions "
                                                 "linked right may become NIL (e.g. 0.01)"),
+    e2e: bool = typer.Option(False, "--e2e", help="For a pipeline that finds its own mentions: the threshold on its NIL "
+                             "confidence with the best strict end-to-end F1 on the corpus's raw text (drops spurious "
+                             "found spans too; needs no NIL mention; keeps the pipeline's NIL strategy)"),
 ):
     """Fit the NIL decision (threshold, and the classifier with --nil classifier) with the best NIL F1
-    and write it into the pipeline's config."""
+    and write it into the pipeline's config; with --e2e, the threshold with the best strict end-to-end F1."""
+    if e2e and (nil != "top_score" or max_r1_loss is not None):
+        fail("--e2e keeps the pipeline's own NIL strategy and bounds nothing: leave out --nil and --max-r1-loss")
     require_dir(pipeline, "pipeline", "config.cfg")
     require_file(corpus, "corpus")
     require_writable_parent(output, "output")
     if plot is not None:
         require_writable_parent(plot, "plot")
-    typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss), indent=2))
+    typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss, e2e=e2e), indent=2))

@@ -3,20 +3,26 @@ the threshold with the best NIL F1 (optionally at a bounded loss of in-KB recall
 ``nil="classifier"``, the weights of a logistic model over the NIL evidence
 (:mod:`spacy_pel.pipeline.nil`) — write them into the pipeline's config, and save the NIL
 precision-recall curve (PNG + JSON). A corpus without NIL mentions (NCBI disease) calibrates nothing:
-the pipeline is saved with its NIL decision as it was, and ``nil_calibration.json`` says so."""
+the pipeline is saved with its NIL decision as it was, and ``nil_calibration.json`` says so.
+
+With ``e2e`` (a pipeline that finds its own mentions): the threshold on the pipeline's NIL confidence
+with the best *strict end-to-end* F1 on the corpus's raw text. A found span below it is NIL, so the
+threshold also drops the spurious spans the span finder adds (a span nothing in the KB fits well),
+which gold mentions alone cannot show; it needs no NIL mention in the corpus."""
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import spacy
 from sklearn.linear_model import LogisticRegression
+from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
-from ..pipeline.linker import configure_linker, find_linker
+from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
 from ..pipeline.nil import FEATURES, ClassifierNil
 from ..retrieval.index import EntityIndex
 from .linking import mention_table
@@ -125,12 +131,88 @@ def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, Li
     return ClassifierNil(weights, round(float(model.intercept_[0]), 6), types)
 
 
+def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None) -> dict:
+    """Strict end-to-end P/R/F1 (as :func:`~spacy_pel.evaluation.linking.e2e_metrics` counts them) of
+    "a found span is NIL if its confidence < t" for every useful t, and the best t. ``predicted``: the
+    pipeline's output with no threshold (every found span linked to its best candidate, its confidence
+    in ``span._.pel_confidence``); ties go to the lower threshold (more spans kept)."""
+    same = canonical or (lambda i: i)
+    confidence, correct, n_gold = [], [], 0
+    for pred_doc, gold_doc in zip(predicted, gold):
+        golds = {(s.start_char, s.end_char): {same(i) for i in gold_ids(s.kb_id_)} for s in gold_spans(gold_doc) if s.kb_id_ != NIL}
+        n_gold += len(golds)
+        for span in pred_doc.ents:
+            if span.kb_id_ and span.kb_id_ != NIL:
+                value = span._.get(CONFIDENCE_ATTR)
+                confidence.append(np.inf if value is None else value)
+                correct.append(same(span.kb_id_) in golds.get((span.start_char, span.end_char), ()))
+    conf, hit = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    order = np.argsort(-conf, kind="stable")
+    conf, hit = conf[order], hit[order]
+    tp, n_pred = np.cumsum(hit), np.arange(1, len(hit) + 1)
+    # keeping the first i+1 spans: t between conf[i+1] and conf[i]; keeping all: no threshold
+    cut = np.append(conf[1:] != conf[:-1], True)
+    lower = np.append(conf[1:], -np.inf)
+    thresholds = [None if not np.isfinite(lo) else float((hi + lo) / 2) if np.isfinite(hi) else float(lo + 1e-3)
+                  for hi, lo in zip(conf, lower)]
+    precision = tp / n_pred
+    recall = tp / max(n_gold, 1)
+    f1 = 2 * tp / (n_pred + n_gold)
+    points = [{"threshold": t, "kept": int(n), "p": float(p), "r": float(r), "f": float(f)}
+              for t, n, p, r, f, ok in zip(thresholds, n_pred, precision, recall, f1, cut) if ok]
+    if not points:
+        raise ValueError("the pipeline found no linked span in the corpus: nothing to calibrate")
+    best = max(range(len(points)), key=lambda k: (round(points[k]["f"], 9), points[k]["kept"]))
+    none = points[-1]
+    return {**points[best], "without_threshold": {k: none[k] for k in ("p", "r", "f", "kept")}, "gold": n_gold, "points": points}
+
+
+def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path, output: Path,
+                  plot: Optional[Path] = None) -> dict:
+    """The ``e2e`` calibration (module doc): link the raw text with no threshold, choose the best one
+    on strict F1, write it into the config and save."""
+    configure_linker(nlp, name, threshold=None)
+    predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
+    curve = e2e_curve(predicted, gold_docs, linker.index.canonical)
+    configure_linker(nlp, name, threshold=curve["threshold"])
+    nlp.to_disk(output)
+    summary = {"calibrated": True, "objective": "strict end-to-end F1", "corpus": str(corpus), "docs": len(gold_docs),
+               **{k: v for k, v in curve.items() if k != "points"}}
+    (output / "nil_calibration.json").write_text(json.dumps({**summary, "points": curve["points"]}, indent=2), encoding="utf8")
+    if plot:
+        plot_e2e_curve(curve, plot)
+    return summary
+
+
+def plot_e2e_curve(curve: dict, path: Path) -> None:
+    """Strict end-to-end P, R and F1 against the threshold (PNG), the chosen one marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    points = [p for p in curve["points"] if p["threshold"] is not None]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for key, label in (("p", "strict P"), ("r", "strict R"), ("f", "strict F1")):
+        ax.plot([p["threshold"] for p in points], [p[key] for p in points], label=label, drawstyle="steps-post")
+    if curve["threshold"] is not None:
+        ax.axvline(curve["threshold"], color="red", linestyle=":", label=f"threshold {curve['threshold']:.3f} (F1 {curve['f']:.3f})")
+    ax.set(xlabel="NIL threshold on the confidence", ylim=(0, 1.02), title="end-to-end NIL threshold")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] = None, docs: Sequence[int] = (),
-              nil: str = "top_score", max_r1_loss: Optional[float] = None) -> dict:
+              nil: str = "top_score", max_r1_loss: Optional[float] = None, e2e: bool = False) -> dict:
     """Calibrate ``pipeline``'s NIL decision on ``corpus`` (optionally only docs[0]:docs[1]) and save
     it to ``output``: ``nil`` is ``top_score`` (a threshold on the best score) or ``classifier``
     (a logistic model over the NIL evidence, then a threshold on its confidence); ``max_r1_loss``
-    bounds the share of in-KB mentions linked right that the threshold may turn to NIL."""
+    bounds the share of in-KB mentions linked right that the threshold may turn to NIL. With ``e2e``,
+    the threshold on the pipeline's own NIL confidence with the best strict end-to-end F1 (module doc;
+    its NIL strategy is kept: ``nil`` and ``max_r1_loss`` do not apply)."""
     if nil not in NIL_STRATEGIES:
         raise ValueError(f"unknown NIL strategy {nil!r}; choose one of {', '.join(NIL_STRATEGIES)}")
     nlp = spacy.load(pipeline)
@@ -139,6 +221,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]
     linker.ensure_loaded()
+    if e2e:
+        return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot)
     if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)):
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
     if nil == "classifier":  # the evidence's type feature needs the label → types map first

@@ -1,0 +1,130 @@
+"""The end-to-end NIL threshold (``calibrate --e2e``), measured on documents that did not choose it.
+
+``python -m spacy_pel calibrate PIPELINE CORPUS --e2e -o OUT`` picks the threshold on the pipeline's NIL
+confidence with the best strict end-to-end F1 on the corpus's raw text: a found span below it becomes NIL,
+so spurious spans (a found span that no KB entry fits well) are dropped as well as NIL mentions. Here the
+pipeline links the raw text once with no threshold; the threshold is chosen on the tuning documents
+(:func:`spacy_pel.evaluation.nil.e2e_curve`) and applied to the test documents, beside the pipeline's
+own threshold (calibrated on gold mentions by ``calibrate_e2e`` as it was) and none at all.
+
+    python benchmarks/e2e_calibration.py --pipeline training/context32/pipeline_e2e_calibrated \
+        --corpus corpus/bc5cdr_dev.spacy --tune 0:100 --test 100:500 --output e2e_calibration_bc5cdr
+    python benchmarks/e2e_calibration.py --pipeline training/ncbi_medic_both/pipeline_e2e_calibrated \
+        --corpus corpus/ncbi_dev.spacy --folds 2 --output e2e_calibration_ncbi
+
+``--folds k``: the corpus cut into k runs of documents; each is tested with the threshold chosen on the
+others (every document tested once, by a threshold it did not choose), then pooled.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import List, Optional
+
+import spacy
+import typer
+from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
+from spacy.tokens import Doc, Span
+
+from spacy_pel.corpora import NIL, read_docbin
+from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.evaluation.nil import e2e_curve
+from spacy_pel.pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
+
+
+def thresholded(docs: List[Doc], threshold: Optional[float]) -> List[Doc]:
+    """Copies of linked docs where a found span whose confidence is below ``threshold`` is NIL."""
+    out = []
+    for doc in docs:
+        copy = doc.copy()
+        ents = []
+        for span, orig in zip(copy.ents, doc.ents):
+            c = orig._.get(CONFIDENCE_ATTR)
+            nil = threshold is not None and c is not None and c < threshold
+            ents.append(Span(copy, span.start, span.end, label=span.label_, kb_id=NIL if nil else span.kb_id_))
+        copy.ents = ents
+        out.append(copy)
+    return out
+
+
+def scores(predicted, gold, canonical, threshold) -> dict:
+    m = e2e_metrics(thresholded(predicted, threshold), gold, canonical)
+    return {"threshold": threshold, "strict": m["strict"], "predicted": m["predicted"], "gold": m["gold"]}
+
+
+def pooled(parts: List[dict]) -> dict:
+    """Strict P/R/F1 of several test parts counted together (tp from each part's P × predicted)."""
+    tp = sum(round(p["strict"]["p"] * p["predicted"]) for p in parts)
+    n_pred, n_gold = sum(p["predicted"] for p in parts), sum(p["gold"] for p in parts)
+    pr, rc = tp / max(n_pred, 1), tp / max(n_gold, 1)
+    return {"p": round(pr, 4), "r": round(rc, 4), "f": round(2 * tp / max(n_pred + n_gold, 1), 4)}
+
+
+def span_range(text: str) -> slice:
+    a, b = text.split(":")
+    return slice(int(a), int(b))
+
+
+def markdown(r: dict) -> str:
+    lines = [f"# End-to-end NIL threshold chosen on strict F1 (`calibrate --e2e`): {r['corpus']}", "",
+             machine_line(r["machine"]) + ".", "", f"Reproduce: `{r['command']}`. Pipeline `{r['pipeline']}` "
+             f"(its own threshold {r['shipped_threshold']}); the raw text linked once with no threshold "
+             f"({r['seconds']} s for {r['docs']} documents), thresholds applied to the found spans' NIL confidence.", "",
+             "| test documents | threshold | chosen on | strict P | strict R | strict F1 | predicted |", "|---|---|---|---:|---:|---:|---:|"]
+    for row in r["rows"]:
+        s = row["strict"]
+        t = row["threshold"] if isinstance(row["threshold"], str) else "none" if row["threshold"] is None else f"{row['threshold']:.3f}"
+        lines.append(f"| {row['test']} | {t} | {row['chosen_on']} | {s['p']:.3f} | {s['r']:.3f} | **{s['f']:.3f}** | {row.get('predicted', '')} |")
+    if r.get("notes"):
+        lines += ["", r["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(pipeline: str = typer.Option(...), corpus: str = typer.Option(...),
+         tune: Optional[str] = typer.Option(None, help="documents a:b that choose the threshold"),
+         test: Optional[str] = typer.Option(None, help="documents c:d it is tested on"),
+         folds: int = typer.Option(0, help="instead of --tune/--test: k runs of documents, each tested by the others' threshold"),
+         output: str = typer.Option(..., help="report name in benchmarks/"), notes: str = typer.Option("")):
+    nlp = spacy.load(ROOT / pipeline)
+    name, linker = find_linker(nlp)
+    shipped = linker.threshold
+    configure_linker(nlp, name, threshold=None)
+    gold = read_docbin(spacy.blank("en"), ROOT / corpus)
+    list(nlp.pipe(nlp.make_doc(d.text) for d in gold[:4]))  # warm-up
+    t0 = time.perf_counter()
+    predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold))
+    seconds = round(time.perf_counter() - t0, 1)
+    canonical = linker.index.canonical
+    rows = []
+    if folds:
+        n = len(gold)
+        cuts = [round(i * n / folds) for i in range(folds + 1)]
+        parts = {"none": [], "shipped": [], "chosen": []}
+        for a, b in zip(cuts, cuts[1:]):
+            tune_p = predicted[:a] + predicted[b:]
+            tune_g = gold[:a] + gold[b:]
+            t = e2e_curve(tune_p, tune_g, canonical)["threshold"]
+            label = f"{a}:{b}"
+            for key, thr, on in (("none", None, "–"), ("shipped", shipped, "gold mentions (calibrate_e2e)"),
+                                 ("chosen", t, f"the other {len(tune_g)} docs")):
+                row = {"test": label, "chosen_on": on, **scores(predicted[a:b], gold[a:b], canonical, thr)}
+                parts[key].append(row)
+                rows.append(row)
+        for key, on in (("none", "–"), ("shipped", "gold mentions (calibrate_e2e)"), ("chosen", "the other folds (each its own)")):
+            rows.append({"test": f"all {len(gold)} (pooled)", "chosen_on": on, "threshold": None if key == "none" else shipped if key == "shipped" else "per fold",
+                         "strict": pooled(parts[key]), "predicted": sum(p["predicted"] for p in parts[key])})
+    else:
+        tn, ts = span_range(tune), span_range(test)
+        t = e2e_curve(predicted[tn], gold[tn], canonical)["threshold"]
+        oracle = e2e_curve(predicted[ts], gold[ts], canonical)
+        for thr, on in ((None, "–"), (shipped, "gold mentions (calibrate_e2e)"), (t, f"docs {tune}"),
+                        (oracle["threshold"], f"docs {test} themselves (the ceiling)")):
+            rows.append({"test": test, "chosen_on": on, **scores(predicted[ts], gold[ts], canonical, thr)})
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "pipeline": pipeline,
+              "corpus": corpus, "shipped_threshold": shipped, "docs": len(gold), "seconds": seconds, "rows": rows, "notes": notes}
+    (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
+
+
+if __name__ == "__main__":
+    typer.run(main)
