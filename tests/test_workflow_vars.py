@@ -75,7 +75,7 @@ BC5CDR_MESH = {
     "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
                      "training/retriever/best --paths.span_model training/e2e/best --paths.aliases training/aliases.json "
                      "--paths.names kbs/mesh_names --components.pel_linker.context_window 32"],
-    "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated"],
+    "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated --e2e --plot metrics/bc5cdr_dev_e2e_threshold.png"],
     "evaluate_e2e": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_e2e_calibrated --e2e "
                      "--output metrics/bc5cdr_dev_e2e.json --markdown metrics/bc5cdr_dev_e2e.md --title 'end to end on BC5CDR dev vs MeSH'"],
     "fetch_assets": ["python scripts/fetch_assets.py --local ../shared/data --assets assets"],

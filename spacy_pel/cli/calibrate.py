@@ -20,7 +20,7 @@ def main(
     pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev); without any, the pipeline is saved as it is"),
     output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve (with --e2e: strict P/R/F1 against the threshold)"),
     nil: str = typer.Option("top_score", "--nil", help="top_score: a threshold on the best score; classifier: "
                             "a logistic model over the NIL evidence (score, margin, rule match, type fit), then a threshold"),
     max_r1_loss: Optional[float] = typer.Option(None, "--max-r1-loss", help="At most this share of in-KB mentions "
