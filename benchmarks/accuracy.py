@@ -28,7 +28,6 @@ import spacy
 import typer
 
 from _common import machine  # noqa: E402
-
 from spacy_pel.corpora import NIL, convert, corpus_ids, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
 from spacy_pel.evaluation.nil import calibrate  # noqa: E402

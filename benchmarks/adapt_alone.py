@@ -19,6 +19,7 @@ import json
 import shutil
 
 import typer
+
 from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
 from subset_eval import SAMPLE, SubsetEval
 

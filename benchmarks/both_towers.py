@@ -30,6 +30,7 @@ import time
 from typing import List
 
 import typer
+
 from _common import lscpu_model, machine, machine_line
 from encoder_adapt import BEFORE, HERE, MESH, PY, ROOT, retriever_alone, retriever_table, run_step, step_times
 

@@ -22,7 +22,6 @@ import torch
 import typer
 
 from _common import SHARED, lscpu_model, machine
-
 from spacy_pel.bulk.run import link_corpus
 from spacy_pel.corpora import pubtator_to_docs
 

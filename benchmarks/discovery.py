@@ -19,7 +19,6 @@ import spacy
 import typer
 
 from _common import BUDGET, RETRIEVER_CONFIG
-
 from spacy_pel.corpora import (
     NIL,
     gold_ids,

@@ -25,9 +25,8 @@ import spacy
 import typer
 from spacy.tokens import Span
 
-from discovery import evaluate as clustering_vs_independent
 from _common import machine
-
+from discovery import evaluate as clustering_vs_independent
 from spacy_pel.corpora import NIL, gold_ids, gold_spans, read_docbin
 from spacy_pel.discovery.cluster import DISCOVERED_KEY, cluster_scores, discover
 from spacy_pel.evaluation.okb import removed_ids

@@ -24,9 +24,9 @@ from typing import List, Optional
 
 import spacy
 import typer
-from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from spacy.tokens import Doc, Span
 
+from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from spacy_pel.corpora import NIL, read_docbin
 from spacy_pel.evaluation.linking import e2e_metrics
 from spacy_pel.evaluation.nil import e2e_curve

@@ -19,7 +19,6 @@ import spacy
 import typer
 
 from _common import BUDGET
-
 from spacy_pel.corpora import bare_doc, read_docbin
 from spacy_pel.evaluation.linking import e2e_metrics, mention_table, metrics
 from spacy_pel.models.encoder import BiEncoder

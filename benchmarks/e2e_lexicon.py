@@ -18,9 +18,9 @@ from typing import List, Optional
 
 import spacy
 import typer
+
 from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from e2e_pipeline import run as run_pipeline  # load, warm up, link the raw text, score (benchmarks/ is on the path)
-
 from spacy_pel.corpora import read_docbin
 
 KEY = "components.pel_linker.mentions."

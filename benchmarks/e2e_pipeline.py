@@ -32,7 +32,6 @@ import spacy
 import typer
 
 from _common import cpu_seconds, invocation, machine, others_busy
-
 from spacy_pel.corpora import bare_doc, read_docbin
 from spacy_pel.evaluation.linking import e2e_metrics
 from spacy_pel.evaluation.nil import calibrate

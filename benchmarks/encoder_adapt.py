@@ -31,7 +31,6 @@ import spacy
 import typer
 
 from _common import machine, run_timed  # noqa: E402
-
 from spacy_pel.corpora import corpus_ids, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
 from spacy_pel.models.encoder import BiEncoder  # noqa: E402

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 import typer
+
 from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
 
 MEDIC = SHARED / "ncbi-disease" / "medic_06Jul2012.txt"

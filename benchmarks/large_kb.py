@@ -20,14 +20,14 @@ import numpy as np
 import spacy
 import torch
 import typer
-from _common import machine
-from speed import measure_load  # the speed report's load/link run (benchmarks/ is on the path)
 
+from _common import machine
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import Entity
 from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.retrieval.index import EntityIndex, make_ivfpq
 from spacy_pel.retrieval.search import InMemoryVectors, RefinedSearch, VectorFile
+from speed import measure_load  # the speed report's load/link run (benchmarks/ is on the path)
 
 HERE = Path(__file__).resolve().parent
 

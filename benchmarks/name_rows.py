@@ -31,7 +31,6 @@ import spacy
 import typer
 
 from _common import lscpu_model, machine
-
 from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
 from spacy_pel.models.encoder import BiEncoder

@@ -23,9 +23,9 @@ import json
 
 import spacy
 import typer
+
 from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from e2e_pipeline import run
-
 from spacy_pel.corpora import read_docbin
 
 PIPELINE = "training/ncbi_medic_both/pipeline_e2e_calibrated"

@@ -32,7 +32,6 @@ import numpy as np
 import typer
 
 from _common import HERE, ROOT, SHARED, lscpu_model, machine
-
 from spacy_pel.corpora import read_pubtator
 from spacy_pel.kb import read_kb
 from spacy_pel.models.encoder import BiEncoder

@@ -17,6 +17,8 @@ import numpy as np
 import spacy
 import typer
 
+from _common import BUDGET
+from _common import RETRIEVER_CONFIG as CONFIG
 from spacy_pel.corpora import NIL, corpus_ids, gold_spans, read_docbin
 from spacy_pel.evaluation.linking import mention_table, metrics
 from spacy_pel.evaluation.metrics import prf
@@ -24,8 +26,6 @@ from spacy_pel.evaluation.nil import nil_curve
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training.retriever import train
-
-from _common import BUDGET, RETRIEVER_CONFIG as CONFIG
 
 HERE = Path(__file__).resolve().parent
 SYN_STEPS = 120

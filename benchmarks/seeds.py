@@ -24,7 +24,6 @@ import spacy
 import typer
 
 from _common import BUDGET, machine
-
 from spacy_pel.corpora import NIL, corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.evaluation.metrics import average_precision, prf
 from spacy_pel.evaluation.nil import nil_curve

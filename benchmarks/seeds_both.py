@@ -24,6 +24,7 @@ import json
 from typing import Dict
 
 import typer
+
 from _common import BUDGET, HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
 from subset_eval import SAMPLE, SubsetEval
 

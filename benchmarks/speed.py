@@ -47,7 +47,6 @@ import typer
 from spacy.tokens import Span
 
 from _common import SHARED, cpu_seconds, machine, others_busy
-
 from spacy_pel.corpora import GOLD_KEY, bare_doc, corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import read_kb
 from spacy_pel.pipeline.aliases import mention_counts, write_aliases

@@ -15,8 +15,8 @@ from typing import List
 
 import numpy as np
 import spacy
-from _common import ROOT, SHARED
 
+from _common import ROOT, SHARED
 from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
 from spacy_pel.kb import read_kb
 from spacy_pel.models.encoder import BiEncoder, Mention

@@ -21,6 +21,7 @@ import json
 from typing import List
 
 import typer
+
 from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line
 from accuracy import dev_section
 from both_towers import chain

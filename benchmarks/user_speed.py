@@ -26,11 +26,11 @@ from typing import List
 
 import spacy
 import typer
-from _common import ROOT, cpu_seconds, lscpu_model, machine, machine_line, others_busy
-from speed import with_gold_ents
 
+from _common import ROOT, cpu_seconds, lscpu_model, machine, machine_line, others_busy
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
 from spacy_pel.pipeline.linker import find_linker
+from speed import with_gold_ents
 
 WARMUP_DOCS = 20
 app = typer.Typer(add_completion=False)
