@@ -14,7 +14,8 @@ before) and none at all.
         --corpus corpus/ncbi_dev.spacy --folds 2 --output e2e_calibration_ncbi
 
 ``--folds k``: the corpus cut into k runs of documents; each is tested with the threshold chosen on the
-others (every document tested once, by a threshold it did not choose), then pooled.
+others (every document tested once, by a threshold it did not choose), then pooled. ``--gamma g`` (repeatable,
+with ``--folds``): the span finder's threshold γ swept too, each γ linked anew and cross-fitted the same way.
 """
 from __future__ import annotations
 
@@ -70,6 +71,28 @@ def shipped_source(pipeline: str) -> str:
     return "gold mentions (calibrate_e2e before session 20)"
 
 
+def crossfit(predicted, gold, canonical, folds: int) -> dict:
+    """Strict P/R/F1 pooled over k runs of documents, each thresholded by the threshold the others chose."""
+    cuts = [round(i * len(gold) / folds) for i in range(folds + 1)]
+    parts = [scores(predicted[a:b], gold[a:b], canonical,
+                    e2e_curve(predicted[:a] + predicted[b:], gold[:a] + gold[b:], canonical)["threshold"])
+             for a, b in zip(cuts, cuts[1:])]
+    return pooled(parts)
+
+
+def gamma_rows(pipeline: str, gold, gammas: List[float], folds: int) -> List[dict]:
+    """The span finder's threshold γ swept with the NIL threshold: each γ linked anew (no NIL threshold)."""
+    rows = []
+    for gamma in gammas:
+        nlp = spacy.load(ROOT / pipeline, config={"components.pel_linker.mentions.threshold": gamma,
+                                                  "components.pel_linker.threshold": None})
+        canonical = find_linker(nlp)[1].index.canonical
+        predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold))
+        rows.append({"gamma": gamma, "none": scores(predicted, gold, canonical, None)["strict"],
+                     "crossfit": crossfit(predicted, gold, canonical, folds)})
+    return rows
+
+
 def span_range(text: str) -> slice:
     a, b = text.split(":")
     return slice(int(a), int(b))
@@ -85,6 +108,13 @@ def markdown(r: dict) -> str:
         s = row["strict"]
         t = row["threshold"] if isinstance(row["threshold"], str) else "none" if row["threshold"] is None else f"{row['threshold']:.3f}"
         lines.append(f"| {row['test']} | {t} | {row['chosen_on']} | {s['p']:.3f} | {s['r']:.3f} | **{s['f']:.3f}** | {row.get('predicted', '')} |")
+    if r.get("gammas"):
+        lines += ["", f"The span finder's threshold γ (the span model's own: {r['span_gamma']}) swept with the NIL threshold "
+                  f"(each γ linked anew; the NIL threshold cross-fitted over {r['folds']} folds as above):", "",
+                  "| γ | strict F1, no NIL threshold | strict P | strict R | strict F1, cross-fitted threshold |", "|---:|---:|---:|---:|---:|"]
+        for g in r["gammas"]:
+            c = g["crossfit"]
+            lines.append(f"| {g['gamma']} | {g['none']['f']:.3f} | {c['p']:.3f} | {c['r']:.3f} | **{c['f']:.3f}** |")
     if r.get("notes"):
         lines += ["", r["notes"]]
     return "\n".join(lines) + "\n"
@@ -94,6 +124,7 @@ def main(pipeline: str = typer.Option(...), corpus: str = typer.Option(...),
          tune: Optional[str] = typer.Option(None, help="documents a:b that choose the threshold"),
          test: Optional[str] = typer.Option(None, help="documents c:d it is tested on"),
          folds: int = typer.Option(0, help="instead of --tune/--test: k runs of documents, each tested by the others' threshold"),
+         gamma: List[float] = typer.Option([], help="with --folds: span-finder thresholds γ to sweep as well (repeatable)"),
          output: str = typer.Option(..., help="report name in benchmarks/"), notes: str = typer.Option("")):
     nlp = spacy.load(ROOT / pipeline)
     name, linker = find_linker(nlp)
@@ -131,7 +162,8 @@ def main(pipeline: str = typer.Option(...), corpus: str = typer.Option(...),
                         (oracle["threshold"], f"docs {test} themselves (the ceiling)")):
             rows.append({"test": test, "chosen_on": on, **scores(predicted[ts], gold[ts], canonical, thr)})
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "pipeline": pipeline,
-              "corpus": corpus, "shipped_threshold": shipped, "docs": len(gold), "seconds": seconds, "rows": rows, "notes": notes}
+              "corpus": corpus, "shipped_threshold": shipped, "folds": folds, "span_gamma": getattr(linker.mentions, "threshold", None),
+              "gammas": gamma_rows(pipeline, gold, gamma, folds) if gamma and folds else [], "docs": len(gold), "seconds": seconds, "rows": rows, "notes": notes}
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
     (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
 
