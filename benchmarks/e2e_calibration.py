@@ -54,12 +54,22 @@ def scores(predicted, gold, canonical, threshold) -> dict:
     return {"threshold": threshold, "strict": m["strict"], "predicted": m["predicted"], "gold": m["gold"]}
 
 
-def pooled(parts: List[dict]) -> dict:
-    """Strict P/R/F1 of several test parts counted together (tp from each part's P × predicted)."""
-    tp = sum(round(p["strict"]["p"] * p["predicted"]) for p in parts)
-    n_pred, n_gold = sum(p["predicted"] for p in parts), sum(p["gold"] for p in parts)
-    pr, rc = tp / max(n_pred, 1), tp / max(n_gold, 1)
-    return {"p": round(pr, 4), "r": round(rc, 4), "f": round(2 * tp / max(n_pred + n_gold, 1), 4)}
+def fold_ranges(n: int, folds: int) -> List[tuple]:
+    """k runs of documents (a, b) covering 0..n in order."""
+    cuts = [round(i * n / folds) for i in range(folds + 1)]
+    return list(zip(cuts, cuts[1:]))
+
+
+def others_threshold(predicted, gold, canonical, a: int, b: int) -> Optional[float]:
+    """The threshold the documents outside a:b choose."""
+    return e2e_curve(predicted[:a] + predicted[b:], gold[:a] + gold[b:], canonical)["threshold"]
+
+
+def pooled(predicted, gold, canonical, ranges: List[tuple], thresholds: List[Optional[float]]) -> dict:
+    """Every document scored together, each run of documents thresholded by its own threshold."""
+    docs = [d for (a, b), t in zip(ranges, thresholds) for d in thresholded(predicted[a:b], t)]
+    m = e2e_metrics(docs, gold, canonical)
+    return {"strict": m["strict"], "predicted": m["predicted"]}
 
 
 def shipped_source(pipeline: str) -> str:
@@ -72,12 +82,9 @@ def shipped_source(pipeline: str) -> str:
 
 
 def crossfit(predicted, gold, canonical, folds: int) -> dict:
-    """Strict P/R/F1 pooled over k runs of documents, each thresholded by the threshold the others chose."""
-    cuts = [round(i * len(gold) / folds) for i in range(folds + 1)]
-    parts = [scores(predicted[a:b], gold[a:b], canonical,
-                    e2e_curve(predicted[:a] + predicted[b:], gold[:a] + gold[b:], canonical)["threshold"])
-             for a, b in zip(cuts, cuts[1:])]
-    return pooled(parts)
+    """Strict P/R/F1 of all documents, each run thresholded by the threshold the other runs chose."""
+    ranges = fold_ranges(len(gold), folds)
+    return pooled(predicted, gold, canonical, ranges, [others_threshold(predicted, gold, canonical, a, b) for a, b in ranges])["strict"]
 
 
 def gamma_rows(pipeline: str, gold, gammas: List[float], folds: int) -> List[dict]:
@@ -138,22 +145,15 @@ def main(pipeline: str = typer.Option(...), corpus: str = typer.Option(...),
     canonical = linker.index.canonical
     rows = []
     if folds:
-        n = len(gold)
-        cuts = [round(i * n / folds) for i in range(folds + 1)]
-        parts = {"none": [], "shipped": [], "chosen": []}
-        for a, b in zip(cuts, cuts[1:]):
-            tune_p = predicted[:a] + predicted[b:]
-            tune_g = gold[:a] + gold[b:]
-            t = e2e_curve(tune_p, tune_g, canonical)["threshold"]
-            label = f"{a}:{b}"
-            for key, thr, on in (("none", None, "–"), ("shipped", shipped, source),
-                                 ("chosen", t, f"the other {len(tune_g)} docs")):
-                row = {"test": label, "chosen_on": on, **scores(predicted[a:b], gold[a:b], canonical, thr)}
-                parts[key].append(row)
-                rows.append(row)
-        for key, on in (("none", "–"), ("shipped", source), ("chosen", "the other folds (each its own)")):
-            rows.append({"test": f"all {len(gold)} (pooled)", "chosen_on": on, "threshold": None if key == "none" else shipped if key == "shipped" else "per fold",
-                         "strict": pooled(parts[key]), "predicted": sum(p["predicted"] for p in parts[key])})
+        n, ranges = len(gold), fold_ranges(len(gold), folds)
+        chosen = [others_threshold(predicted, gold, canonical, a, b) for a, b in ranges]
+        for (a, b), t in zip(ranges, chosen):
+            for thr, on in ((None, "–"), (shipped, source), (t, f"the other {n - (b - a)} docs")):
+                rows.append({"test": f"{a}:{b}", "chosen_on": on, **scores(predicted[a:b], gold[a:b], canonical, thr)})
+        for thr, thresholds, on in ((None, [None] * folds, "–"), (shipped, [shipped] * folds, source),
+                                    ("per fold", chosen, "the other folds (each its own)")):
+            rows.append({"test": f"all {n} (pooled)", "chosen_on": on, "threshold": thr,
+                         **pooled(predicted, gold, canonical, ranges, thresholds)})
     else:
         tn, ts = span_range(tune), span_range(test)
         t = e2e_curve(predicted[tn], gold[tn], canonical)["threshold"]

@@ -16,7 +16,7 @@ second, untimed pass with 64 (:mod:`spacy_pel.pipeline.depth`).
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -147,6 +147,16 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
     return report
 
 
+def linked_mentions(pred_doc: Doc, gold_doc: Doc, canonical: Optional[Callable[[str], str]] = None) -> Tuple[list, list]:
+    """What the end-to-end linked measures count in one document: its gold mentions with an id
+    ``(start_char, end_char, ids, label)`` and its found spans linked to an entity
+    ``(start_char, end_char, id, label, span)``, ids mapped by ``canonical``; NIL on either side left out."""
+    same = canonical or (lambda i: i)
+    golds = [(s.start_char, s.end_char, {same(i) for i in gold_ids(s.kb_id_)}, s.label_) for s in gold_spans(gold_doc) if s.kb_id_ != NIL]
+    preds = [(s.start_char, s.end_char, same(s.kb_id_), s.label_, s) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+    return golds, preds
+
+
 def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None) -> dict:
     """End-to-end micro P/R/F1:
 
@@ -161,27 +171,24 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Option
     linker's ``index.canonical``) maps an id to its entity's primary id, on both sides, as
     :func:`mention_table` does for gold mentions: a gold alternative id (an OMIM number MEDIC files
     under a MeSH record) is then matched by the entity the linker returns."""
-    same = canonical or (lambda i: i)
     tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
     span_tp = span_pred = span_gold = 0
     for pred_doc, gold_doc in zip(predicted, gold):
-        all_gold = gold_spans(gold_doc)
-        golds = [(s.start_char, s.end_char, {same(i) for i in gold_ids(s.kb_id_)}, s.label_) for s in all_gold if s.kb_id_ != NIL]
-        preds = [(s.start_char, s.end_char, same(s.kb_id_), s.label_) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+        golds, preds = linked_mentions(pred_doc, gold_doc, canonical)
         n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
         exact = {(x, y): (ids, label) for x, y, ids, label in golds}
-        for a, b, i, label in preds:
+        for a, b, i, label, _ in preds:
             ids, gold_label = exact.get((a, b), (set(), None))
             tp_strict += i in ids
             tp_typed += i in ids and label == gold_label
         used = set()
-        for a, b, i, _ in preds:
+        for a, b, i, _, _ in preds:
             for g, (x, y, ids, _) in enumerate(golds):
                 if g not in used and a < y and x < b and i in ids:
                     used.add(g)
                     tp_partial += 1
                     break
-        found, wanted = {(s.start_char, s.end_char) for s in pred_doc.ents}, {(s.start_char, s.end_char) for s in all_gold}
+        found, wanted = {(s.start_char, s.end_char) for s in pred_doc.ents}, {(s.start_char, s.end_char) for s in gold_spans(gold_doc)}
         span_tp, span_pred, span_gold = span_tp + len(found & wanted), span_pred + len(found), span_gold + len(wanted)
     return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
             "typed": prf(tp_typed, n_pred, n_gold), "span": prf(span_tp, span_pred, span_gold),

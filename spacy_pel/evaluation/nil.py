@@ -25,7 +25,7 @@ from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
 from ..pipeline.nil import FEATURES, ClassifierNil
 from ..retrieval.index import EntityIndex
-from .linking import mention_table
+from .linking import linked_mentions, mention_table
 from .metrics import average_precision
 
 NIL_STRATEGIES = ("top_score", "classifier")
@@ -102,11 +102,17 @@ def _save_uncalibrated(nlp, gold_docs, corpus: Path, output: Path, plot: Optiona
     saved with its NIL decision as it was, and nil_calibration.json and the plot say why."""
     summary = {"calibrated": False, "mentions": sum(len(gold_spans(d)) for d in gold_docs), "nil_mentions": 0,
                "reason": f"{corpus} has no gold NIL mentions: the NIL decision is left as it was"}
-    nlp.to_disk(output)
-    (output / "nil_calibration.json").write_text(json.dumps(summary, indent=2), encoding="utf8")
+    _save(nlp, output, summary)
     if plot:
         plot_curve(None, plot)
     return summary
+
+
+def _save(nlp, output: Path, summary: dict, points: Optional[list] = None) -> None:
+    """The pipeline (its NIL settings already in its config) and ``nil_calibration.json`` beside it."""
+    nlp.to_disk(output)
+    record = summary if points is None else {**summary, "points": points}
+    (output / "nil_calibration.json").write_text(json.dumps(record, indent=2), encoding="utf8")
 
 
 def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str, List[str]]:
@@ -136,16 +142,15 @@ def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional
     "a found span is NIL if its confidence < t" for every useful t, and the best t. ``predicted``: the
     pipeline's output with no threshold (every found span linked to its best candidate, its confidence
     in ``span._.pel_confidence``); ties go to the lower threshold (more spans kept)."""
-    same = canonical or (lambda i: i)
     confidence, correct, n_gold = [], [], 0
     for pred_doc, gold_doc in zip(predicted, gold):
-        golds = {(s.start_char, s.end_char): {same(i) for i in gold_ids(s.kb_id_)} for s in gold_spans(gold_doc) if s.kb_id_ != NIL}
+        golds, preds = linked_mentions(pred_doc, gold_doc, canonical)
         n_gold += len(golds)
-        for span in pred_doc.ents:
-            if span.kb_id_ and span.kb_id_ != NIL:
-                value = span._.get(CONFIDENCE_ATTR)
-                confidence.append(np.inf if value is None else value)
-                correct.append(same(span.kb_id_) in golds.get((span.start_char, span.end_char), ()))
+        exact = {(x, y): ids for x, y, ids, _ in golds}
+        for a, b, i, _, span in preds:
+            value = span._.get(CONFIDENCE_ATTR)
+            confidence.append(np.inf if value is None else value)
+            correct.append(i in exact.get((a, b), ()))
     conf, hit = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
     order = np.argsort(-conf, kind="stable")
     conf, hit = conf[order], hit[order]
@@ -175,10 +180,9 @@ def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path
     predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
     curve = e2e_curve(predicted, gold_docs, linker.index.canonical)
     configure_linker(nlp, name, threshold=curve["threshold"])
-    nlp.to_disk(output)
     summary = {"calibrated": True, "objective": "strict end-to-end F1", "corpus": str(corpus), "docs": len(gold_docs),
                **{k: v for k, v in curve.items() if k != "points"}}
-    (output / "nil_calibration.json").write_text(json.dumps({**summary, "points": curve["points"]}, indent=2), encoding="utf8")
+    _save(nlp, output, summary, curve["points"])
     if plot:
         plot_e2e_curve(curve, plot)
     return summary
@@ -244,9 +248,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     curve = nil_curve(confidence, is_nil, correct, max_r1_loss)
     # settings live in the config: this writes the threshold into config.cfg, which spacy.load reads
     configure_linker(nlp, name, threshold=curve["threshold"])
-    nlp.to_disk(output)
     summary.update({k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())})
-    (output / "nil_calibration.json").write_text(json.dumps({**summary, "points": curve["points"]}, indent=2), encoding="utf8")
+    _save(nlp, output, summary, curve["points"])
     if plot:
         plot_curve(curve, plot)
     return summary
