@@ -97,9 +97,25 @@ def test_medic_reader(tmp_path):
         read_kb(bad, "medic")
 
 
+def test_medic_names_are_text_and_omim_titles_are_split(tmp_path):
+    # CTD writes HTML entities and joins OMIM's alternative titles with ';' (the INCLUDED mark kept)
+    path = write(
+        tmp_path,
+        "medic.txt",
+        "D012859||Sjogren&apos;s Syndrome|Sicca Syndrome\n"
+        "160800||MYOTONIA CONGENITA, AUTOSOMAL DOMINANT|THOMSEN DISEASE;THD|MYOTONIA LEVIOR, INCLUDED\n",
+    )
+    sjogren, thomsen = read_kb(path, "medic")
+    assert sjogren.name == "Sjogren's Syndrome" and sjogren.aliases == ["Sicca Syndrome"]
+    assert thomsen.aliases == ["THOMSEN DISEASE", "THD", "MYOTONIA LEVIOR"]
+
+
 def test_medic_real_file():
     entities = read_kb(shared("ncbi-disease", "medic_06Jul2012.txt"), "medic")
     assert len(entities) == 11915
+    names = [n for e in entities for n in (e.name, *e.aliases)]
+    assert not [n for n in names if "&apos;" in n or ";" in n or n.endswith(", INCLUDED")]
+    assert "Sjogren's Syndrome" in names and len(names) > 76000
 
 
 OBO = """format-version: 1.2
