@@ -8,7 +8,7 @@ from spacy.tokens import Span
 from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.evaluation.linking import evaluate
 from spacy_pel.evaluation.nil import calibrate, nil_curve
-from spacy_pel.pipeline.nil import FEATURES, UNKNOWN_TYPE, classifier_nil
+from spacy_pel.pipeline.nil import FEATURES, UNKNOWN_TYPE, classifier_nil, lexical_features, top_score_nil
 
 TEXT = "Lithium carbonate toxicity caused tricuspid regurgitation and atrial flutter in a newborn"
 RULES = {"aliases": {"@misc": "spacy_pel.rules.alias_table.v1"}}
@@ -44,6 +44,30 @@ def test_features_show_rule_margin_and_type(kb_dir):
     top_types = linker.index.entities.types[linked.rows[2, 0]]
     assert f["type"][2] == float("Disease" in top_types)
     assert f["type"][1] == UNKNOWN_TYPE  # a label the classifier has no types for
+
+
+def test_lexical_features_compare_the_text_with_the_closest_name():
+    # the best name counts, case and punctuation aside; a name sharing nothing scores 0
+    chars, words = lexical_features("Tricuspid-regurgitation", ["Heart Valve Diseases", "tricuspid regurgitation"])
+    assert (chars, words) == (1.0, 1.0)
+    chars, words = lexical_features("atrial flutter", ["Atrial Fibrillation"])
+    assert 0.0 < chars < 1.0 and words == 0.5
+    assert lexical_features("flutter", ["Lithium"]) == (0.0, 0.0)
+
+
+def test_lexical_features_only_for_a_strategy_that_weighs_them(kb_dir):
+    spans = [[(0, 2, "Chemical"), (9, 12, "Disease")]]
+    doc_nlp = linker_pipeline(kb_dir)
+    doc = doc_with(doc_nlp, [(0, 2, "Chemical", "D1"), (9, 12, "Disease", "NIL")])
+    lexical = {**CLASSIFIER, "weights": {"rule": 20.0, "chars": 1.0}}
+    with_words = linker_pipeline(kb_dir, nil=lexical).get_pipe("pel_linker").candidates([doc], spans)[0]
+    f = {name: with_words.features[:, i] for i, name in enumerate(FEATURES)}
+    assert f["chars"][0] == 1.0 and f["words"][0] == 1.0  # "Lithium carbonate" is the entity's name
+    assert f["words"][1] < 1.0
+    # the top-score rule and a classifier without lexical weights skip them (a KB record read per mention)
+    assert not top_score_nil().lexical and not classifier_nil({"rule": 1.0}).lexical and classifier_nil({}).lexical
+    plain = linker_pipeline(kb_dir, nil=CLASSIFIER).get_pipe("pel_linker").candidates([doc], spans)[0]
+    assert (plain.features[:, 4:] == 0).all() and (plain.features[:, :4] == with_words.features[:, :4]).all()
 
 
 def test_classifier_in_config_decides_and_round_trips(kb_dir, tmp_path):

@@ -293,7 +293,8 @@ class PELLinker(LinkerFolder, Pipe):
         for i in wordless:  # whitespace / punctuation only: nothing to link
             scores[i], rows[i] = 0.0, -1
         labels = [span_label(doc, label) for doc, sp in zip(docs, spans) for _, _, label in sp]
-        features = nil_features(scores, rows, batch.by_rule(), labels, self.index, self.nil.label_types)
+        features = nil_features(scores, rows, batch.by_rule(), labels, self.index, self.nil.label_types,
+                                texts if getattr(self.nil, "lexical", False) else None)
         confidence = self.nil(features)
         out, start = [], 0
         for doc_spans in spans:

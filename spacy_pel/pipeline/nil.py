@@ -9,7 +9,15 @@ rules have run):
 * ``rule`` — 1 when a rule chose the candidates by name (decided by the alias table, an abbreviation
   or a spelling variant, or restricted to the alias table's entities), else 0;
 * ``type`` — 1 when the best entity has a KB type that the span's label goes with (``label_types``,
-  learned from a gold corpus), 0 when it has none of them, 0.5 when the label is unknown.
+  learned from a gold corpus), 0 when it has none of them, 0.5 when the label is unknown;
+* ``chars`` — how close the mention's text is to the best entity's closest name, letter by letter:
+  the Jaccard overlap of their character 3-gram sets (normalised texts, BioSyn's sparse view);
+* ``words`` — the share of the mention's words found in one name of the best entity (the best name).
+
+The two lexical features (:func:`lexical_features`) are computed only for a strategy that uses them
+(``lexical``): a confident dense match whose names share little with the mention's text is how an
+entity the KB lacks often looks (``parkinsonian`` → ``Parkinson Disease 12`` when the KB has no
+Parkinson's disease).
 
 Strategies (chosen in the config's ``[components.pel_linker.nil]`` block):
 
@@ -21,14 +29,16 @@ Strategies (chosen in the config's ``[components.pel_linker.nil]`` block):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from spacy.util import registry
 
+from ..kb import normalize
 from ..retrieval.index import EntityIndex
 
-FEATURES = ("top", "margin", "rule", "type")
+FEATURES = ("top", "margin", "rule", "type", "chars", "words")
+LEXICAL = ("chars", "words")
 UNKNOWN_TYPE = 0.5  # the ``type`` feature when the label is unknown or there is no candidate
 
 
@@ -39,12 +49,32 @@ def span_label(doc, label) -> str:
     return doc.vocab.strings[label] if label else ""
 
 
+def _trigrams(text: str) -> Set[str]:
+    padded = f"  {text}  "
+    return {padded[i : i + 3] for i in range(len(padded) - 2)}
+
+
+def lexical_features(text: str, names: Iterable[str]) -> Tuple[float, float]:
+    """``(chars, words)`` of a mention text against an entity's names (the best name for each)."""
+    key = normalize(text)
+    grams, words = _trigrams(key), set(key.split())
+    chars = share = 0.0
+    for name in names:
+        other = normalize(name)
+        name_grams = _trigrams(other)
+        chars = max(chars, len(grams & name_grams) / max(len(grams | name_grams), 1))
+        share = max(share, len(words & set(other.split())) / max(len(words), 1))
+    return chars, share
+
+
 def nil_features(
     scores: np.ndarray, rows: np.ndarray, by_rule: Sequence[bool], labels: Sequence[str],
     index: EntityIndex, label_types: Optional[Dict[str, Sequence[str]]] = None,
+    texts: Optional[Sequence[str]] = None,
 ) -> np.ndarray:
     """``[n, len(FEATURES)]`` evidence of ``n`` mentions from their top-k ``scores``/``rows`` (best
-    first, row -1: none), whether a rule chose them (``by_rule``) and their labels."""
+    first, row -1: none), whether a rule chose them (``by_rule``) and their labels; the lexical
+    features from the mentions' ``texts`` when given (else 0)."""
     n = len(rows)
     out = np.zeros((n, len(FEATURES)), np.float32)
     if n == 0:
@@ -61,6 +91,27 @@ def nil_features(
             out[i, 3] = UNKNOWN_TYPE
         else:
             out[i, 3] = float(any(t in fits for t in index.entities.types[rows[i, 0]]))
+    if texts is not None:
+        out[:, 4:6] = lexical_evidence(texts, rows[:, 0], has, index)
+    return out
+
+
+def lexical_evidence(texts: Sequence[str], best: np.ndarray, has: np.ndarray, index: EntityIndex) -> np.ndarray:
+    """``[n, 2]`` :func:`lexical_features` of each text against its best entity's names. A text that is
+    one of the entity's names (the KB's name index says so) is ``(1, 1)`` without reading the record;
+    a text repeated with the same best entity is compared once."""
+    out = np.zeros((len(texts), 2), np.float32)
+    names = index.entities.name_index()
+    done: Dict[Tuple[str, int], Tuple[float, float]] = {}
+    for i in np.flatnonzero(has).tolist():
+        key = (texts[i], int(best[i]))
+        if key not in done:
+            if key[1] in (names.get(normalize(key[0])) or ()):
+                done[key] = (1.0, 1.0)
+            else:
+                entity = index.entities[key[1]]
+                done[key] = lexical_features(key[0], [entity.name, *entity.aliases])
+        out[i] = done[key]
     return out
 
 
@@ -68,6 +119,7 @@ class TopScoreNil:
     """Confidence = the best candidate's score (NIL when it is below the threshold)."""
 
     label_types: Dict[str, List[str]] = {}
+    lexical = False  # needs no lexical features
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
         return features[:, 0].astype(np.float32)
@@ -88,6 +140,8 @@ class ClassifierNil:
         if not isinstance(self.label_types, dict) or not all(isinstance(v, (list, tuple)) for v in self.label_types.values()):
             raise ValueError("spacy_pel.nil.classifier.v1: `label_types` must map a label to a list of KB types")
         self.coef = np.array([float(self.weights.get(f, 0.0)) for f in FEATURES], np.float32)
+        # the lexical features cost a KB record read per mention: only when weighted (or being fitted)
+        self.lexical = not self.weights or any(self.weights.get(f) for f in LEXICAL)
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
         z = features.astype(np.float32) @ self.coef + np.float32(self.bias)
