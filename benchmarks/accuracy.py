@@ -17,6 +17,7 @@ Sections (``--sections``; the others are copied from the previous report):
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -29,8 +30,10 @@ import typer
 
 from _common import machine  # noqa: E402
 from spacy_pel.corpora import NIL, convert, corpus_ids, read_docbin  # noqa: E402
+from spacy_pel.evaluation import nil as nil_fitting  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
 from spacy_pel.evaluation.nil import calibrate  # noqa: E402
+from spacy_pel.pipeline import nil as nil_strategies  # noqa: E402
 from spacy_pel.pipeline.linker import find_linker  # noqa: E402
 from spacy_pel.pipeline.name_rows import NAME as NAME_ROWS  # noqa: E402
 from spacy_pel.pipeline.name_rows import NAMES_FOLDER  # noqa: E402
@@ -114,6 +117,13 @@ def nil_section(pipeline: Path, kb: Optional[Path], corpus: Path, work: Path) ->
     stamp.write_text(inputs, encoding="utf8")
     if not (base / "config.cfg").exists():
         load(pipeline, kb, work)[0].to_disk(base)
+    # the fitted runs also depend on the NIL code (its features): other code → they are fitted again
+    code = json.dumps({m.__name__: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest() for m in (nil_strategies, nil_fitting)})
+    code_stamp = work / "code.json"
+    if not code_stamp.exists() or code_stamp.read_text(encoding="utf8") != code:
+        for label, strategy, loss in NIL_RUNS:
+            shutil.rmtree(work / f"{strategy}_{loss}", ignore_errors=True)
+        code_stamp.write_text(code, encoding="utf8")
     out = {}
     for label, strategy, loss in NIL_RUNS:
         fitted = work / f"{strategy}_{loss}"

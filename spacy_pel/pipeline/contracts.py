@@ -15,7 +15,9 @@ message naming the part (``pel_linker: `nil` …``), instead of failing on the f
   :class:`.rules.CandidateBatch` in place; optionally ``prepare(batch)`` (:class:`PreparingRule`),
   run before any vector is computed.
 * :class:`NilStrategy` — how NIL is decided (:mod:`.nil`): ``nil(features)`` → one confidence per
-  mention, and ``label_types`` (span label → KB types, may be empty) for the ``type`` evidence.
+  mention, and ``label_types`` (span label → KB types, may be empty) for the ``type`` evidence;
+  optionally ``lexical`` (bool, False when absent): whether ``features`` must hold the ``chars`` and
+  ``words`` columns (they cost a KB record read per mention, so they are 0 unless asked for).
 
 A part that holds data is also a :class:`.config.LinkerPart`.
 """
@@ -57,6 +59,7 @@ class PreparingRule(CandidateRule, Protocol):
 @runtime_checkable
 class NilStrategy(Protocol):
     label_types: Dict[str, Sequence[str]]
+    # optional, not checked: ``lexical: bool`` — the strategy reads the lexical features (default False)
 
     def __call__(self, features: np.ndarray) -> np.ndarray: ...
 

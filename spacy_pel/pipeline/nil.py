@@ -11,7 +11,8 @@ rules have run):
 * ``type`` — 1 when the best entity has a KB type that the span's label goes with (``label_types``,
   learned from a gold corpus), 0 when it has none of them, 0.5 when the label is unknown;
 * ``chars`` — how close the mention's text is to the best entity's closest name, letter by letter:
-  the Jaccard overlap of their character 3-gram sets (normalised texts, BioSyn's sparse view);
+  the cosine of their character 3-gram counts (normalised texts; the same measure as the
+  ``char_ngrams`` rule, BioSyn's sparse view);
 * ``words`` — the share of the mention's words found in one name of the best entity (the best name).
 
 The two lexical features (:func:`lexical_features`) are computed only for a strategy that uses them
@@ -29,13 +30,14 @@ Strategies (chosen in the config's ``[components.pel_linker.nil]`` block):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.util import registry
 
 from ..kb import normalize
 from ..retrieval.index import EntityIndex
+from .rules.char_ngrams import ngram_cosine
 
 FEATURES = ("top", "margin", "rule", "type", "chars", "words")
 LEXICAL = ("chars", "words")
@@ -49,20 +51,17 @@ def span_label(doc, label) -> str:
     return doc.vocab.strings[label] if label else ""
 
 
-def _trigrams(text: str) -> Set[str]:
-    padded = f"  {text}  "
-    return {padded[i : i + 3] for i in range(len(padded) - 2)}
-
-
 def lexical_features(text: str, names: Iterable[str]) -> Tuple[float, float]:
     """``(chars, words)`` of a mention text against an entity's names (the best name for each)."""
-    key = normalize(text)
-    grams, words = _trigrams(key), set(key.split())
+    return _normalised_features(normalize(text), names)
+
+
+def _normalised_features(key: str, names: Iterable[str]) -> Tuple[float, float]:
+    words = set(key.split())
     chars = share = 0.0
     for name in names:
         other = normalize(name)
-        name_grams = _trigrams(other)
-        chars = max(chars, len(grams & name_grams) / max(len(grams | name_grams), 1))
+        chars = max(chars, ngram_cosine(key, other))
         share = max(share, len(words & set(other.split())) / max(len(words), 1))
     return chars, share
 
@@ -106,11 +105,12 @@ def lexical_evidence(texts: Sequence[str], best: np.ndarray, has: np.ndarray, in
     for i in np.flatnonzero(has).tolist():
         key = (texts[i], int(best[i]))
         if key not in done:
-            if key[1] in (names.get(normalize(key[0])) or ()):
+            text = normalize(key[0])
+            if key[1] in (names.get(text) or ()):
                 done[key] = (1.0, 1.0)
             else:
                 entity = index.entities[key[1]]
-                done[key] = lexical_features(key[0], [entity.name, *entity.aliases])
+                done[key] = _normalised_features(text, [entity.name, *entity.aliases])
         out[i] = done[key]
     return out
 
