@@ -2,8 +2,8 @@
 
 Each row loads an e2e pipeline as its workflow assembled it, with the span finder's ``lexicon`` off or set
 to that workflow's aliases JSON (its training corpus's surface forms) and ``lexicon_floor`` varied
-(``spacy.load(config=…)``; ``configs/linker_e2e.cfg`` ships the lexicon at floor 0.1), and links raw
-text, scored by
+(``spacy.load(config=…)``; ``configs/linker_e2e.cfg`` ships the lexicon at floor 0.1), with and
+without ``lexicon_extend`` (a match may replace the found spans it holds), and links raw text, scored by
 :func:`spacy_pel.evaluation.linking.e2e_metrics`:
 
 * BC5CDR dev docs 100-499 (docs 0-99 chose the span model's step and γ), the context-32 default;
@@ -56,7 +56,10 @@ def main(bc5cdr_pipeline: str = typer.Option("training/context32/pipeline_e2e_ca
         ("NCBI disease dev vs MEDIC", ncbi_pipeline, ncbi_lexicon, "corpus/ncbi_dev.spacy", 0, None, "all 100 dev docs"),
     ):
         rows = {"no lexicon": {KEY + "lexicon": None}}
-        rows.update({f"lexicon, floor {f}": {KEY + "lexicon": str(ROOT / lexicon), KEY + "lexicon_floor": f} for f in floors})
+        rows.update({f"lexicon, floor {f}": {KEY + "lexicon": str(ROOT / lexicon), KEY + "lexicon_floor": f,
+                                              KEY + "lexicon_extend": False} for f in floors})
+        rows.update({f"lexicon, floor {f}, extend": {KEY + "lexicon": str(ROOT / lexicon), KEY + "lexicon_floor": f,
+                                                      KEY + "lexicon_extend": True} for f in floors})
         results = {row: run(pipeline, dev, first, last, ov) for row, ov in rows.items()}
         report["corpora"][name] = {"pipeline": pipeline, "lexicon": lexicon, "docs": docs, "results": results}
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")

@@ -4,7 +4,7 @@ import json
 import pytest
 import spacy
 
-from spacy_pel.pipeline.lexicon import lexicon_spans, make_lexicon, read_lexicon
+from spacy_pel.pipeline.lexicon import lexicon_extensions, lexicon_spans, make_lexicon, read_lexicon
 
 
 def doc_and_support(text, probs):
@@ -33,6 +33,30 @@ def test_of_overlapping_matches_the_more_probable_wins():
     assert [doc[a:b].text for a, b in lexicon_spans(doc, [], lexicon, 10, support, 0.1)] == ["cancer"]
     doc, support = doc_and_support("childhood kidney cancer", {"kidney cancer": 0.6, "childhood kidney cancer": 0.3, "cancer": 0.2})
     assert [doc[a:b].text for a, b in lexicon_spans(doc, [], lexicon, 10, support, 0.1)] == ["kidney cancer"]
+
+
+def test_a_match_begins_and_ends_on_a_word():
+    doc, support = doc_and_support("galactosemia ( GALT ) .", {"galactosemia (": 0.9})
+    lexicon = make_lexicon(["galactosemia"])  # "galactosemia (" normalises to the same form
+    assert [doc[a:b].text for a, b in lexicon_spans(doc, [], lexicon, 10, support, 0.1)] == ["galactosemia"]
+
+
+def test_extensions_replace_the_found_spans_a_longer_surface_form_holds():
+    doc, support = doc_and_support("male breast cancer in male patients ; breast and ovarian cancer .",
+                                   {"breast and ovarian cancer": 0.05})
+    lexicon = make_lexicon(["male breast cancer", "breast cancer", "breast and ovarian cancer", "male patients"])
+    # found: "male" + "breast cancer" (two spans the longer form holds), "patients" (inside "male patients"),
+    # "ovarian cancer" (inside a form the model gives less than the floor)
+    found = [(0, 1, 7), (1, 3, 7), (5, 6, 7), (9, 11, 7)]
+    longer = lexicon_extensions(doc, found, lexicon, 10, support, 0.1)
+    assert [doc[a:b].text for a, b in longer] == ["male breast cancer", "male patients"]
+    assert [doc[a:b].text for a, b in lexicon_extensions(doc, found, lexicon, 10, support, 0.01)][-1] == "breast and ovarian cancer"
+    # a form that cuts through a found span replaces nothing ("breast cancer in male" holds only part of "male patients")
+    assert lexicon_extensions(doc, [(3, 5, 7)], make_lexicon(["cancer in male patients", "in male"]), 10, support, 0.1) == [(2, 6)]
+    assert lexicon_extensions(doc, [(4, 6, 7)], make_lexicon(["in male"]), 10, support, 0.1) == []
+    # a found span equal to the form is no extension; nothing found, nothing to extend
+    assert lexicon_extensions(doc, [(0, 3, 7)], lexicon, 10, support, 0.1) == []
+    assert lexicon_extensions(doc, [], lexicon, 10, support, 0.1) == []
 
 
 def test_read_lexicon_takes_the_surface_forms_of_an_aliases_file(tmp_path):

@@ -240,3 +240,28 @@ def test_lexicon_adds_training_surface_forms_with_labels_travels_with_the_pipeli
     for bad in (-0.1, 2, None):
         with pytest.raises(ValueError, match="lexicon_floor"):
             spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "lexicon_floor": bad}})
+
+
+def test_lexicon_extend_replaces_a_found_span_by_the_longer_surface_form_holding_it(span_model, kb_dir, tiny_encoder_dir, tmp_path):
+    best, _, _ = span_model
+    text = TEXTS[1][0] + " " + TEXTS[2][0]
+    aliases = tmp_path / "aliases.json"
+    srsly.write_json(aliases, {"zzz": {"D1": 1}})
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "model": str(best), "lexicon": str(aliases), "lexicon_floor": 0.0}
+    config = {"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION, "mentions": finder}
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config=config)
+    doc = nlp(text)
+    first = next(e for e in doc.ents if e.end < len(doc) and doc[e.end].text.isalpha())  # a found span with a word after it
+    longer = doc[first.start : first.end + 1]
+    srsly.write_json(aliases, {longer.text: {"D1": 1}})
+    plain, extending = spacy.blank("en"), spacy.blank("en")
+    plain.add_pipe("pel_linker", config=config)
+    extending.add_pipe("pel_linker", config={**config, "mentions": {**finder, "lexicon_extend": True}})
+    spans = lambda d: {(e.start, e.end) for e in d.ents}  # noqa: E731
+    assert (first.start, first.end) in spans(plain(text)) and (longer.start, longer.end) not in spans(plain(text))
+    assert (longer.start, longer.end) in spans(extending(text)) and (first.start, first.end) not in spans(extending(text))
+    extending.to_disk(tmp_path / "p")  # the setting is the config's, saved with the pipeline
+    assert (longer.start, longer.end) in spans(spacy.load(tmp_path / "p")(text))
+    with pytest.raises(ValueError, match="lexicon_extend"):
+        spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "lexicon_extend": "yes"}})

@@ -10,8 +10,16 @@ of ≤ ``max_len`` tokens whose normalised text is a surface form becomes a ment
 * the span model gives it at least ``floor`` (``support``, its probability of the span): a string the
   corpus marks in one sense stays out where the model is sure it is no mention here.
 
-Among overlapping matches the more probable wins (greedy, as the span finder selects). Measured on
-the raw text of NCBI disease dev and BC5CDR dev docs 100-499: ``benchmarks/e2e_lexicon.md``.
+Among overlapping matches the more probable wins (greedy, as the span finder selects). A match
+begins and ends on a token with a letter or digit (``galactosemia (`` is not a second match of
+``galactosemia``).
+
+With ``extend`` (:func:`lexicon_extensions`), a match may also *replace* found spans: one that holds
+one or more found spans and cuts through none (``male breast cancer`` where the span model found
+``male`` and ``breast cancer``, or only ``breast cancer``), again where the span model gives it at
+least ``floor``: the annotators of the training corpus marked the longer string as one mention.
+
+Measured on the raw text of NCBI disease dev and BC5CDR dev docs 100-499: ``benchmarks/e2e_lexicon.md``.
 """
 from __future__ import annotations
 
@@ -48,6 +56,38 @@ def read_lexicon(path: Union[str, Path]) -> Lexicon:
     return make_lexicon(read_aliases(path))
 
 
+def _matches(doc: Doc, lexicon: Lexicon, max_len: int, support: Callable[[int, int], float], floor: float,
+             allowed: Callable[[int, int], bool]) -> List[Tuple[float, int, int]]:
+    """``(probability, start, end)`` of every lexicon match that ``allowed`` lets through, with
+    ``support`` ≥ ``floor``, beginning and ending on a token with a letter or digit."""
+    matches = []
+    for i in range(len(doc)):
+        if not _wordlike(doc[i].text) or normalize(doc[i].text).split(" ", 1)[0] not in lexicon.firsts:
+            continue
+        for j in range(i + 1, min(i + max_len, len(doc)) + 1):
+            if not allowed(i, j):
+                break
+            if _wordlike(doc[j - 1].text) and normalize(doc[i:j].text) in lexicon.forms:
+                p = support(i, j)
+                if p >= floor:
+                    matches.append((p, i, j))
+    return matches
+
+
+def _wordlike(text: str) -> bool:
+    return any(c.isalnum() for c in text)
+
+
+def _greedy(matches: List[Tuple[float, int, int]], taken: List[bool]) -> List[Tuple[int, int]]:
+    """The more probable first among overlapping matches; marks their tokens in ``taken``."""
+    kept = []
+    for _, i, j in sorted(matches, key=lambda m: (-m[0], m[1], m[2])):
+        if not any(taken[i:j]):
+            taken[i:j] = [True] * (j - i)
+            kept.append((i, j))
+    return sorted(kept)
+
+
 def lexicon_spans(doc: Doc, found: Sequence[Tuple[int, int, int]], lexicon: Lexicon, max_len: int,
                   support: Callable[[int, int], float], floor: float) -> List[Tuple[int, int]]:
     """The ``(start, end)`` of the lexicon's matches in ``doc`` that overlap none of ``found`` and
@@ -57,20 +97,30 @@ def lexicon_spans(doc: Doc, found: Sequence[Tuple[int, int, int]], lexicon: Lexi
     taken = [False] * len(doc)
     for a, b, _ in found:
         taken[a:b] = [True] * (b - a)
-    matches = []
-    for i in range(len(doc)):
-        if taken[i] or normalize(doc[i].text).split(" ", 1)[0] not in lexicon.firsts:
-            continue
-        for j in range(i + 1, min(i + max_len, len(doc)) + 1):
-            if taken[j - 1]:
-                break
-            if normalize(doc[i:j].text) in lexicon.forms:
-                p = support(i, j)
-                if p >= floor:
-                    matches.append((p, i, j))
-    added = []
-    for _, i, j in sorted(matches, key=lambda m: (-m[0], m[1], m[2])):
-        if not any(taken[i:j]):
-            taken[i:j] = [True] * (j - i)
-            added.append((i, j))
-    return sorted(added)
+    matches = _matches(doc, lexicon, max_len, support, floor, lambda i, j: not taken[j - 1])
+    return _greedy(matches, taken)
+
+
+def lexicon_extensions(doc: Doc, found: Sequence[Tuple[int, int, int]], lexicon: Lexicon, max_len: int,
+                       support: Callable[[int, int], float], floor: float) -> List[Tuple[int, int]]:
+    """The ``(start, end)`` of the lexicon's matches that hold at least one of ``found`` (other than
+    itself), cut through none and have ``support`` ≥ ``floor``; the more probable first among
+    overlapping ones; in document order. The caller replaces the found spans they hold."""
+    if not lexicon or not found:
+        return []
+    owner = [-1] * len(doc)  # the found span covering each token
+    for n, (a, b, _) in enumerate(found):
+        owner[a:b] = [n] * (b - a)
+    bounds = [(a, b) for a, b, _ in found]
+
+    def holds_whole_spans(i: int, j: int) -> bool:
+        inside = {owner[t] for t in range(i, j)} - {-1}
+        return all(i <= bounds[n][0] and bounds[n][1] <= j for n in inside)
+
+    def extends(i: int, j: int) -> bool:
+        inside = {owner[t] for t in range(i, j)} - {-1}
+        return bool(inside) and (i, j) not in bounds
+
+    matches = [m for m in _matches(doc, lexicon, max_len, support, floor, lambda i, j: True)
+               if holds_whole_spans(m[1], m[2]) and extends(m[1], m[2])]
+    return _greedy(matches, [False] * len(doc))

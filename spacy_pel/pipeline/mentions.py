@@ -13,7 +13,8 @@
   ``propagate``: document-level consistency (:mod:`.propagation`: other occurrences of a found
   mention and defined short forms of found long forms become mentions too); ``lexicon``: the training
   corpus's surface forms, matched in the text where the span model gives them at least
-  ``lexicon_floor`` (:mod:`.lexicon`).
+  ``lexicon_floor`` (:mod:`.lexicon`); ``lexicon_extend``: such a match may also replace the found
+  spans it holds (``male breast cancer`` for ``breast cancer``).
 
 A source gives, per doc, the spans to link as ``(start, end, label)`` and, when it encoded the
 documents itself, their token vectors (so a collective vector strategy reuses that pass); it also
@@ -42,7 +43,7 @@ from ..models.span_scorer import (
 )
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, check_probability
-from .lexicon import Lexicon, lexicon_spans, make_lexicon, read_lexicon
+from .lexicon import Lexicon, lexicon_extensions, lexicon_spans, make_lexicon, read_lexicon
 from .propagation import propagate
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
@@ -110,8 +111,12 @@ class SpanFinder(DocSpans, LinkerPart):
 
     def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
                  labels: Optional[Dict[str, str]] = None, model: Optional[str] = None, propagate: bool = False,
-                 propagate_floor: float = 0.0, lexicon: Optional[str] = None, lexicon_floor: float = 0.1):
+                 propagate_floor: float = 0.0, lexicon: Optional[str] = None, lexicon_floor: float = 0.1,
+                 lexicon_extend: bool = False):
         super().__init__(None)
+        if not isinstance(lexicon_extend, bool):
+            raise ValueError(f"spacy_pel.mentions.span_finder.v1: `lexicon_extend` must be true or false, not {lexicon_extend!r}")
+        self.lexicon_extend = lexicon_extend
         if lexicon is not None and not isinstance(lexicon, (str, Path)):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `lexicon` must be a path or null, not {lexicon!r}")
         self.lexicon_source = str(lexicon) if lexicon else None
@@ -246,8 +251,15 @@ class SpanFinder(DocSpans, LinkerPart):
         return lambda a, b: float(probs[where[(a, b)]]) if (a, b) in where else 0.0
 
     def _add_lexicon(self, doc: Doc, H: torch.Tensor, kept: SpanTuples, support: Callable[[int, int], float]) -> SpanTuples:
-        """``kept`` plus the lexicon's matches (:func:`.lexicon.lexicon_spans`), labelled by the label head."""
-        extra = lexicon_spans(doc, kept, self.lexicon, self.max_span_len, support, self.lexicon_floor)
+        """``kept`` plus the lexicon's matches (:func:`.lexicon.lexicon_spans`) — with ``lexicon_extend``,
+        first the matches that replace the found spans they hold (:func:`.lexicon.lexicon_extensions`) —,
+        labelled by the label head."""
+        extra = []
+        if self.lexicon_extend:
+            extra = lexicon_extensions(doc, kept, self.lexicon, self.max_span_len, support, self.lexicon_floor)
+            kept = [k for k in kept if not any(a <= k[0] and k[1] <= b for a, b in extra)]
+        taken = kept + [(a, b, 0) for a, b in extra]
+        extra += lexicon_spans(doc, taken, self.lexicon, self.max_span_len, support, self.lexicon_floor)
         if not extra:
             return kept
         labels = [0] * len(extra)
@@ -291,7 +303,7 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
                          labels: Optional[Dict[str, str]] = None, model: Optional[str] = None,
                          propagate: bool = False, propagate_floor: float = 0.0, lexicon: Optional[str] = None,
-                         lexicon_floor: float = 0.1) -> SpanFinder:
+                         lexicon_floor: float = 0.1, lexicon_extend: bool = False) -> SpanFinder:
     """Find the mentions with a trained span model (end to end, no NER needed): ``model`` a
     ``train_e2e`` folder (own transformer + scorer) or ``scorer`` a scorer file over the linker's
     transformer; ``labels``: KB type → span label for scorers without a label head (null: the map
@@ -299,5 +311,6 @@ def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float
     consistency of the found spans; ``propagate_floor``: the least probability the span model must give
     a propagated occurrence (0: every occurrence); ``lexicon``: an aliases JSON file of the training
     corpus's surface forms (null: off), matched in the text where the span model gives a match at least
-    ``lexicon_floor``."""
-    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate, propagate_floor, lexicon, lexicon_floor)
+    ``lexicon_floor``; ``lexicon_extend``: a match may also replace the found spans it holds."""
+    return SpanFinder(scorer, threshold, max_span_len, labels, model, propagate, propagate_floor, lexicon, lexicon_floor,
+                      lexicon_extend)
