@@ -41,6 +41,7 @@ setup(
             "pel_linker = spacy_pel.pipeline.linker:make_pel_linker",
             "pel_discovery = spacy_pel.discovery.component:make_discovery",
         ],
+        "spacy_tokenizers": ["spacy_pel.tokenizer.v1 = spacy_pel.pipeline.tokenizer:biomedical_tokenizer"],
         # the linker's registered parts, found by spaCy's registry without an import of spacy_pel
         "spacy_misc": [
             "spacy_pel.mentions.ents.v1 = spacy_pel.pipeline.mentions:ents_mentions",

@@ -27,13 +27,15 @@ KEY = "components.pel_linker.mentions."
 FLOORS = (0.05, 0.1, 0.2)
 
 
-def run(pipeline: str, dev: str, first: int, last: Optional[int], overrides: dict) -> dict:
-    return run_pipeline(ROOT / pipeline, read_docbin(spacy.blank("en"), ROOT / dev)[first:last], overrides)
+def run(pipeline: str, dev: str, first: int, last: Optional[int], overrides: dict, corpus_tokens: bool) -> dict:
+    return run_pipeline(ROOT / pipeline, read_docbin(spacy.blank("en"), ROOT / dev)[first:last], overrides, tokenize=not corpus_tokens)
 
 
 def markdown(r: dict) -> str:
     lines = ["# The span finder's lexicon (training surface forms) end to end", "",
-             f"{machine_line(r['machine'])}; alone. Reproduce: `{r['command']}`.", ""]
+             f"{machine_line(r['machine'])}; alone. Reproduce: `{r['command']}`.",
+             "", f"Input: the raw text with {'the corpus' if r.get('tokens') == 'corpus' else 'the pipeline'}'s tokens"
+             + (" (split at the gold mentions' boundaries)." if r.get("tokens") == "corpus" else " (tokenized as a user's text is)."), ""]
     for name, c in r["corpora"].items():
         lines += [f"## {name}", "", f"Pipeline `{c['pipeline']}`, lexicon `{c['lexicon']}`, {c['docs']}.", "",
                   "| span finder | strict P | strict R | strict F1 | span F1 | predicted | docs/s |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -49,8 +51,11 @@ def main(bc5cdr_pipeline: str = typer.Option("training/context32/pipeline_e2e_ca
          bc5cdr_lexicon: str = typer.Option("training/context32/aliases.json"),
          ncbi_pipeline: str = typer.Option("training/ncbi_medic_both/pipeline_e2e_calibrated"),
          ncbi_lexicon: str = typer.Option("training/ncbi_medic_both/aliases.json"),
-         floors: List[float] = typer.Option(list(FLOORS)), output: str = typer.Option("e2e_lexicon"), notes: str = typer.Option("")):
-    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "notes": notes, "corpora": {}}
+         floors: List[float] = typer.Option(list(FLOORS)), output: str = typer.Option("e2e_lexicon"), notes: str = typer.Option(""),
+         corpus_tokens: bool = typer.Option(False, help="Give the pipelines the corpus's tokens (split at the gold boundaries: "
+                                            "how e2e_lexicon.md measured) instead of the text tokenized as a user's is")):
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "notes": notes, "corpora": {},
+              "tokens": "corpus" if corpus_tokens else "pipeline"}
     for name, pipeline, lexicon, dev, first, last, docs in (
         ("BC5CDR dev docs 100-499 vs MeSH", bc5cdr_pipeline, bc5cdr_lexicon, "corpus/bc5cdr_dev.spacy", 100, 500, "dev docs 100-499"),
         ("NCBI disease dev vs MEDIC", ncbi_pipeline, ncbi_lexicon, "corpus/ncbi_dev.spacy", 0, None, "all 100 dev docs"),
@@ -60,7 +65,7 @@ def main(bc5cdr_pipeline: str = typer.Option("training/context32/pipeline_e2e_ca
                                               KEY + "lexicon_extend": False} for f in floors})
         rows.update({f"lexicon, floor {f}, extend": {KEY + "lexicon": str(ROOT / lexicon), KEY + "lexicon_floor": f,
                                                       KEY + "lexicon_extend": True} for f in floors})
-        results = {row: run(pipeline, dev, first, last, ov) for row, ov in rows.items()}
+        results = {row: run(pipeline, dev, first, last, ov, corpus_tokens) for row, ov in rows.items()}
         report["corpora"][name] = {"pipeline": pipeline, "lexicon": lexicon, "docs": docs, "results": results}
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
     (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 import spacy
-from spacy.tokens import Span
+from spacy.tokens import Doc, Span
 
 from spacy_pel.cli.calibrate import app as calibrate_app
 from spacy_pel.corpora import GOLD_KEY
@@ -186,6 +186,21 @@ def test_null_finder_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_d
     assert (out["docs"], out["gold"], out["predicted"]) == (12, 24, 24)
     assert out["strict"] == {"p": 0.8333, "r": 0.8333, "f": 0.8333}  # 20 / 24
     assert out["partial"] == {"p": 1.0, "r": 1.0, "f": 1.0}
+    assert out["tokens"] == "pipeline"  # the text tokenized as a user's is, not the corpus's tokens
+    # a corpus whose tokens are split where the tokenizer would not split (at a gold boundary inside a
+    # word): its own tokens reach the span, the text as a user gives it does not
+    glued = Doc(nlp.vocab, words=["Lithium", "carbonate", "toxicity"], spaces=[False, True, False])  # "Lithiumcarbonate toxicity"
+    glued.spans[GOLD_KEY] = [Span(glued, 0, 1, label="X", kb_id="D1")]
+    write_docbin([glued], tmp_path / "glued.spacy")
+    for flag, tokens in (([], ["Lithiumcarbonate", "toxicity"]), (["--corpus-tokens"], ["Lithium", "carbonate", "toxicity"])):
+        seen = []
+        real_pipe = spacy.Language.pipe
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(spacy.Language, "pipe", lambda self, docs, **kw: real_pipe(self, [seen.append([t.text for t in d]) or d for d in docs], **kw))
+            result = CliRunner().invoke(app, [str(tmp_path / "glued.spacy"), "--pipeline", str(tmp_path / "pipe"), "--e2e", *flag,
+                                              "--output", str(tmp_path / "glued.json")])
+        assert result.exit_code == 0, result.output
+        assert seen == [tokens] and json.loads((tmp_path / "glued.json").read_text())["tokens"] == ("corpus" if flag else "pipeline")
     # calibrate --e2e: the threshold with the best strict F1 is written into the config, and the
     # calibrated pipeline scores what the curve promised
     result = CliRunner().invoke(calibrate_app, [str(tmp_path / "pipe"), str(tmp_path / "gold.spacy"), "--e2e",
