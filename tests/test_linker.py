@@ -432,14 +432,17 @@ def test_loading_a_pipeline_without_nil_threshold_says_so(kb_dir, tmp_path):
 
 
 def test_entry_points_name_the_registered_parts():
-    """setup.py's spacy_misc entry points load the very functions registered under those names."""
+    """setup.py's spacy_misc and spacy_tokenizers entry points load the very functions registered under
+    those names."""
     from importlib.metadata import entry_points
 
     from spacy.util import registry
 
-    points = [p for p in entry_points(group="spacy_misc") if p.name.startswith("spacy_pel.")]
+    groups = {"spacy_misc": registry.misc, "spacy_tokenizers": registry.tokenizers}
+    points = [(p, table) for group, table in groups.items() for p in entry_points(group=group) if p.name.startswith("spacy_pel.")]
     setup_py = (Path(__file__).resolve().parent.parent / "setup.py").read_text(encoding="utf8")
     declared = set(re.findall(r'"(spacy_pel\.[\w.]+) = ', setup_py))
-    assert {p.name for p in points} == declared and len(declared) >= 11  # the install is not stale
-    for point in points:
-        assert point.load() is registry.misc.get(point.name)
+    assert {p.name for p, _ in points} == declared and len(declared) >= 12  # the install is not stale
+    assert "spacy_pel.tokenizer.v1" in declared
+    for point, table in points:
+        assert point.load() is table.get(point.name)
