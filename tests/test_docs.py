@@ -88,7 +88,8 @@ def component_config() -> Dict[str, object]:
 
 # ------------------------------------------------------------------ registered parts
 def registered_misc(package: Path = ROOT / "spacy_pel") -> Dict[str, str]:
-    """Every ``@registry.misc(NAME)`` in the package's source: name → ``module:function``."""
+    """Every ``@registry.misc(NAME)`` (and ``@registry.tokenizers(NAME)``) in the package's source: name →
+    ``module:function``."""
     found = {}
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf8"))
@@ -99,7 +100,7 @@ def registered_misc(package: Path = ROOT / "spacy_pel") -> Dict[str, str]:
             if not isinstance(node, ast.FunctionDef):
                 continue
             for dec in node.decorator_list:
-                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "misc"
+                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr in ("misc", "tokenizers")
                         and dec.args):
                     arg = dec.args[0]
                     name = arg.value if isinstance(arg, ast.Constant) else constants.get(getattr(arg, "id", ""))
@@ -121,7 +122,7 @@ def entry_points(setup_py: str, group: str = "spacy_misc") -> Dict[str, str]:
 
 def parts_problems(configuration_md: str, setup_py: str, registered: Dict[str, str]) -> List[str]:
     documented = {first_name(row[1]) for row in table_rows(configuration_md, "| part | registered name |")}
-    points = entry_points(setup_py)
+    points = {**entry_points(setup_py), **entry_points(setup_py, "spacy_tokenizers")}
     problems = [f"`{n}` ({where}) is not in docs/configuration.md's parts table" for n, where in registered.items() if n not in documented]
     problems += [f"`{n}` ({where}) has no spacy_misc entry point in setup.py" for n, where in registered.items() if n not in points]
     problems += [f"setup.py's entry point `{n}` points at {points[n]}, registered as {registered[n]}"
