@@ -19,7 +19,8 @@ one or more found spans and cuts through none (``male breast cancer`` where the 
 ``male`` and ``breast cancer``, or only ``breast cancer``), again where the span model gives it at
 least ``floor``: the annotators of the training corpus marked the longer string as one mention.
 
-Measured on the raw text of NCBI disease dev and BC5CDR dev docs 100-499: ``benchmarks/e2e_lexicon.md``.
+Measured on the raw text of NCBI disease dev and BC5CDR dev docs 100-499: ``benchmarks/e2e_lexicon.md``,
+``benchmarks/e2e_lexicon_extend.md`` (with ``extend``).
 """
 from __future__ import annotations
 
