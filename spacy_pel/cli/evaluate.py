@@ -62,7 +62,7 @@ def main(
                   "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
         text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
                 + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "typed", "partial", "span"))
-                + f"\n{report['docs']} documents ({'the corpus' if corpus_tokens else 'the pipeline'}'s tokens), {report['seconds']} s, "
+                + f"\n{report['docs']} documents (the {report['tokens']}'s tokens), {report['seconds']} s, "
                   f"{report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
         train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train))) if train else None

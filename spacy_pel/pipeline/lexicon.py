@@ -114,14 +114,10 @@ def lexicon_extensions(doc: Doc, found: Sequence[Tuple[int, int, int]], lexicon:
         owner[a:b] = [n] * (b - a)
     bounds = [(a, b) for a, b, _ in found]
 
-    def holds_whole_spans(i: int, j: int) -> bool:
+    def replaces(i: int, j: int) -> bool:
+        """Tokens i..j hold found spans, only whole ones, and are not one found span themselves."""
         inside = {owner[t] for t in range(i, j)} - {-1}
-        return all(i <= bounds[n][0] and bounds[n][1] <= j for n in inside)
+        return bool(inside) and (i, j) not in bounds and all(i <= bounds[n][0] and bounds[n][1] <= j for n in inside)
 
-    def extends(i: int, j: int) -> bool:
-        inside = {owner[t] for t in range(i, j)} - {-1}
-        return bool(inside) and (i, j) not in bounds
-
-    matches = [m for m in _matches(doc, lexicon, max_len, support, floor, lambda i, j: True)
-               if holds_whole_spans(m[1], m[2]) and extends(m[1], m[2])]
+    matches = [m for m in _matches(doc, lexicon, max_len, support, floor, lambda i, j: True) if replaces(m[1], m[2])]
     return _greedy(matches, [False] * len(doc))

@@ -20,9 +20,10 @@ from typing import Callable
 
 from spacy.language import Language
 from spacy.tokenizer import Tokenizer
-from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex, registry
+from spacy.util import compile_infix_regex, compile_suffix_regex, registry
 
 NAME = "spacy_pel.tokenizer.v1"
+DEFAULT = "spacy.Tokenizer.v1"  # spaCy's own: the language's prefixes, suffixes, infixes and exceptions
 EXTRA_INFIXES = (
     r"(?<=[\w\)\]])[-–](?=[\w\(\[])",  # a hyphen between word characters or after a bracket: (BHA)-induced, thallium-201
     r"[\[\]\(\)]",  # a bracket inside a token: [3H]nicotine, Na(v)1.6
@@ -32,19 +33,13 @@ EXTRA_SUFFIXES = (r"(?<=\w)-",)  # a hyphen that ends a word: piperacillin- vs t
 
 @registry.tokenizers(NAME)
 def biomedical_tokenizer() -> Callable[[Language], Tokenizer]:
-    """The language's default tokenizer with :data:`EXTRA_INFIXES` and :data:`EXTRA_SUFFIXES`."""
+    """spaCy's default tokenizer for the language with :data:`EXTRA_INFIXES` and :data:`EXTRA_SUFFIXES`."""
+    make_default = registry.tokenizers.get(DEFAULT)()
 
     def make(nlp: Language) -> Tokenizer:
-        defaults = nlp.Defaults
-        prefixes = list(defaults.prefixes or [])
-        return Tokenizer(
-            nlp.vocab,
-            rules=defaults.tokenizer_exceptions,
-            prefix_search=compile_prefix_regex(prefixes).search if prefixes else None,
-            suffix_search=compile_suffix_regex([*(defaults.suffixes or []), *EXTRA_SUFFIXES]).search,
-            infix_finditer=compile_infix_regex([*(defaults.infixes or []), *EXTRA_INFIXES]).finditer,
-            token_match=defaults.token_match,
-            url_match=defaults.url_match,
-        )
+        tokenizer = make_default(nlp)
+        tokenizer.suffix_search = compile_suffix_regex([*(nlp.Defaults.suffixes or []), *EXTRA_SUFFIXES]).search
+        tokenizer.infix_finditer = compile_infix_regex([*(nlp.Defaults.infixes or []), *EXTRA_INFIXES]).finditer
+        return tokenizer
 
     return make
