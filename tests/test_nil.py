@@ -3,12 +3,13 @@ import numpy as np
 import pytest
 import spacy
 from confection import Config
+from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.evaluation.linking import evaluate
-from spacy_pel.evaluation.nil import calibrate, nil_curve
-from spacy_pel.pipeline.nil import FEATURES, UNKNOWN_TYPE, classifier_nil, lexical_features, top_score_nil
+from spacy_pel.evaluation.nil import calibrate, fit_classifier, nil_curve
+from spacy_pel.pipeline.nil import FEATURES, PAIRS, UNKNOWN_TYPE, classifier_nil, lexical_features, top_score_nil
 
 TEXT = "Lithium carbonate toxicity caused tricuspid regurgitation and atrial flutter in a newborn"
 RULES = {"aliases": {"@misc": "spacy_pel.rules.alias_table.v1"}}
@@ -87,8 +88,35 @@ def test_classifier_in_config_decides_and_round_trips(kb_dir, tmp_path):
 
 
 def test_classifier_refuses_unknown_features():
-    with pytest.raises(ValueError, match="unknown features"):
-        classifier_nil({"topp": 1.0})
+    for term in ("topp", "top*topp", "top*margin*rule", "top*"):
+        with pytest.raises(ValueError, match="unknown features"):
+            classifier_nil({term: 1.0})
+
+
+def test_classifier_pair_terms_multiply_two_features():
+    x = np.zeros((3, len(FEATURES)), np.float32)
+    x[:, 0], x[:, 1] = [0.9, 0.9, 0.2], [0.8, 0.1, 0.8]  # top, margin
+    nil = classifier_nil({"top": 1.0, "top*margin": 4.0, "margin*margin": -2.0}, bias=-1.0)
+    z = -1.0 + x[:, 0] + 4.0 * x[:, 0] * x[:, 1] - 2.0 * x[:, 1] ** 2
+    assert nil(x) == pytest.approx(1 / (1 + np.exp(-z)), abs=1e-6)
+    # a term with a lexical feature makes the linker compute them; one without does not
+    assert classifier_nil({"top*chars": 1.0}).lexical and not classifier_nil({"top*rule": 1.0, "words": 0.0}).lexical
+
+
+def test_pairs_fit_an_interaction_the_plain_classifier_cannot():
+    rng = np.random.default_rng(0)
+    x = np.zeros((2000, len(FEATURES)))
+    x[:, 0], x[:, 1] = rng.random(2000), rng.random(2000)
+    is_nil = x[:, 0] * x[:, 1] < 0.2  # in KB only when both the score and its lead are high enough
+    plain, pairs = fit_classifier(x, is_nil, {}), fit_classifier(x, is_nil, {}, pairs=True)
+    assert set(plain.weights) == set(FEATURES) and "top*margin" in pairs.weights and set(pairs.weights) <= set(FEATURES + PAIRS)
+    accuracy = {name: float(np.mean((m(x) < 0.5) == is_nil)) for name, m in (("plain", plain), ("pairs", pairs))}
+    assert accuracy["pairs"] > 0.97 and accuracy["pairs"] > accuracy["plain"] + 0.03
+    # weights fitted on standardised terms, written back for the raw ones: the same model as sklearn's
+    terms = np.hstack([x, np.stack([x[:, FEATURES.index(a)] * x[:, FEATURES.index(b)] for a, b in (t.split("*") for t in PAIRS)], 1)])
+    scale = np.where(terms.std(0) > 1e-9, terms.std(0), 1.0)
+    reference = LogisticRegression(C=1.0, max_iter=5000).fit((terms - terms.mean(0)) / scale, ~is_nil)
+    assert pairs(x) == pytest.approx(reference.predict_proba((terms - terms.mean(0)) / scale)[:, 1], abs=1e-4)
 
 
 def test_nil_curve_bounds_the_recall_loss():
@@ -124,6 +152,13 @@ def test_calibrated_classifier_fitted_on_one_split_applies_to_another(kb_dir, tm
     assert report["nil"]["f"] == 1.0 and report["recall_in_kb"]["R@1"] == 1.0
     with pytest.raises(ValueError, match="unknown NIL strategy"):
         calibrate(tmp_path / "pipe", tmp_path / "fit.spacy", tmp_path / "out2", nil="margin")
+    # with pairwise terms: written into the config as "a*b" weights, which the loaded pipeline uses
+    summary = calibrate(tmp_path / "pipe", tmp_path / "fit.spacy", tmp_path / "pairs", nil="classifier_pairs")
+    assert any("*" in term for term in summary["classifier"]["weights"])
+    again = spacy.load(tmp_path / "pairs")
+    paired = again.get_pipe("pel_linker")
+    assert paired.nil.weights == summary["classifier"]["weights"] and paired.nil.pairs
+    assert evaluate(paired, corpus_docs(again, 3))["nil"]["f"] == 1.0
 
 
 def test_pipeline_discovery_links_as_the_linker_and_clusters_only_its_nil_mentions(kb_dir):

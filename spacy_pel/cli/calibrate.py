@@ -22,7 +22,8 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve (with --e2e: strict P/R/F1 against the threshold)"),
     nil: str = typer.Option("top_score", "--nil", help="top_score: a threshold on the best score; classifier: "
-                            "a logistic model over the NIL evidence (score, margin, rule match, type fit), then a threshold"),
+                            "a logistic model over the NIL evidence (score, margin, rule match, type fit, name similarity), then a threshold; "
+                            "classifier_pairs: the same over the evidence and its pairwise products"),
     max_r1_loss: Optional[float] = typer.Option(None, "--max-r1-loss", help="At most this share of in-KB mentions "
                                                 "linked right may become NIL (e.g. 0.01)"),
     e2e: bool = typer.Option(False, "--e2e", help="For a pipeline that finds its own mentions: the threshold on its NIL "

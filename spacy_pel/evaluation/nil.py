@@ -1,7 +1,7 @@
 """``python -m spacy_pel.calibrate``: fit how a pipeline decides NIL on a corpus with NIL mentions —
 the threshold with the best NIL F1 (optionally at a bounded loss of in-KB recall@1) and, with
 ``nil="classifier"``, the weights of a logistic model over the NIL evidence
-(:mod:`spacy_pel.pipeline.nil`) — write them into the pipeline's config, and save the NIL
+(:mod:`spacy_pel.pipeline.nil`; ``"classifier_pairs"``: over the evidence and its pairwise products) — write them into the pipeline's config, and save the NIL
 precision-recall curve (PNG + JSON). A corpus without NIL mentions (NCBI disease) calibrates nothing:
 the pipeline is saved with its NIL decision as it was, and ``nil_calibration.json`` says so.
 
@@ -23,12 +23,12 @@ from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
-from ..pipeline.nil import FEATURES, ClassifierNil
+from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
 from ..retrieval.index import EntityIndex
 from .linking import linked_mentions, mention_table
 from .metrics import average_precision
 
-NIL_STRATEGIES = ("top_score", "classifier")
+NIL_STRATEGIES = ("top_score", "classifier", "classifier_pairs")
 TYPE_SHARE = 0.05  # a KB type goes with a label when at least this share of the label's gold entities has it
 
 
@@ -128,13 +128,23 @@ def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str
     return {label: sorted(t for t, c in counts[label].items() if c >= share * totals[label]) for label in sorted(totals)}
 
 
-def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, List[str]]) -> ClassifierNil:
-    """A logistic model of P(in KB) over the NIL evidence (rows: :data:`~spacy_pel.pipeline.nil.FEATURES`)."""
+def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, List[str]], pairs: bool = False) -> ClassifierNil:
+    """A logistic model of P(in KB) over the NIL evidence (columns: :data:`~spacy_pel.pipeline.nil.FEATURES`);
+    with ``pairs``, over the features and their pairwise products (:data:`~spacy_pel.pipeline.nil.PAIRS`),
+    fitted on standardised terms (so one regularisation suits them all) and written back as weights on
+    the raw terms."""
     if not is_nil.any() or is_nil.all():
         raise ValueError("fitting the NIL classifier needs both NIL and in-KB mentions")
-    model = LogisticRegression(C=1.0, max_iter=1000).fit(features, ~is_nil)
-    weights = {f: round(float(w), 6) for f, w in zip(FEATURES, model.coef_[0])}
-    return ClassifierNil(weights, round(float(model.intercept_[0]), 6), types)
+    terms, x = list(FEATURES), features.astype(np.float64)
+    if pairs:
+        terms, x = terms + list(PAIRS), np.hstack([x, pair_products(x)])
+    mean, scale = (x.mean(0), x.std(0)) if pairs else (np.zeros(x.shape[1]), np.ones(x.shape[1]))
+    scale = np.where(scale > 1e-9, scale, 1.0)  # a constant term: its weight ends up 0
+    model = LogisticRegression(C=1.0, max_iter=5000).fit((x - mean) / scale, ~is_nil)
+    coef = model.coef_[0] / scale
+    bias = float(model.intercept_[0] - coef @ mean)
+    weights = {t: round(float(w), 6) for t, w in zip(terms, coef) if not pairs or abs(w) > 1e-9}
+    return ClassifierNil(weights, round(bias, 6), types)
 
 
 def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None) -> dict:
@@ -213,7 +223,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
               nil: str = "top_score", max_r1_loss: Optional[float] = None, e2e: bool = False) -> dict:
     """Calibrate ``pipeline``'s NIL decision on ``corpus`` (optionally only docs[0]:docs[1]) and save
     it to ``output``: ``nil`` is ``top_score`` (a threshold on the best score) or ``classifier``
-    (a logistic model over the NIL evidence, then a threshold on its confidence); ``max_r1_loss``
+    (a logistic model over the NIL evidence, then a threshold on its confidence) or ``classifier_pairs``
+    (the same over the evidence and its pairwise products); ``max_r1_loss``
     bounds the share of in-KB mentions linked right that the threshold may turn to NIL. With ``e2e``,
     the threshold on the pipeline's own NIL confidence with the best strict end-to-end F1 (module doc;
     its NIL strategy is kept: ``nil`` and ``max_r1_loss`` do not apply)."""
@@ -229,7 +240,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot)
     if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)):
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
-    if nil == "classifier":  # the evidence's type feature needs the label → types map first
+    if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))
     # the evidence as the pipeline decides on it: its own top_k candidates (the rules re-score what they get)
     rows, _ = mention_table(linker, gold_docs, progress=True, deep=0)
@@ -237,11 +248,11 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     correct = np.array([row[1][0] in row[0] for row in rows])
     confidence = np.array([row[3] for row in rows])
     summary: dict = {"calibrated": True}
-    if nil == "classifier":
+    if nil != "top_score":
         features = np.stack([row[4] for row in rows])
         in_kb = np.array([row[0] != [NIL] and any(g in linker.index.row for g in row[0]) for row in rows])
         fit = in_kb | is_nil  # gold ids the KB lacks are neither
-        linker.nil = fit_classifier(features[fit], is_nil[fit], linker.nil.label_types)
+        linker.nil = fit_classifier(features[fit], is_nil[fit], linker.nil.label_types, pairs=nil == "classifier_pairs")
         confidence = linker.nil(features)
         nlp.get_pipe_config(name)["nil"] = linker.nil.as_config()
         summary["classifier"] = linker.nil.as_config()

@@ -24,8 +24,11 @@ Strategies (chosen in the config's ``[components.pel_linker.nil]`` block):
 
 * ``spacy_pel.nil.top_score.v1`` (default) — confidence = ``top``: the threshold rule;
 * ``spacy_pel.nil.classifier.v1`` — a logistic model, confidence = P(the mention's entity is in the
-  KB) = σ(bias + Σ weights[f] · f). ``python -m spacy_pel calibrate --nil classifier`` fits it on a
-  corpus with NIL mentions and writes its weights and the threshold into the pipeline's config.
+  KB) = σ(bias + Σ weights[t] · t) over terms ``t``: a feature (``top``) or the product of two
+  (``top*margin``, ``top*top``: :data:`PAIRS`). ``python -m spacy_pel calibrate --nil classifier``
+  fits it over the features on a corpus with NIL mentions (``--nil classifier_pairs``: over the
+  features and their pairwise products) and writes its weights and the threshold into the pipeline's
+  config.
 """
 from __future__ import annotations
 
@@ -41,7 +44,23 @@ from .rules.char_ngrams import ngram_cosine
 
 FEATURES = ("top", "margin", "rule", "type", "chars", "words")
 LEXICAL = ("chars", "words")
+# the classifier's second-order terms: every product of two features (squares included), "a*b"
+PAIRS = tuple(f"{a}*{b}" for i, a in enumerate(FEATURES) for b in FEATURES[i:])
 UNKNOWN_TYPE = 0.5  # the ``type`` feature when the label is unknown or there is no candidate
+
+
+def term_columns(term: str) -> Tuple[int, ...]:
+    """The feature columns a classifier term multiplies: ``"top"`` → (0,), ``"top*margin"`` → (0, 1)."""
+    names = term.split("*")
+    if len(names) > 2 or any(n not in FEATURES for n in names):
+        raise ValueError(f"spacy_pel.nil.classifier.v1: unknown features in {term!r}; known: {list(FEATURES)}, "
+                         "or the product of two, such as 'top*margin'")
+    return tuple(FEATURES.index(n) for n in names)
+
+
+def pair_products(features: np.ndarray) -> np.ndarray:
+    """``[n, len(PAIRS)]``: the products of the feature columns, in :data:`PAIRS` order."""
+    return np.stack([features[:, i] * features[:, j] for i, j in map(term_columns, PAIRS)], axis=1)
 
 
 def span_label(doc, label) -> str:
@@ -127,24 +146,28 @@ class TopScoreNil:
 
 @dataclass
 class ClassifierNil:
-    """Confidence = σ(bias + Σ weights[f] · f): the probability that the mention's entity is in the KB."""
+    """Confidence = σ(bias + Σ weights[t] · t) over terms ``t`` (a feature, or ``"a*b"`` the product of
+    two): the probability that the mention's entity is in the KB."""
 
     weights: Dict[str, float] = field(default_factory=dict)
     bias: float = 0.0
     label_types: Dict[str, List[str]] = field(default_factory=dict)
 
     def __post_init__(self):
-        unknown = set(self.weights) - set(FEATURES)
-        if unknown:
-            raise ValueError(f"spacy_pel.nil.classifier.v1: unknown features {sorted(unknown)}; known: {list(FEATURES)}")
+        columns = {term: term_columns(term) for term in self.weights}
         if not isinstance(self.label_types, dict) or not all(isinstance(v, (list, tuple)) for v in self.label_types.values()):
             raise ValueError("spacy_pel.nil.classifier.v1: `label_types` must map a label to a list of KB types")
         self.coef = np.array([float(self.weights.get(f, 0.0)) for f in FEATURES], np.float32)
+        self.pairs = [(columns[t], np.float32(w)) for t, w in self.weights.items() if len(columns[t]) == 2 and w]
         # the lexical features cost a KB record read per mention: only when weighted (or being fitted)
-        self.lexical = not self.weights or any(self.weights.get(f) for f in LEXICAL)
+        lexical = {FEATURES.index(f) for f in LEXICAL}
+        self.lexical = not self.weights or any(w and lexical & set(columns[t]) for t, w in self.weights.items())
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
-        z = features.astype(np.float32) @ self.coef + np.float32(self.bias)
+        x = features.astype(np.float32)
+        z = x @ self.coef + np.float32(self.bias)
+        for (i, j), w in self.pairs:
+            z += w * x[:, i] * x[:, j]
         return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
 
     def as_config(self) -> dict:
@@ -161,5 +184,6 @@ def top_score_nil() -> TopScoreNil:
 @registry.misc("spacy_pel.nil.classifier.v1")
 def classifier_nil(weights: Dict[str, float], bias: float = 0.0,
                    label_types: Optional[Dict[str, List[str]]] = None) -> ClassifierNil:
-    """NIL when σ(bias + Σ weights[f] · f) over the evidence :data:`FEATURES` is below the threshold."""
+    """NIL when σ(bias + Σ weights[t] · t) is below the threshold; a term ``t`` is one of the evidence
+    :data:`FEATURES` or the product of two (``"top*margin"``)."""
     return ClassifierNil(dict(weights), float(bias), dict(label_types or {}))
