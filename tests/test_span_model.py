@@ -12,7 +12,7 @@ from spacy.tokens import Span
 from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.models.doc_encoder import encode_docs, enumerate_doc_spans
 from spacy_pel.models.encoder import BiEncoder
-from spacy_pel.models.span_scorer import load_span_scorer
+from spacy_pel.models.span_scorer import load_span_scorer, save_span_scorer
 from spacy_pel.pipeline import mentions as mentions_module
 from spacy_pel.training.config import JointConfig, load_config
 from spacy_pel.training.joint import JointTask, train_e2e
@@ -265,3 +265,45 @@ def test_lexicon_extend_replaces_a_found_span_by_the_longer_surface_form_holding
     assert (longer.start, longer.end) in spans(spacy.load(tmp_path / "p")(text))
     with pytest.raises(ValueError, match="lexicon_extend"):
         spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "lexicon_extend": "yes"}})
+
+
+def test_several_span_models_average_their_probabilities_and_travel_with_the_pipeline(span_model, kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):
+    best, _, _ = span_model
+    other = tmp_path / "other"  # a second span model: the same transformer, a scorer that says otherwise
+    shutil.copytree(best, other)
+    scorer = load_span_scorer(other / "span_scorer.safetensors")
+    with torch.no_grad():
+        for q in scorer.parameters():
+            q.mul_(-1.0)
+    save_span_scorer(scorer, other / "span_scorer.safetensors")
+    seen = []
+    real = mentions_module.select_spans
+    monkeypatch.setattr(mentions_module, "select_spans", lambda s, e, p, t: seen.append(p) or real(s, e, p, t))
+
+    def pipeline(model):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION,
+                                           "mentions": {"@misc": "spacy_pel.mentions.span_finder.v1", "model": model}})
+        return nlp
+
+    text = TEXTS[0][0]
+    single, flipped = pipeline(str(best)), pipeline(str(other))
+    single(single.make_doc(text))
+    flipped(flipped.make_doc(text))
+    both = pipeline([str(best), str(other)])
+    out = found(both(both.make_doc(text)))
+    p_best, p_other, p_both = seen[-3:]
+    assert abs(p_best - p_other).max() > 0.1  # the two models disagree …
+    assert p_both == pytest.approx((p_best + p_other) / 2, abs=1e-5)  # … and the finder takes their mean
+    finder = both.get_pipe("pel_linker").mentions
+    assert finder.threshold == srsly.read_json(best / "span_report.json")["threshold"]  # γ of the first model
+    # the members are saved in the pipeline: it finds the same spans once their folders are gone
+    both.to_disk(tmp_path / "pipe")
+    assert srsly.read_json(tmp_path / "pipe" / "pel_linker" / "span_members.json") == [str(other)]
+    shutil.rmtree(other)
+    again = spacy.load(tmp_path / "pipe")
+    assert found(again(again.make_doc(text))) == out and len(again.get_pipe("pel_linker").mentions.members) == 1
+    with pytest.raises(ValueError, match="model"):  # spaCy's config check, before the finder's own
+        pipeline([str(best), 3])
+    with pytest.raises(ValueError, match="list of them"):
+        mentions_module.span_finder_mentions(model=[str(best), ""])

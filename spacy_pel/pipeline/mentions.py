@@ -6,7 +6,8 @@
   scored by a trained span scorer over one transformer pass per document; spans with
   ``p > threshold`` are kept (greedy by score, no overlaps) and replace ``doc.ents``. ``model``: a
   folder from ``spacy_pel.train_e2e`` (its own fine-tuned transformer + ``span_scorer.safetensors``),
-  so the linker's retriever links the found spans; or ``scorer``: a scorer file over the linker's own
+  so the linker's retriever links the found spans — or a list of such folders, whose probabilities are
+  averaged (:mod:`.span_ensemble`); or ``scorer``: a scorer file over the linker's own
   transformer (``spacy_pel.train_spans``). A found span's label comes from the scorer's label head
   when it has one, else from its entity's KB types mapped to corpus labels (``labels``, or the map
   learned in training). ``threshold = null`` takes the γ recorded in the ``span_report.json``.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import srsly
@@ -45,6 +46,7 @@ from ..retrieval.index import EntityIndex
 from .config import LinkerPart, check_probability
 from .lexicon import Lexicon, lexicon_extensions, lexicon_spans, make_lexicon, read_lexicon
 from .propagation import propagate
+from .span_ensemble import Member, load_member, mean_probs, model_sources, place_members, read_members, save_members
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
 SCORER_FILE = "span_scorer.safetensors"
@@ -110,7 +112,7 @@ class SpanFinder(DocSpans, LinkerPart):
     data_name = "span_scorer"
 
     def __init__(self, scorer: Optional[str], threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                 labels: Optional[Dict[str, str]] = None, model: Optional[str] = None, propagate: bool = False,
+                 labels: Optional[Dict[str, str]] = None, model: Union[str, List[str], None] = None, propagate: bool = False,
                  propagate_floor: float = 0.0, lexicon: Optional[str] = None, lexicon_floor: float = 0.1,
                  lexicon_extend: bool = False):
         super().__init__(None)
@@ -140,8 +142,11 @@ class SpanFinder(DocSpans, LinkerPart):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `max_span_len` must be an integer ≥ 1, not {max_span_len!r}")
         if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `labels` must map KB types to labels, not {labels!r}")
-        self.model_source = str(model) if model else None
-        self.source = str(scorer) if scorer else str(Path(str(model)) / SCORER_FILE)
+        models = model_sources(model)
+        self.model_source = models[0] if models else None
+        self.member_sources = models[1:]  # further span models, averaged with the first
+        self.members: List[Member] = []
+        self.source = str(scorer) if scorer else str(Path(models[0]) / SCORER_FILE)
         self.configured_threshold = check_probability(threshold, "span_finder.threshold")
         self.configured_labels = dict(labels) if labels is not None else None
         self.max_span_len = max_span_len
@@ -188,6 +193,9 @@ class SpanFinder(DocSpans, LinkerPart):
                 f"but the encoder gives {hidden}: use the scorer trained with this encoder"
             )
         self.scorer.to(encoder.device_)
+        if self.member_sources and not self.members:
+            self.members = [load_member(source) for source in self.member_sources]
+        place_members(self.members, encoder, self.member_sources)
 
     def to_disk(self, path: Path) -> bool:
         if self.scorer is None:
@@ -200,6 +208,7 @@ class SpanFinder(DocSpans, LinkerPart):
             srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
         if self.lexicon is not None:
             srsly.write_json(path / LEXICON_FILE, {"source": self.lexicon_source, "forms": sorted(self.lexicon.forms)})
+        save_members(self.members, self.member_sources, path)
         return True
 
     def from_disk(self, path: Path) -> bool:
@@ -212,6 +221,7 @@ class SpanFinder(DocSpans, LinkerPart):
             self.lexicon = make_lexicon(saved["forms"])
         if (path / ENCODER_DIR).exists():
             self.encoder = BiEncoder.from_pretrained(path / ENCODER_DIR)
+        self.members = read_members(path, self.member_sources) or []
         return True
 
     def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], list]:
@@ -222,14 +232,16 @@ class SpanFinder(DocSpans, LinkerPart):
         if self.scorer is None:
             raise ValueError("the span finder has no span scorer loaded yet (the linker sets it up with its encoder)")
         hidden = encode_docs(self.encoder or encoder, docs, batch_size=docs_per_pass(batch_size), pooling=self.scorer.pooling)
+        others = [encode_docs(e, docs, batch_size=docs_per_pass(batch_size), pooling=s.pooling) for e, s in self.members]
         spans: List[SpanTuples] = []
         with torch.inference_mode():
-            for doc, H in zip(docs, hidden):
+            for k, (doc, H) in enumerate(zip(docs, hidden)):
                 starts, ends = enumerate_doc_spans(doc, self.max_span_len)
                 if len(starts) == 0:
                     spans.append([])
                     continue
                 probs = self.scorer.probs(H, starts, ends).detach().float().cpu().numpy()  # once: selection and propagation
+                probs = mean_probs(probs, self.members, others, k, starts, ends)
                 chosen = np.asarray(select_spans(starts, ends, probs, self.threshold), dtype=np.int64)
                 labels = [0] * len(chosen)
                 if self.scorer.labels and len(chosen):
@@ -301,11 +313,12 @@ def span_group_mentions(spans_key: str) -> DocSpans:
 
 @registry.misc("spacy_pel.mentions.span_finder.v1")
 def span_finder_mentions(scorer: Optional[str] = None, threshold: Optional[float] = None, max_span_len: int = MAX_SPAN_LEN,
-                         labels: Optional[Dict[str, str]] = None, model: Optional[str] = None,
+                         labels: Optional[Dict[str, str]] = None, model: Union[str, List[str], None] = None,
                          propagate: bool = False, propagate_floor: float = 0.0, lexicon: Optional[str] = None,
                          lexicon_floor: float = 0.1, lexicon_extend: bool = False) -> SpanFinder:
     """Find the mentions with a trained span model (end to end, no NER needed): ``model`` a
-    ``train_e2e`` folder (own transformer + scorer) or ``scorer`` a scorer file over the linker's
+    ``train_e2e`` folder (own transformer + scorer; a list of them: their probabilities averaged, γ and
+    labels from the first) or ``scorer`` a scorer file over the linker's
     transformer; ``labels``: KB type → span label for scorers without a label head (null: the map
     learned with the scorer, from the training corpus's labels); ``propagate``: document-level
     consistency of the found spans; ``propagate_floor``: the least probability the span model must give
