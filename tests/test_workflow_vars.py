@@ -64,7 +64,7 @@ BC5CDR_MESH = {
                  "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
                  "--components.pel_linker.context_window 32"],
     "calibrate": ["python -m spacy_pel.calibrate training/pipeline corpus/bc5cdr_dev.spacy --output training/pipeline_calibrated "
-                  "--plot metrics/nil_pr_curve.png --nil classifier --max-r1-loss 0.01"],
+                  "--plot metrics/nil_pr_curve.png --nil classifier_pairs --max-r1-loss 0.01"],
     "package": ["python -m pip wheel . --no-deps --no-build-isolation --wheel-dir packages/wheels",
                 "python -m spacy package training/pipeline_calibrated packages --name pel_bc5cdr_mesh --version 0.1.0 "
                 "--build wheel --force"],  # a wheel since issue 32 item 7 (before: the sdist)
