@@ -1,4 +1,5 @@
-"""Several span models in one span finder (``model = [A, B]``: their probabilities averaged), against each alone.
+"""Several span models in one span finder (``model = [A, B]``: their probabilities averaged), against each alone
+(the ``--model`` folders each alone, then the first two together, the first three, …).
 
 For each set of span models the end-to-end pipeline (its retriever, rules and config unchanged; the
 span finder's ``model`` set by a config override at load) links the corpus's raw text once with no NIL
@@ -62,11 +63,11 @@ def markdown(r: dict) -> str:
 
 
 def main(pipeline: str = typer.Option(...), corpus: str = typer.Option(...),
-         model: List[str] = typer.Option(..., help="a span model folder (train_e2e's best/); repeat: each alone, then all together"),
+         model: List[str] = typer.Option(..., help="a span model folder (train_e2e's best/); repeat: each alone, then the first 2, 3, … together"),
          folds: int = typer.Option(2, help="cross-fitting folds for the NIL threshold"),
          output: str = typer.Option(..., help="report name in benchmarks/"), notes: str = typer.Option("")):
     gold = read_docbin(spacy.blank("en"), ROOT / corpus)
-    sets = [[m] for m in model] + ([list(model)] if len(model) > 1 else [])
+    sets = [[m] for m in model] + [list(model[:n]) for n in range(2, len(model) + 1)]  # each alone, then the first 2, 3, …
     rows = [measure(pipeline, s, gold, folds) for s in sets]
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "pipeline": pipeline,
               "corpus": corpus, "docs": len(gold), "folds": folds, "rows": rows, "notes": notes}
