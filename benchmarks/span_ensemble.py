@@ -55,7 +55,7 @@ def markdown(r: dict) -> str:
              f"strict F1, cross-fitted ({r['folds']} folds) | docs/s |", "|---|---:|---:|---:|---:|---:|---:|"]
     for row in r["rows"]:
         names = " + ".join(f"`{m}`" for m in row["models"])
-        lines.append(f"| {names} | {row['gamma']} | {row['span']['f']:.4f} | {row['none']['f']:.4f} | "
+        lines.append(f"| {names} | {row['gamma']:.3g} | {row['span']['f']:.4f} | {row['none']['f']:.4f} | "
                      f"**{row['all_docs']['f']:.4f}** (t {row['all_docs_threshold']:.3f}) | **{row['crossfit']['f']:.4f}** | {row['docs_per_s']} |")
     if r.get("notes"):
         lines += ["", r["notes"]]
