@@ -28,6 +28,7 @@ PathLike = Union[str, Path]
 SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
 SPAN_SCORER_VERSION = 2  # 2: optional label head and kind (version 1 files: "span", no labels)
 KINDS = ("span", "bio")
+SCORER_FILE = "span_scorer.safetensors"  # a span scorer's weights inside a model folder (train_e2e, train_spans, a pipeline)
 O_TAG, B_TAG, I_TAG = 0, 1, 2
 
 

@@ -37,6 +37,7 @@ from ..corpora import gold_ids, gold_spans
 from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import (
+    SCORER_FILE,
     SpanScorer,
     load_span_scorer,
     save_span_scorer,
@@ -49,7 +50,6 @@ from .propagation import propagate
 from .span_ensemble import Member, load_member, mean_probs, model_sources, place_members, read_members, save_members
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
-SCORER_FILE = "span_scorer.safetensors"
 ENCODER_DIR = "span_encoder"  # the finder's own transformer inside a saved component
 REPORT_FILE = "span_report.json"
 LEXICON_FILE = "lexicon.json"  # the lexicon's source path and surface forms, saved with the component

@@ -21,9 +21,8 @@ import srsly
 import torch
 
 from ..models.encoder import BiEncoder
-from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
+from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
 
-SCORER_FILE = "span_scorer.safetensors"
 MEMBERS_DIR = "span_members"
 MEMBERS_FILE = "span_members.json"
 Member = Tuple[BiEncoder, SpanScorer]

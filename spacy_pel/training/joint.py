@@ -39,13 +39,12 @@ from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
-from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
+from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
 from ..pipeline.mentions import learn_labels
 from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike, config_for_run
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 
-SCORER_FILE = "span_scorer.safetensors"
 __all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e"]
 
 

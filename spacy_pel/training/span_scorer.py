@@ -27,11 +27,10 @@ from ..corpora import gold_spans
 from ..evaluation.evaluators import SpanEvaluator, SpanExample, detect
 from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
-from ..models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
+from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
 from .config import LoopSettings
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 
-SCORER_FILE = "span_scorer.safetensors"
 __all__ = ["SpanScorerTask", "detect", "span_examples", "train_span_scorer"]
 
 
