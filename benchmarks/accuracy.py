@@ -50,6 +50,7 @@ NIL_RUNS = [("top score, free threshold", "top_score", None), ("top score, ≤ 1
             ("NIL classifier, free threshold", "classifier", None), ("NIL classifier, ≤ 1 pt R@1 loss", "classifier", 0.01),
             ("NIL classifier with pairwise terms, free threshold", "classifier_pairs", None),
             ("NIL classifier with pairwise terms, ≤ 1 pt R@1 loss", "classifier_pairs", 0.01)]
+CLASSIFIER_RUNS = ("NIL classifier", "NIL classifier with pairwise terms")  # the runs above whose weights and OKB row are shown
 
 
 def name_rules(pipeline: Path) -> List[str]:
@@ -166,7 +167,7 @@ def markdown(report: dict) -> str:
         lines += [f"| R@1, BC5CDR dev gold mentions in the KB ({dev['counts']['in_kb']}) | 0.908 | ≥ 0.95 | {r['R@1']:.4f} |",
                   f"| unseen-entity R@1 ({dev['counts'].get('unseen', 0)}) | 0.799 | ≥ 0.88 | {u.get('R@1', 0):.4f} |",
                   f"| R@64 | 0.964 | ≥ 0.99 | {r['R@64']:.4f} |"]
-    for run in ("NIL classifier", "NIL classifier with pairwise terms"):
+    for run in CLASSIFIER_RUNS:
         okb = nil.get("okb", {}).get(f"{run}, ≤ 1 pt R@1 loss")
         if okb:
             h = okb["held_out"]
@@ -182,7 +183,7 @@ def markdown(report: dict) -> str:
             lines += ["", f"## NIL on {title}: fitted on docs 0-249, measured on docs 250-499", "",
                       "| NIL decision | NIL P / R / F1 | NIL auPR | in-KB R@1 without → with NIL | threshold |", "|---|---|---|---|---|"]
             lines += [f"| {label} | {fmt_nil(r)} |" for label, r in nil[key].items()]
-            for run in ("NIL classifier", "NIL classifier with pairwise terms"):
+            for run in CLASSIFIER_RUNS:
                 clf = nil[key].get(f"{run}, free threshold", {}).get("classifier")
                 if clf:
                     lines.append(f"\n{run}, weights (fitted): {clf['weights']}, bias {clf['bias']}; label types: {clf['label_types']}.")
