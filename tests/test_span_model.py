@@ -267,6 +267,22 @@ def test_lexicon_extend_replaces_a_found_span_by_the_longer_surface_form_holding
         spacy.blank("en").add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {**finder, "lexicon_extend": "yes"}})
 
 
+def recorded_probabilities(monkeypatch) -> list:
+    """The span probabilities each finder call selects from, in order."""
+    seen = []
+    real = mentions_module.select_spans
+    monkeypatch.setattr(mentions_module, "select_spans", lambda s, e, p, t: seen.append(p) or real(s, e, p, t))
+    return seen
+
+
+def finder_pipeline(kb_dir, encoder_dir, model):
+    """pel_linker finding its mentions with the span model(s) ``model``."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(encoder_dir), "vectors": PER_MENTION,
+                                       "mentions": {"@misc": "spacy_pel.mentions.span_finder.v1", "model": model}})
+    return nlp
+
+
 def test_several_span_models_average_their_probabilities_and_travel_with_the_pipeline(span_model, kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):
     best, _, _ = span_model
     other = tmp_path / "other"  # a second span model: the same transformer, a scorer that says otherwise
@@ -276,16 +292,8 @@ def test_several_span_models_average_their_probabilities_and_travel_with_the_pip
         for q in scorer.parameters():
             q.mul_(-1.0)
     save_span_scorer(scorer, other / "span_scorer.safetensors")
-    seen = []
-    real = mentions_module.select_spans
-    monkeypatch.setattr(mentions_module, "select_spans", lambda s, e, p, t: seen.append(p) or real(s, e, p, t))
-
-    def pipeline(model):
-        nlp = spacy.blank("en")
-        nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION,
-                                           "mentions": {"@misc": "spacy_pel.mentions.span_finder.v1", "model": model}})
-        return nlp
-
+    seen = recorded_probabilities(monkeypatch)
+    pipeline = lambda model: finder_pipeline(kb_dir, tiny_encoder_dir, model)  # noqa: E731
     text = TEXTS[0][0]
     single, flipped = pipeline(str(best)), pipeline(str(other))
     single(single.make_doc(text))
@@ -299,7 +307,8 @@ def test_several_span_models_average_their_probabilities_and_travel_with_the_pip
     assert finder.threshold == srsly.read_json(best / "span_report.json")["threshold"]  # γ of the first model
     # the members are saved in the pipeline: it finds the same spans once their folders are gone
     both.to_disk(tmp_path / "pipe")
-    assert srsly.read_json(tmp_path / "pipe" / "pel_linker" / "span_members.json") == [str(other)]
+    assert srsly.read_json(tmp_path / "pipe" / "pel_linker" / "span_members.json") == {"model": [str(best), str(other)],
+                                                                                       "members": [str(other)]}
     shutil.rmtree(other)
     again = spacy.load(tmp_path / "pipe")
     assert found(again(again.make_doc(text))) == out and len(again.get_pipe("pel_linker").mentions.members) == 1

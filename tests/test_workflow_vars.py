@@ -70,10 +70,10 @@ BC5CDR_MESH = {
                 "--build wheel --force"],  # a wheel since issue 32 item 7 (before: the sdist)
     "evaluate": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "
                  "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md"],
-    "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --training.device auto "
+    "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --seeds 1 --training.device auto "
                   "--encoder.base training/retriever/best --paths.kb kbs/mesh_final --training.max_steps 0"],
     "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
-                     "training/retriever/best --paths.span_model training/e2e/best --paths.aliases training/aliases.json "
+                     "training/retriever/best --paths.span_model training/e2e --paths.aliases training/aliases.json "
                      "--paths.names kbs/mesh_names --components.pel_linker.context_window 32"],
     "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated --e2e --plot metrics/bc5cdr_dev_e2e_threshold.png"],
     "evaluate_e2e": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_e2e_calibrated --e2e "
@@ -210,6 +210,7 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
     if recipe == "both":
         extra += ["--vars.train_config", "configs/train_both.cfg"]
         extra[extra.index("--vars.train_overrides") + 1] += " --training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2"
+        extra += ["--vars.e2e_seeds", "2"]  # and two span models, averaged by the e2e pipeline
     fetch_and_convert(project, extra)
     commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
     monkeypatch.chdir(project)
@@ -234,6 +235,8 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
         linker = spacy.load(project / "training/mine" / pipeline).get_pipe("pel_linker")
         assert linker.rules["label_types"].allowed == {"Chem": {"Chemical"}, "Dis": {"Disease"}}, pipeline
         assert len(linker.index.entities) == 5 and all(linker.index.resolve(f"D{i}") is not None for i in range(1, 6))
+    finder = spacy.load(project / "training/mine/pipeline_e2e_calibrated").get_pipe("pel_linker").mentions
+    assert finder.member_sources == ([] if recipe == "frozen" else ["training/mine/e2e/seeds/1/best"])
     calibration = json.loads((project / "training/mine/pipeline_calibrated/nil_calibration.json").read_text())
     assert calibration["calibrated"] and calibration["nil_mentions"] == 1 and "classifier" not in calibration
     assert "R@1" in (project / "metrics/mine/mine_dev.md").read_text() and (project / "metrics/mine/nil_pr_curve.png").exists()

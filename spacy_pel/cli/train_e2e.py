@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..training.joint import __doc__ as LIBRARY_DOC
-from ..training.joint import train_e2e
+from ..training.joint import train_e2e_seeds
 from ._errors import cli_errors
 from .train import run_config
 
@@ -19,8 +19,12 @@ app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 def main(
     ctx: typer.Context,
     config: Path = typer.Argument(..., help="Training config (configs/train_e2e.cfg)"),
-    output: Path = typer.Option(..., "--output", "-o", help="Output folder: best/ (encoder + span scorer), last/"),
+    output: Path = typer.Option(..., "--output", "-o", help="Output folder: best/ (encoder + span scorer), last/, span_models.json"),
+    seeds: int = typer.Option(1, "--seeds", min=1, help="Span models to train (seed + k for the k-th, in OUTPUT/seeds/<k>); "
+                              "the span finder with model = OUTPUT averages them (one transformer pass each)"),
 ):
     """Jointly train the mention transformer, span scorer and linking. Overrides: --training.max_steps 50."""
-    state = run_config(train_e2e, ctx, config, output)
-    typer.echo(json.dumps({k: state[k] for k in ("step", "best", "best_step", "train_seconds", "span_report")}, indent=2))
+    states = run_config(lambda c, o, v: train_e2e_seeds(c, o, seeds, v), ctx, config, output)
+    keys = ("step", "best", "best_step", "train_seconds", "span_report")
+    summaries = [{k: state[k] for k in keys} for state in states]
+    typer.echo(json.dumps(summaries[0] if seeds == 1 else summaries, indent=2))

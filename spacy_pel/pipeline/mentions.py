@@ -47,7 +47,16 @@ from ..retrieval.index import EntityIndex
 from .config import LinkerPart, check_probability
 from .lexicon import Lexicon, lexicon_extensions, lexicon_spans, make_lexicon, read_lexicon
 from .propagation import propagate
-from .span_ensemble import Member, load_member, mean_probs, model_sources, place_members, read_members, save_members
+from .span_ensemble import (
+    Member,
+    configured_models,
+    load_member,
+    mean_probs,
+    model_sources,
+    place_members,
+    read_members,
+    save_members,
+)
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
 ENCODER_DIR = "span_encoder"  # the finder's own transformer inside a saved component
@@ -142,11 +151,15 @@ class SpanFinder(DocSpans, LinkerPart):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `max_span_len` must be an integer ≥ 1, not {max_span_len!r}")
         if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `labels` must map KB types to labels, not {labels!r}")
-        models = model_sources(model)
+        self.model_config = configured_models(model)  # as the config says: folders, or train_e2e outputs listing theirs
+        models = model_sources(self.model_config)
         self.model_source = models[0] if models else None
         self.member_sources = models[1:]  # further span models, averaged with the first
         self.members: List[Member] = []
-        self.source = str(scorer) if scorer else str(Path(models[0]) / SCORER_FILE)
+        self.scorer_file = str(scorer) if scorer else str(Path(models[0]) / SCORER_FILE)  # read by setup
+        # what the saved pipeline is matched on: the config's own path (a folder listing several models
+        # stands for them even where it does not exist any more)
+        self.source = str(scorer) if scorer else str(Path(self.model_config[0]) / SCORER_FILE)
         self.configured_threshold = check_probability(threshold, "span_finder.threshold")
         self.configured_labels = dict(labels) if labels is not None else None
         self.max_span_len = max_span_len
@@ -178,8 +191,8 @@ class SpanFinder(DocSpans, LinkerPart):
         if self.lexicon is None and self.lexicon_source:
             self.lexicon = read_lexicon(self.lexicon_source)
         if self.scorer is None:
-            self.scorer = load_span_scorer(self.source, device=str(encoder.device_))
-            self._read_report(Path(self.source))
+            self.scorer = load_span_scorer(self.scorer_file, device=str(encoder.device_))
+            self._read_report(Path(self.scorer_file))
         if self.model_source and self.encoder is None:
             self.encoder = BiEncoder.from_pretrained(self.model_source)
         if self.encoder is not None:  # runs as the linker's encoder does
@@ -189,7 +202,7 @@ class SpanFinder(DocSpans, LinkerPart):
         hidden = int(encoder.mention_model.config.hidden_size)
         if self.scorer.hidden_size != hidden:
             raise ValueError(
-                f"span scorer {self.source} expects token vectors of size {self.scorer.hidden_size}, "
+                f"span scorer {self.scorer_file} expects token vectors of size {self.scorer.hidden_size}, "
                 f"but the encoder gives {hidden}: use the scorer trained with this encoder"
             )
         self.scorer.to(encoder.device_)
@@ -208,7 +221,7 @@ class SpanFinder(DocSpans, LinkerPart):
             srsly.write_json(path / REPORT_FILE, {k: v for k, v in report.items() if v is not None})
         if self.lexicon is not None:
             srsly.write_json(path / LEXICON_FILE, {"source": self.lexicon_source, "forms": sorted(self.lexicon.forms)})
-        save_members(self.members, self.member_sources, path)
+        save_members(self.members, self.model_config, self.member_sources, path)
         return True
 
     def from_disk(self, path: Path) -> bool:
@@ -221,7 +234,9 @@ class SpanFinder(DocSpans, LinkerPart):
             self.lexicon = make_lexicon(saved["forms"])
         if (path / ENCODER_DIR).exists():
             self.encoder = BiEncoder.from_pretrained(path / ENCODER_DIR)
-        self.members = read_members(path, self.member_sources) or []
+        saved = read_members(path, self.model_config, self.member_sources)
+        if saved is not None:  # its folders need not exist any more
+            self.member_sources, self.members = saved
         return True
 
     def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], list]:

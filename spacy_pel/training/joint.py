@@ -20,6 +20,11 @@ encoder stays valid. The loop (:mod:`spacy_pel.training.loop`) evaluates the str
 (``DIR/best``: encoder folder with ``span_scorer.safetensors``); ``DIR/last`` is a resumable
 checkpoint. At the end the span threshold γ with the best span F1 on those dev documents is
 written to ``DIR/best/span_report.json``.
+
+With ``seeds`` N > 1 (:func:`train_e2e_seeds`), N span models are trained one after the other,
+``training.seed`` + k for the k-th (k ≥ 1) into ``DIR/seeds/<k>``, each resumable on its own; the
+output's ``span_models.json`` lists their ``best`` folders, so ``model = "DIR"`` in the span finder
+averages them all (:mod:`spacy_pel.pipeline.span_ensemble`).
 """
 from __future__ import annotations
 
@@ -41,8 +46,9 @@ from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
 from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
 from ..pipeline.mentions import learn_labels
+from ..pipeline.span_ensemble import write_models_file
 from ..retrieval.index import EntityIndex
-from .config import JointConfig, PathLike, config_for_run
+from .config import JointConfig, PathLike, config_for_run, load_config
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 
 __all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e"]
@@ -185,3 +191,22 @@ def train_e2e(config: PathLike, output: PathLike, overrides: Optional[dict] = No
     ``output/config.cfg``. Returns the final state (steps, best dev strict F1, history, γ report)."""
     cfg, output = config_for_run(JointConfig, config, output, overrides)
     return run_joint(cfg, output, progress)
+
+
+SEEDS_DIR = "seeds"
+
+
+def train_e2e_seeds(config: PathLike, output: PathLike, seeds: int = 1, overrides: Optional[dict] = None,
+                    progress: bool = True) -> List[Dict[str, Any]]:
+    """Train ``seeds`` span models into ``output`` (the first as :func:`train_e2e` does, the k-th with
+    ``training.seed`` + k in ``output/seeds/<k>``) and list their ``best`` folders in
+    ``output/span_models.json``; a model whose run finished resumes at its end. Returns each run's state."""
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise ValueError(f"seeds must be an integer ≥ 1, not {seeds!r}")
+    overrides, output = dict(overrides or {}), Path(output)
+    base = JointConfig.from_config(load_config(config, overrides), str(config)).training.seed
+    folders = [output] + [output / SEEDS_DIR / str(k) for k in range(1, seeds)]
+    states = [train_e2e(config, folder, {**overrides, **({"training.seed": base + k} if k else {})}, progress)
+              for k, folder in enumerate(folders)]
+    write_models_file(output, [folder / "best" for folder in folders])
+    return states
