@@ -9,10 +9,10 @@ import srsly
 import torch
 from confection import Config
 
-from spacy_pel.models.span_scorer import load_span_scorer
+from spacy_pel.models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
 from spacy_pel.pipeline import mentions as mentions_module
 from spacy_pel.training.joint import train_e2e_seeds
-from tests.test_span_model import TEXTS, corpus, finder_pipeline, found, recorded_probabilities, settings  # noqa: F401 (corpus: a fixture)
+from tests.test_span_model import TEXTS, corpus, finder_pipeline, found, recorded_probabilities, settings, span_model  # noqa: F401 (corpus, span_model: fixtures)
 from tests.test_train_e2e import CONFIG_DEFAULT
 
 
@@ -59,3 +59,15 @@ def test_a_bad_model_list_is_refused_naming_its_file(tmp_path):
         mentions_module.span_finder_mentions(model=str(tmp_path))
     with pytest.raises(ValueError, match="seeds"):
         train_e2e_seeds(CONFIG_DEFAULT, tmp_path / "run", 0)
+
+
+def test_a_span_model_whose_scorer_does_not_fit_its_transformer_is_refused_by_name(span_model, kb_dir, tiny_encoder_dir, tmp_path):  # noqa: F811
+    best, _, _ = span_model
+    wrong = tmp_path / "wrong"
+    shutil.copytree(best, wrong)
+    hidden = load_span_scorer(best / "span_scorer.safetensors").hidden_size
+    save_span_scorer(SpanScorer(hidden + 8, ["Chemical", "Disease"], "bio"), wrong / "span_scorer.safetensors")
+    for model in (str(wrong), [str(best), str(wrong)]):  # the first model, or a further one
+        nlp = finder_pipeline(kb_dir, tiny_encoder_dir, model)
+        with pytest.raises(ValueError, match=f"span model {wrong}.*size {hidden + 8}.*gives {hidden}"):
+            nlp(TEXTS[0][0])

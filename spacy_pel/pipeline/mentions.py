@@ -54,6 +54,7 @@ from .span_ensemble import (
     mean_probs,
     model_sources,
     place_members,
+    place_model,
     read_members,
     save_members,
 )
@@ -152,7 +153,7 @@ class SpanFinder(DocSpans, LinkerPart):
         if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `labels` must map KB types to labels, not {labels!r}")
         self.model_config = configured_models(model)  # as the config says: folders, or train_e2e outputs listing theirs
-        models = model_sources(self.model_config)
+        models = model_sources(self.model_config) if self.model_config else []
         self.model_source = models[0] if models else None
         self.member_sources = models[1:]  # further span models, averaged with the first
         self.members: List[Member] = []
@@ -195,17 +196,7 @@ class SpanFinder(DocSpans, LinkerPart):
             self._read_report(Path(self.scorer_file))
         if self.model_source and self.encoder is None:
             self.encoder = BiEncoder.from_pretrained(self.model_source)
-        if self.encoder is not None:  # runs as the linker's encoder does
-            self.encoder.config.precision = encoder.config.precision
-            self.encoder.to_device(str(encoder.device_))
-            encoder = self.encoder
-        hidden = int(encoder.mention_model.config.hidden_size)
-        if self.scorer.hidden_size != hidden:
-            raise ValueError(
-                f"span scorer {self.scorer_file} expects token vectors of size {self.scorer.hidden_size}, "
-                f"but the encoder gives {hidden}: use the scorer trained with this encoder"
-            )
-        self.scorer.to(encoder.device_)
+        place_model(self.encoder, self.scorer, encoder, self.scorer_file)  # runs as the linker's encoder does
         if self.member_sources and not self.members:
             self.members = [load_member(source) for source in self.member_sources]
         place_members(self.members, encoder, self.member_sources)

@@ -74,15 +74,23 @@ def load_member(source: str) -> Member:
     return BiEncoder.from_pretrained(source), load_span_scorer(Path(source) / SCORER_FILE)
 
 
-def place_members(members: Sequence[Member], like: BiEncoder, sources: Sequence[str]) -> None:
-    """Run the members as ``like`` runs (precision, device); each scorer must fit its transformer."""
-    for (encoder, scorer), source in zip(members, sources):
-        if scorer.hidden_size != int(encoder.mention_model.config.hidden_size):
-            raise ValueError(f"span model {source}: its scorer expects vectors of size {scorer.hidden_size}, "
-                             f"its transformer gives {int(encoder.mention_model.config.hidden_size)}")
+def place_model(encoder: Optional[BiEncoder], scorer: SpanScorer, like: BiEncoder, source: str) -> None:
+    """Run a span model as ``like`` runs (precision, device): its own transformer ``encoder``, or with
+    None a scorer over ``like`` itself; the scorer must fit the transformer it reads."""
+    if encoder is not None:
         encoder.config.precision = like.config.precision
         encoder.to_device(str(like.device_))
-        scorer.to(like.device_)
+    hidden = int((encoder or like).mention_model.config.hidden_size)
+    if scorer.hidden_size != hidden:
+        raise ValueError(f"span model {source}: its scorer expects token vectors of size {scorer.hidden_size}, but its "
+                         f"transformer gives {hidden}: use the scorer trained with this transformer")
+    scorer.to(like.device_)
+
+
+def place_members(members: Sequence[Member], like: BiEncoder, sources: Sequence[str]) -> None:
+    """:func:`place_model` for each further span model."""
+    for (encoder, scorer), source in zip(members, sources):
+        place_model(encoder, scorer, like, source)
 
 
 def save_members(members: Sequence[Member], model: Sequence[str], sources: Sequence[str], path: Path) -> None:
