@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write
 from ..models.encoder import resolve_precision
-from .config import LoopSettings
+from .config import CHECKPOINT_DIR, LoopSettings
 
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -125,7 +125,7 @@ class TimeBudget:
 # ------------------------------------------------------------------ checkpoints
 def checkpoint_to_resume(output: Path, resume: bool = True) -> Optional[Path]:
     """``output/last`` when resuming is asked for and a checkpoint is there, else None."""
-    last = Path(output) / "last"
+    last = Path(output) / CHECKPOINT_DIR
     return last if resume and (last / STATE_FILE).exists() else None
 
 
@@ -258,5 +258,5 @@ class TrainingLoop:
             state["best"], state["best_step"] = value, state["step"]
             self.save_model(self.output / "best")
             self.has_best = True
-        save_checkpoint(self.output / "last", task, self.optimizer, state)
+        save_checkpoint(self.output / CHECKPOINT_DIR, task, self.optimizer, state)
         self.write_log()
