@@ -51,7 +51,8 @@ from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike, config_for_run, load_config
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 
-__all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e"]
+__all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e", "train_e2e_seeds"]
+SEEDS_DIR = "seeds"  # train_e2e_seeds: the further span models' folders, inside the output
 
 
 class JointTask(Task):
@@ -191,9 +192,6 @@ def train_e2e(config: PathLike, output: PathLike, overrides: Optional[dict] = No
     ``output/config.cfg``. Returns the final state (steps, best dev strict F1, history, γ report)."""
     cfg, output = config_for_run(JointConfig, config, output, overrides)
     return run_joint(cfg, output, progress)
-
-
-SEEDS_DIR = "seeds"
 
 
 def train_e2e_seeds(config: PathLike, output: PathLike, seeds: int = 1, overrides: Optional[dict] = None,
