@@ -153,7 +153,7 @@ class SpanFinder(DocSpans, LinkerPart):
         if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
             raise ValueError(f"spacy_pel.mentions.span_finder.v1: `labels` must map KB types to labels, not {labels!r}")
         self.model_config = configured_models(model)  # as the config says: folders, or train_e2e outputs listing theirs
-        models = model_sources(self.model_config) if self.model_config else []
+        models = model_sources(self.model_config)
         self.model_source = models[0] if models else None
         self.member_sources = models[1:]  # further span models, averaged with the first
         self.members: List[Member] = []

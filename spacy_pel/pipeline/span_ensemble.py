@@ -58,10 +58,10 @@ def listed_models(folder: str) -> List[str]:
     return [str(Path(folder) / x) for x in listed]
 
 
-def model_sources(model, name: str = "spacy_pel.mentions.span_finder.v1") -> List[str]:
-    """``model`` as the list of span model folders it stands for (a folder with a ``span_models.json``:
-    the models it lists)."""
-    return [source for m in configured_models(model, name) for source in listed_models(m)]
+def model_sources(models: Sequence[str]) -> List[str]:
+    """The span model folders the configured ``models`` (:func:`configured_models`) stand for (a folder
+    with a ``span_models.json``: the models it lists)."""
+    return [source for m in models for source in listed_models(m)]
 
 
 def write_models_file(output: Path, folders: Sequence[Path]) -> None:
