@@ -31,6 +31,20 @@ def test_short_form_of_the_long_forms_initials_in_another_order():
     assert initials_long_form("dm", "in 1990 Myotonic dystrophy") is None  # two capitals or more
 
 
+def test_words_whose_initials_spell_the_short_form_are_its_long_form():
+    """Schwartz & Hearst's shortest match takes a later letter of a word for the short form's first
+    (``multiple myeloma (MM)`` → ``myeloma``); the words whose initials spell it win."""
+    assert best_long_form("MM", "patients with multiple myeloma") == "myeloma"
+    assert abbreviations("patients with multiple myeloma (MM) and MM cells") == {"MM": "multiple myeloma"}
+    text = "a mild form called attenuated adenomatous polyposis coli (AAPC) ."
+    assert abbreviations(text) == {"AAPC": "attenuated adenomatous polyposis coli"}
+    assert abbreviations("and adenomatous polyposis coli (APC) .") == {"APC": "adenomatous polyposis coli"}
+    assert initials_long_form("MM", "with multiple myeloma", in_order=True) == "multiple myeloma"
+    assert initials_long_form("MM", "with myeloma multiple", in_order=True) == "myeloma multiple"  # same letters
+    assert initials_long_form("AB", "with beta alpha", in_order=True) is None  # not in this order
+    assert initials_long_form("mm", "with multiple myeloma", in_order=True) is None  # two capitals or more
+
+
 def test_first_definition_wins_and_bad_short_forms_skipped():
     found = abbreviations("heart failure (HF) ... high fat (HF) diet (p < 0.05) and (1998)")
     assert found == {"HF": "heart failure"}

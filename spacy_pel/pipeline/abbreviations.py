@@ -44,14 +44,22 @@ def best_long_form(short: str, words_before: str) -> Optional[str]:
     return long
 
 
-def initials_long_form(short: str, words_before: str) -> Optional[str]:
+def initials_long_form(short: str, words_before: str, in_order: bool = False) -> Optional[str]:
     """The last ``len(short)`` words of ``words_before`` when their first letters are the letters of
     ``short`` in another order (``myotonic dystrophy (DM)``, after the Latin *dystrophia myotonica*),
-    which :func:`best_long_form` cannot match; only for a short form of 2-5 letters, two capitals or more."""
-    if not (2 <= len(short) <= 5 and short.isalpha() and sum(c.isupper() for c in short) >= 2):
+    which :func:`best_long_form` cannot match; only for a short form of 2-5 letters, two capitals or more.
+
+    ``in_order``: the words' first letters spell ``short`` (2-10 letters, two capitals or more) —
+    ``multiple myeloma (MM)``, ``attenuated adenomatous polyposis coli (AAPC)``, where Schwartz & Hearst's
+    shortest match takes a later letter of a word for the short form's first (``myeloma``)."""
+    longest = 10 if in_order else 5
+    if not (2 <= len(short) <= longest and short.isalpha() and sum(c.isupper() for c in short) >= 2):
         return None
     words = words_before.split()[-len(short):]
-    if len(words) < len(short) or sorted(w[0].lower() for w in words) != sorted(short.lower()):
+    if len(words) < len(short):
+        return None
+    initials = [w[0].lower() for w in words]
+    if (initials != list(short.lower())) if in_order else (sorted(initials) != sorted(short.lower())):
         return None
     return " ".join(words)
 
@@ -59,8 +67,9 @@ def initials_long_form(short: str, words_before: str) -> Optional[str]:
 def definitions(text: str) -> Dict[str, Tuple[str, int, int]]:
     """``{short form: (long form, start, end)}`` for each ``long form (SF)`` in ``text`` — or ``long form
     (SF: more)``, ``(SF; more)``, ``(SF, more)`` where SF has two capitals or more —, with the long
-    form's character offsets in ``text`` (the first definition wins). A short form whose letters begin
-    the words before it in another order is taken too (:func:`initials_long_form`)."""
+    form's character offsets in ``text`` (the first definition wins). Words whose first letters spell the
+    short form are its long form before Schwartz & Hearst's match; a short form whose letters begin the
+    words before it in another order is taken too (:func:`initials_long_form`)."""
     found: Dict[str, Tuple[str, int, int]] = {}
     matches = [(m.start(), m.group(1).strip()) for m in _PAREN.finditer(text)]
     matches += [(m.start(), m.group(1)) for m in _PAREN_MORE.finditer(text) if sum(c.isupper() for c in m.group(1)) >= 2]
@@ -70,7 +79,7 @@ def definitions(text: str) -> Dict[str, Tuple[str, int, int]]:
         n = min(len(short) + 5, 2 * len(short))
         words = [w for w in _WORD.finditer(text, max(0, at - 40 * n), at)][-n:]
         before = " ".join(w.group() for w in words)
-        long = best_long_form(short, before) or initials_long_form(short, before)
+        long = initials_long_form(short, before, in_order=True) or best_long_form(short, before) or initials_long_form(short, before)
         if long:  # the long form is the last words before the parenthesis (it starts at a word)
             found[short] = (long, words[-len(long.split())].start(), words[-1].end())
     return found
