@@ -46,10 +46,11 @@ def best_long_form(short: str, words_before: str) -> Optional[str]:
 
 def initials_long_form(short: str, words_before: str, in_order: bool = False) -> Optional[str]:
     """The last ``len(short)`` words of ``words_before`` when their first letters are the letters of
-    ``short`` in another order (``myotonic dystrophy (DM)``, after the Latin *dystrophia myotonica*),
-    which :func:`best_long_form` cannot match; only for a short form of 2-5 letters, two capitals or more.
+    ``short``; None otherwise. By default in any order (``myotonic dystrophy (DM)``, after the Latin
+    *dystrophia myotonica*), which :func:`best_long_form` cannot match; only for a short form of 2-5
+    letters, two capitals or more.
 
-    ``in_order``: the words' first letters spell ``short`` (2-10 letters, two capitals or more) —
+    ``in_order``: only when the words' first letters spell ``short`` (2-10 letters, two capitals or more) —
     ``multiple myeloma (MM)``, ``attenuated adenomatous polyposis coli (AAPC)``, where Schwartz & Hearst's
     shortest match takes a later letter of a word for the short form's first (``myeloma``)."""
     longest = 10 if in_order else 5
