@@ -12,6 +12,7 @@ from spacy_pel.evaluation.nil import e2e_curve
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.pipeline.linker import CONFIDENCE_ATTR
 from spacy_pel.pipeline.mentions import learn_labels
+from spacy_pel.pipeline.nil import FEATURES, ClassifierNil
 from spacy_pel.training.span_scorer import train_span_scorer
 
 
@@ -213,9 +214,29 @@ def test_null_finder_threshold_takes_the_trained_gamma_and_evaluate_e2e_cli(kb_d
                                       "--output", str(tmp_path / "e2e_calibrated.json")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "e2e_calibrated.json").read_text())["strict"]["f"] == pytest.approx(chosen["f"], abs=1e-4)
+    # calibrate --e2e --nil classifier: a logistic model of a found span being a strict hit, over the
+    # evidence the pipeline computes when it links (the finder's span probability among it): the
+    # saved pipeline scores what the fitted curve promised, so calibration and linking see the same
     result = CliRunner().invoke(calibrate_app, [str(tmp_path / "pipe"), str(tmp_path / "gold.spacy"), "--e2e",
                                                 "--nil", "classifier", "--output", str(tmp_path / "c2")])
-    assert result.exit_code != 0 and "leave out --nil" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 0, result.output
+    fitted = json.loads((tmp_path / "c2" / "nil_calibration.json").read_text())
+    assert set(fitted["classifier"]["weights"]) == set(FEATURES) and fitted["f"] >= fitted["without_threshold"]["f"]
+    loaded = spacy.load(tmp_path / "c2").get_pipe("pel_linker")
+    assert isinstance(loaded.nil, ClassifierNil) and loaded.threshold == fitted["threshold"]
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--pipeline", str(tmp_path / "c2"), "--e2e",
+                                      "--output", str(tmp_path / "e2e_c2.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "e2e_c2.json").read_text())["strict"]["f"] == pytest.approx(fitted["f"], abs=1e-4)
+    # the finder gives each found span its probability, and linking puts it in the evidence
+    some = [pipe.make_doc(d.text) for d in docs[:3]]
+    found = linker.mentions.find(some, linker.encoder, 8)
+    assert [len(p) for p in found.probs] == [len(s) for s in found.spans] and all(0 < p <= 1 for ps in found.probs for p in ps)
+    evidence = [linked.features[:, FEATURES.index("span")].tolist() for _, linked in linker.predict(some)]
+    assert evidence == [pytest.approx(ps) for ps in found.probs]
+    result = CliRunner().invoke(calibrate_app, [str(tmp_path / "pipe"), str(tmp_path / "gold.spacy"), "--e2e",
+                                                "--max-r1-loss", "0.01", "--output", str(tmp_path / "c3")])
+    assert result.exit_code != 0 and "leave out --max-r1-loss" in result.output and "Traceback" not in result.output
 
 
 def test_e2e_curve_drops_low_confidence_spans_when_that_pays():

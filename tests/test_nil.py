@@ -45,6 +45,10 @@ def test_features_show_rule_margin_and_type(kb_dir):
     top_types = linker.index.entities.types[linked.rows[2, 0]]
     assert f["type"][2] == float("Disease" in top_types)
     assert f["type"][1] == UNKNOWN_TYPE  # a label the classifier has no types for
+    assert (f["span"] == 1.0).all()  # mentions the pipeline was given: no span model doubts them
+    # a span finder's probabilities reach the evidence, span by span
+    probs = linker.candidates([doc], [[(s.start, s.end, s.label) for s in doc.ents]], span_probs=[[0.25, 0.5, 0.75]])[0]
+    assert probs.features[:, FEATURES.index("span")].tolist() == [0.25, 0.5, 0.75]
 
 
 def test_lexical_features_compare_the_text_with_the_closest_name():
@@ -68,7 +72,7 @@ def test_lexical_features_only_for_a_strategy_that_weighs_them(kb_dir):
     # the top-score rule and a classifier without lexical weights skip them (a KB record read per mention)
     assert not top_score_nil().lexical and not classifier_nil({"rule": 1.0}).lexical and classifier_nil({}).lexical
     plain = linker_pipeline(kb_dir, nil=CLASSIFIER).get_pipe("pel_linker").candidates([doc], spans)[0]
-    assert (plain.features[:, 4:] == 0).all() and (plain.features[:, :4] == with_words.features[:, :4]).all()
+    assert (plain.features[:, 4:6] == 0).all() and (plain.features[:, :4] == with_words.features[:, :4]).all()
 
 
 def test_classifier_in_config_decides_and_round_trips(kb_dir, tmp_path):

@@ -18,6 +18,7 @@ import pytest
 import spacy
 import torch
 from spacy.cli import app as spacy_app
+from spacy.cli._util import parse_config_overrides as cli_overrides  # what spacy_pel.train reads its overrides with
 from typer.testing import CliRunner
 from weasel.util import load_project_config, parse_config_overrides
 
@@ -58,7 +59,7 @@ BC5CDR_MESH = {
                  "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
     "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --device auto"],
     "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto "
-              "--encoder.mention_max_length 32 --paths.kb kbs/mesh --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005 --training.epochs 3"],
+              "--encoder.mention_max_length 32 --paths.kb kbs/mesh --training.epochs 3 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
     "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh_final --paths.encoder "
                  "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
@@ -75,7 +76,7 @@ BC5CDR_MESH = {
     "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
                      "training/retriever/best --paths.span_model training/e2e --paths.aliases training/aliases.json "
                      "--paths.names kbs/mesh_names --components.pel_linker.context_window 32"],
-    "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated --e2e --plot metrics/bc5cdr_dev_e2e_threshold.png"],
+    "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated --e2e --nil classifier --plot metrics/bc5cdr_dev_e2e_threshold.png"],
     "evaluate_e2e": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_e2e_calibrated --e2e "
                      "--output metrics/bc5cdr_dev_e2e.json --markdown metrics/bc5cdr_dev_e2e.md --title 'end to end on BC5CDR dev vs MeSH'"],
     "fetch_assets": ["python scripts/fetch_assets.py --local ../shared/data --assets assets"],
@@ -140,8 +141,8 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
     assert commands["build_kb"]["script"] == ["python -m spacy_pel.build_kb --kb assets/ncbi-disease/medic_06Jul2012.txt "
                                               "--format medic --encoder all-MiniLM-L6-v2 --output kbs/medic --device auto"]
     data = "--paths.train corpus/ncbi_train.spacy --paths.dev corpus/ncbi_dev.spacy"
-    assert commands["train"]["script"][0].endswith(f"--paths.kb kbs/medic --loss.name ce_cosine --negatives.hard_fraction 0.5 "
-                                                   f"--training.lr 0.00005 --training.epochs 3 {data}")
+    assert commands["train"]["script"][0].endswith(f"--paths.kb kbs/medic --training.epochs 3 --loss.name ce_cosine "
+                                                   f"--negatives.hard_fraction 0.5 --training.lr 0.00005 {data}")
     assert commands["train_e2e"]["script"][0].endswith(f"--paths.kb kbs/medic_final --training.max_steps 0 {data}")
     assert commands["pipeline"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_rules.cfg training/ncbi_medic/pipeline ")
     assert commands["pipeline_e2e"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_e2e.cfg ")
@@ -159,6 +160,24 @@ def test_the_both_towers_preset_trains_both_and_links_against_the_final_kb():
         "training/ncbi_medic_both/retriever/best --output kbs/medic_both_final --reuse kbs/medic_both --force --device auto"]
     assert "--paths.kb kbs/medic_both_final " in commands["pipeline"]["script"][0]
     assert "--paths.names kbs/medic_both_names " in commands["pipeline"]["script"][0]
+
+
+def retriever_overrides(argv) -> dict:
+    """The config overrides the rendered ``train`` command gives the retriever, as its CLI reads them (last wins)."""
+    commands, _ = render(ROOT, argv)
+    words = shlex.split(commands["train"]["script"][0])
+    return cli_overrides(words[words.index("--training.device"):])
+
+
+def test_retriever_epochs_var_and_a_users_own_epochs_override_it():
+    default = retriever_overrides([])
+    assert default["training.epochs"] == 3 and default["loss.name"] == "ce_cosine" and default["training.lr"] == 0.00005
+    # the NCBI preset changes the epochs alone: the rest of the default recipe reaches it unchanged
+    ncbi = retriever_overrides(args_file(ROOT / "configs" / "datasets" / "ncbi_medic_both.args"))
+    assert ncbi["training.epochs"] == 2 and {k: v for k, v in ncbi.items() if k.startswith(("loss.", "negatives.", "training.lr"))} == \
+        {k: v for k, v in default.items() if k.startswith(("loss.", "negatives.", "training.lr"))}
+    # an epochs override of the user's own (project.yml's example) comes after the var, and wins
+    assert retriever_overrides(["--vars.retriever_epochs", "2", "--vars.train_overrides", " --training.epochs 1"])["training.epochs"] == 1
 
 
 def test_build_options_send_the_kb_and_name_rows_to_ray():
@@ -207,6 +226,8 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
     """``both``: configs/train_both.cfg, so final_kb encodes the KB anew with the trained entity tower and
     every pipeline is assembled with it (a KB of the other tower would be refused)."""
     project, extra = docs_project(tmp_path, tiny_encoder_dir)
+    if recipe == "frozen":
+        extra += ["--vars.e2e_nil", "top_score"]  # the e2e NIL decision: a threshold on the best score
     if recipe == "both":
         extra += ["--vars.train_config", "configs/train_both.cfg"]
         extra[extra.index("--vars.train_overrides") + 1] += " --training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2"
@@ -239,6 +260,11 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
     assert finder.member_sources == ([] if recipe == "frozen" else ["training/mine/e2e/seeds/1/best"])
     calibration = json.loads((project / "training/mine/pipeline_calibrated/nil_calibration.json").read_text())
     assert calibration["calibrated"] and calibration["nil_mentions"] == 1 and "classifier" not in calibration
+    e2e_calibration = json.loads((project / "training/mine/pipeline_e2e_calibrated/nil_calibration.json").read_text())
+    if recipe == "frozen":
+        assert "classifier" not in e2e_calibration
+    else:  # the default classifier: fitted, or (a one-document dev corpus) nothing to tell apart, and the summary says so
+        assert e2e_calibration["classifier"] is not None or "no classifier can be fitted" in e2e_calibration["reason"]
     assert "R@1" in (project / "metrics/mine/mine_dev.md").read_text() and (project / "metrics/mine/nil_pr_curve.png").exists()
     assert "end to end on my corpus dev vs my catalogue" in (project / "metrics/mine/mine_dev_e2e.md").read_text()
     assert not [p for p in ("training/pipeline", "training/retriever", "metrics/bc5cdr_dev.json", "kbs/mesh", "corpus/bc5cdr_train.spacy")

@@ -28,12 +28,14 @@ def main(
                                                 "linked right may become NIL (e.g. 0.01)"),
     e2e: bool = typer.Option(False, "--e2e", help="For a pipeline that finds its own mentions: the threshold on its NIL "
                              "confidence with the best strict end-to-end F1 on the corpus's raw text (drops spurious "
-                             "found spans too; needs no NIL mention; keeps the pipeline's NIL strategy)"),
+                             "found spans too; needs no NIL mention; keeps the pipeline's NIL strategy, unless --nil "
+                             "classifier: a logistic model of a found span being a strict hit, the span model's "
+                             "probability among its evidence)"),
 ):
     """Fit the NIL decision (threshold, and the classifier with --nil classifier) with the best NIL F1
     and write it into the pipeline's config; with --e2e, the threshold with the best strict end-to-end F1."""
-    if e2e and (nil != "top_score" or max_r1_loss is not None):
-        fail("--e2e keeps the pipeline's own NIL strategy and bounds nothing: leave out --nil and --max-r1-loss")
+    if e2e and max_r1_loss is not None:
+        fail("--e2e bounds nothing: leave out --max-r1-loss")
     require_dir(pipeline, "pipeline", "config.cfg")
     require_file(corpus, "corpus")
     require_writable_parent(output, "output")

@@ -8,13 +8,16 @@ the pipeline is saved with its NIL decision as it was, and ``nil_calibration.jso
 With ``e2e`` (a pipeline that finds its own mentions): the threshold on the pipeline's NIL confidence
 with the best *strict end-to-end* F1 on the corpus's raw text. A found span below it is NIL, so the
 threshold also drops the spurious spans the span finder adds (a span nothing in the KB fits well),
-which gold mentions alone cannot show; it needs no NIL mention in the corpus."""
+which gold mentions alone cannot show; it needs no NIL mention in the corpus. With ``e2e`` and
+``nil="classifier"`` the logistic model is fitted to tell the found spans that are strict hits (right
+boundaries, right id) from the rest, over the NIL evidence — the span model's probability of the span
+among it — and the threshold on its confidence is then chosen the same way."""
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import spacy
@@ -161,9 +164,14 @@ def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional
             value = span._.get(CONFIDENCE_ATTR)
             confidence.append(np.inf if value is None else value)
             correct.append(i in exact.get((a, b), ()))
-    conf, hit = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
-    order = np.argsort(-conf, kind="stable")
-    conf, hit = conf[order], hit[order]
+    return strict_curve(np.asarray(confidence, dtype=float), np.asarray(correct, dtype=bool), n_gold)
+
+
+def strict_curve(confidence: np.ndarray, correct: np.ndarray, n_gold: int) -> dict:
+    """:func:`e2e_curve` from the found spans' ``confidence`` and whether each is a strict hit
+    (``correct``), against ``n_gold`` gold mentions."""
+    order = np.argsort(-confidence, kind="stable")
+    conf, hit = confidence[order], correct[order].astype(float)
     tp, n_pred = np.cumsum(hit), np.arange(1, len(hit) + 1)
     # keeping the first i+1 spans: t between conf[i+1] and conf[i]; keeping all: no threshold
     cut = np.append(conf[1:] != conf[:-1], True)
@@ -182,16 +190,80 @@ def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional
     return {**points[best], "without_threshold": {k: none[k] for k in ("p", "r", "f", "kept")}, "gold": n_gold, "points": points}
 
 
+class FoundEvidence(NamedTuple):
+    """The found spans of a corpus's raw text, linked with no threshold: their NIL evidence
+    ``features`` ``[n, len(FEATURES)]``, whether each is a strict hit (``correct``), the index of its
+    document (``docs``), and the number of gold mentions of each document (``gold``)."""
+
+    features: np.ndarray
+    correct: np.ndarray
+    docs: np.ndarray
+    gold: np.ndarray
+
+
+def e2e_evidence(nlp, name: str, linker, gold_docs: Sequence[Doc], batch_size: int = 16) -> FoundEvidence:
+    """:class:`FoundEvidence` of the pipeline on ``gold_docs``' raw text. Spans with no candidate (NIL
+    whatever the threshold) are left out, as the strict measure does."""
+    names = [n for n, _ in nlp.pipeline]
+    before = [proc for _, proc in nlp.pipeline[: names.index(name)]]
+    features, correct, doc_index, n_gold = [], [], [], []
+    for i in range(0, len(gold_docs), batch_size):
+        part = gold_docs[i : i + batch_size]
+        docs = [nlp.make_doc(d.text) for d in part]  # the text as a user gives it
+        for proc in before:
+            docs = [proc(d) for d in docs]
+        for j, (doc, gold_doc, (spans, linked)) in enumerate(zip(docs, part, linker.predict(docs))):
+            golds, _ = linked_mentions(doc, gold_doc, linker.index.canonical)
+            n_gold.append(len(golds))
+            exact = {(x, y): ids for x, y, ids, _ in golds}
+            for (a, b, _), rows, evidence in zip(spans, linked.rows, linked.features):
+                if rows[0] < 0:
+                    continue
+                span = doc[a:b]
+                entity = linker.index.canonical(linker.index.entities.ids[rows[0]])
+                features.append(evidence)
+                correct.append(entity in exact.get((span.start_char, span.end_char), ()))
+                doc_index.append(i + j)
+    return FoundEvidence(np.asarray(features, np.float32).reshape(-1, len(FEATURES)), np.asarray(correct, dtype=bool),
+                         np.asarray(doc_index, dtype=np.int64), np.asarray(n_gold, dtype=np.int64))
+
+
+def fit_e2e_classifier(evidence: FoundEvidence, types: Dict[str, List[str]], pairs: bool = False) -> ClassifierNil:
+    """The NIL classifier of an end-to-end pipeline: P(a found span is a strict hit) over its evidence."""
+    if evidence.correct.all() or not evidence.correct.any():
+        raise ValueError("fitting the end-to-end NIL classifier needs found spans that are strict hits and some that are not")
+    return fit_classifier(evidence.features, ~evidence.correct, types, pairs=pairs)
+
+
 def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path, output: Path,
-                  plot: Optional[Path] = None) -> dict:
+                  plot: Optional[Path] = None, nil: str = "top_score") -> dict:
     """The ``e2e`` calibration (module doc): link the raw text with no threshold, choose the best one
-    on strict F1, write it into the config and save."""
+    on strict F1 (with a classifier ``nil``: first fit the classifier to the strict hits — when every
+    found span is one, or none is, there is nothing to fit: the pipeline's own strategy is kept and the
+    summary says why), write it into the config and save."""
     configure_linker(nlp, name, threshold=None)
-    predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
-    curve = e2e_curve(predicted, gold_docs, linker.index.canonical)
+    summary: dict = {"calibrated": True, "objective": "strict end-to-end F1", "corpus": str(corpus), "docs": len(gold_docs)}
+    if nil == "top_score":
+        predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
+        curve = e2e_curve(predicted, gold_docs, linker.index.canonical)
+    else:
+        own = linker.nil
+        linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))  # unfitted: every feature computed
+        evidence = e2e_evidence(nlp, name, linker, gold_docs)
+        if evidence.correct.all() or not evidence.correct.any():  # nothing to tell apart: the pipeline's own rule
+            linker.nil = own
+            summary["classifier"] = None
+            summary["reason"] = ("every found span is a strict hit" if evidence.correct.all() else "no found span is a strict hit") + \
+                ": no classifier can be fitted; the pipeline's own NIL strategy is kept"
+            confidence = own(evidence.features)
+        else:
+            linker.nil = fit_e2e_classifier(evidence, linker.nil.label_types, pairs=nil == "classifier_pairs")
+            nlp.get_pipe_config(name)["nil"] = linker.nil.as_config()
+            summary["classifier"] = linker.nil.as_config()
+            confidence = linker.nil(evidence.features)
+        curve = strict_curve(confidence.astype(float), evidence.correct, int(evidence.gold.sum()))
     configure_linker(nlp, name, threshold=curve["threshold"])
-    summary = {"calibrated": True, "objective": "strict end-to-end F1", "corpus": str(corpus), "docs": len(gold_docs),
-               **{k: v for k, v in curve.items() if k != "points"}}
+    summary.update({k: v for k, v in curve.items() if k != "points"})
     _save(nlp, output, summary, curve["points"])
     if plot:
         plot_e2e_curve(curve, plot)
@@ -227,7 +299,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     (the same over the evidence and its pairwise products); ``max_r1_loss``
     bounds the share of in-KB mentions linked right that the threshold may turn to NIL. With ``e2e``,
     the threshold on the pipeline's own NIL confidence with the best strict end-to-end F1 (module doc;
-    its NIL strategy is kept: ``nil`` and ``max_r1_loss`` do not apply)."""
+    its NIL strategy is kept unless ``nil`` names a classifier, fitted to the strict hits;
+    ``max_r1_loss`` does not apply)."""
     if nil not in NIL_STRATEGIES:
         raise ValueError(f"unknown NIL strategy {nil!r}; choose one of {', '.join(NIL_STRATEGIES)}")
     nlp = spacy.load(pipeline)
@@ -237,7 +310,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
         gold_docs = gold_docs[docs[0] : docs[1]]
     linker.ensure_loaded()
     if e2e:
-        return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot)
+        return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
     if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)):
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
     if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first

@@ -266,14 +266,16 @@ class PELLinker(LinkerFolder, Pipe):
         """Per doc: ([(start, end, label)], :class:`Linked`) — the spans linked (from the mention
         source), their top-k (scores, KB rows) arrays, best first (rows -1 = no entity), and their NIL confidence."""
         self.ensure_loaded()
-        spans, hidden = self.mentions.find(docs, self.encoder, self.cfg.batch_size)
-        return list(zip(spans, self.candidates(docs, spans, k, hidden)))
+        found = self.mentions.find(docs, self.encoder, self.cfg.batch_size)
+        return list(zip(found.spans, self.candidates(docs, found.spans, k, found.hidden, found.probs)))
 
     def candidates(
-        self, docs: Sequence[Doc], spans: Sequence[list], k: Optional[int] = None, hidden: Optional[list] = None
+        self, docs: Sequence[Doc], spans: Sequence[list], k: Optional[int] = None, hidden: Optional[list] = None,
+        span_probs: Optional[Sequence[Sequence[float]]] = None,
     ) -> List[Linked]:
         """Top-k (scores, rows) and NIL confidence per doc for the given spans (per doc ``(start, end,
-        label)``), after the rules; mentions without a word character get none (row -1)."""
+        label)``), after the rules; mentions without a word character get none (row -1). ``span_probs``:
+        per doc the span model's probability of each span (the NIL evidence's ``span``; else 1)."""
         self.ensure_loaded()
         k = k or self.cfg.top_k
         texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
@@ -293,8 +295,9 @@ class PELLinker(LinkerFolder, Pipe):
         for i in wordless:  # whitespace / punctuation only: nothing to link
             scores[i], rows[i] = 0.0, -1
         labels = [span_label(doc, label) for doc, sp in zip(docs, spans) for _, _, label in sp]
+        span = None if span_probs is None else np.asarray([p for doc_probs in span_probs for p in doc_probs], np.float32)
         features = nil_features(scores, rows, batch.by_rule(), labels, self.index, self.nil.label_types,
-                                texts if getattr(self.nil, "lexical", False) else None)
+                                texts if getattr(self.nil, "lexical", False) else None, span)
         confidence = self.nil(features)
         out, start = [], 0
         for doc_spans in spans:

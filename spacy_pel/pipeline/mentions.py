@@ -17,15 +17,16 @@
   ``lexicon_floor`` (:mod:`.lexicon`); ``lexicon_extend``: such a match may also replace the found
   spans it holds (``male breast cancer`` for ``breast cancer``).
 
-A source gives, per doc, the spans to link as ``(start, end, label)`` and, when it encoded the
-documents itself, their token vectors (so a collective vector strategy reuses that pass); it also
-says where the linked spans are written back.
+A source gives, per doc, the spans to link as ``(start, end, label)`` (:class:`Found`) and, when it
+encoded the documents itself, their token vectors (so a collective vector strategy reuses that pass)
+and the span model's probability of each span (the NIL evidence's ``span`` feature); it also says
+where the linked spans are written back.
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import srsly
@@ -60,6 +61,17 @@ from .span_ensemble import (
 )
 
 SpanTuples = List[Tuple[int, int, int]]  # (start, end, label id) per span of one doc
+
+
+class Found(NamedTuple):
+    """What a mention source gives for a batch of docs: per doc its ``spans``; the docs' token vectors
+    (``hidden``) when the source encoded them with the linker's own transformer, else None; per doc
+    the span model's probability of each span (``probs``), None for spans the docs already had."""
+
+    spans: List[SpanTuples]
+    hidden: Optional[list] = None
+    probs: Optional[List[List[float]]] = None
+
 ENCODER_DIR = "span_encoder"  # the finder's own transformer inside a saved component
 REPORT_FILE = "span_report.json"
 LEXICON_FILE = "lexicon.json"  # the lexicon's source path and surface forms, saved with the component
@@ -101,8 +113,8 @@ class DocSpans:
     def spans(self, doc: Doc) -> Sequence[Span]:
         return doc_spans(doc, self.spans_key)
 
-    def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], None]:
-        return [[(s.start, s.end, s.label) for s in self.spans(d)] for d in docs], None
+    def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Found:
+        return Found([[(s.start, s.end, s.label) for s in self.spans(d)] for d in docs])
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
         """Put the linked spans on the doc; False if there was nothing to write."""
@@ -230,21 +242,24 @@ class SpanFinder(DocSpans, LinkerPart):
             self.member_sources, self.members = saved
         return True
 
-    def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Tuple[List[SpanTuples], list]:
+    def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Found:
         """Score every span of ≤ ``max_span_len`` tokens from one pass per document; keep those above
-        the threshold (greedy by score, no overlaps). Returns the spans (labelled by the label head,
-        if the scorer has one; else label 0) and the documents' token vectors when they come from the
-        linker's encoder (None when the finder has its own transformer)."""
+        the threshold (greedy by score, no overlaps). Returns (:class:`Found`) the spans (labelled by
+        the label head, if the scorer has one; else label 0), the documents' token vectors when they
+        come from the linker's encoder (None when the finder has its own transformer) and the span
+        model's probability of each span (those propagation or the lexicon added included)."""
         if self.scorer is None:
             raise ValueError("the span finder has no span scorer loaded yet (the linker sets it up with its encoder)")
         hidden = encode_docs(self.encoder or encoder, docs, batch_size=docs_per_pass(batch_size), pooling=self.scorer.pooling)
         others = [encode_docs(e, docs, batch_size=docs_per_pass(batch_size), pooling=s.pooling) for e, s in self.members]
         spans: List[SpanTuples] = []
+        span_probs: List[List[float]] = []
         with torch.inference_mode():
             for k, (doc, H) in enumerate(zip(docs, hidden)):
                 starts, ends = enumerate_doc_spans(doc, self.max_span_len)
                 if len(starts) == 0:
                     spans.append([])
+                    span_probs.append([])
                     continue
                 probs = self.scorer.probs(H, starts, ends).detach().float().cpu().numpy()  # once: selection and propagation
                 probs = mean_probs(probs, self.members, others, k, starts, ends)
@@ -254,13 +269,14 @@ class SpanFinder(DocSpans, LinkerPart):
                     labels = [doc.vocab.strings.add(x) for x in self.scorer.predict_labels(H, starts[chosen], ends[chosen])]
                 kept = [(int(starts[i]), int(ends[i]), label) for i, label in zip(chosen, labels)]
                 floored = self.propagate and self.propagate_floor
-                support = self._probability(starts, ends, probs) if floored or self.lexicon else None  # one map a doc
+                support = self._probability(starts, ends, probs)  # one map a doc
                 if self.propagate:  # no floor: every occurrence, so no support
                     kept = propagate(doc, kept, support if floored else None, self.propagate_floor)
                 if self.lexicon:
                     kept = self._add_lexicon(doc, H, kept, support)
                 spans.append(kept)
-        return spans, (None if self.encoder is not None else hidden)
+                span_probs.append([support(a, b) for a, b, _ in kept])
+        return Found(spans, None if self.encoder is not None else hidden, span_probs)
 
     @staticmethod
     def _probability(starts: np.ndarray, ends: np.ndarray, probs: np.ndarray) -> Callable[[int, int], float]:

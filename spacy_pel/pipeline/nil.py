@@ -13,7 +13,10 @@ rules have run):
 * ``chars`` — how close the mention's text is to the best entity's closest name, letter by letter:
   the cosine of their character 3-gram counts (normalised texts; the same measure as the
   ``char_ngrams`` rule, BioSyn's sparse view);
-* ``words`` — the share of the mention's words found in one name of the best entity (the best name).
+* ``words`` — the share of the mention's words found in one name of the best entity (the best name);
+* ``span`` — the span model's probability of the mention when a span finder found it (1 for a
+  mention the pipeline was given: ``doc.ents``, a span group): for an end-to-end pipeline, how sure
+  the finder is that the words are a mention at all, which the linking scores do not say.
 
 The two lexical features (:func:`lexical_features`) are computed only for a strategy that uses them
 (``lexical``): a confident dense match whose names share little with the mention's text is how an
@@ -42,7 +45,7 @@ from ..kb import normalize
 from ..retrieval.index import EntityIndex
 from .rules.char_ngrams import ngram_cosine
 
-FEATURES = ("top", "margin", "rule", "type", "chars", "words")
+FEATURES = ("top", "margin", "rule", "type", "chars", "words", "span")
 LEXICAL = ("chars", "words")
 # the classifier's second-order terms: every product of two features (squares included), "a*b"
 PAIRS = tuple(f"{a}*{b}" for i, a in enumerate(FEATURES) for b in FEATURES[i:])
@@ -88,11 +91,12 @@ def _normalised_features(key: str, names: Iterable[str]) -> Tuple[float, float]:
 def nil_features(
     scores: np.ndarray, rows: np.ndarray, by_rule: Sequence[bool], labels: Sequence[str],
     index: EntityIndex, label_types: Optional[Dict[str, Sequence[str]]] = None,
-    texts: Optional[Sequence[str]] = None,
+    texts: Optional[Sequence[str]] = None, span: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """``[n, len(FEATURES)]`` evidence of ``n`` mentions from their top-k ``scores``/``rows`` (best
     first, row -1: none), whether a rule chose them (``by_rule``) and their labels; the lexical
-    features from the mentions' ``texts`` when given (else 0)."""
+    features from the mentions' ``texts`` when given (else 0); ``span``: the span model's
+    probability of each mention (else 1: mentions the pipeline was given)."""
     n = len(rows)
     out = np.zeros((n, len(FEATURES)), np.float32)
     if n == 0:
@@ -111,6 +115,7 @@ def nil_features(
             out[i, 3] = float(any(t in fits for t in index.entities.types[rows[i, 0]]))
     if texts is not None:
         out[:, 4:6] = lexical_evidence(texts, rows[:, 0], has, index)
+    out[:, 6] = 1.0 if span is None else span
     return out
 
 
