@@ -6,8 +6,9 @@ chemical name — and where one of the two is an abbreviation of the other, the 
 (:mod:`.abbreviations`) already ties them. This rule ties the rest: for two mentions of one document with
 the same label, the second right after the first inside parentheses, where exactly one of them is
 decided by an earlier rule (the alias table knows its text) and the other is not, the other takes the
-decided one's candidates — and when the other is a defined short form tied to its long form, which no
-rule decided, the long form takes them, so every mention tied to it follows: in ``…
+decided one's candidates — and when the other is tied by an earlier rule to a mention no rule decided
+(a defined short form to its long form, a repeat to its first occurrence), that mention takes them, so
+every mention tied to it follows: in ``…
 1-(2-chloroethyl)-3-cyclohexyl-1-nitrosourea (CCNU) … CCNU (lomustine)`` the long form (no MeSH name)
 and every ``CCNU`` link as ``lomustine``, a KB name, instead of as the long form's nearest record.
 On BC5CDR dev, 278 of 282 such pairs share their gold entity. Write it after the rules that decide.
@@ -53,7 +54,7 @@ class ParentheticalSynonymRule:
     def prepare(self, batch: CandidateBatch) -> None:
         ties: Dict[int, int] = {}
         for i, j in parenthetical_pairs(batch.docs, batch.spans, batch.doc_texts):
-            ri, rj = batch.root(i), batch.root(j)  # a mention tied by an earlier rule (a short form): its long form
+            ri, rj = batch.root(i), batch.root(j)  # a mention tied by an earlier rule: the one it is tied to
             if ri in batch.decided and rj not in batch.decided:
                 ties.setdefault(rj, ri)
             elif rj in batch.decided and ri not in batch.decided:
