@@ -182,3 +182,21 @@ def test_pipeline_discovery_links_as_the_linker_and_clusters_only_its_nil_mentio
     # a floor below their similarity puts all four NIL mentions in one cluster
     discover(nlp, docs, k=3, linking="pipeline", mention_threshold=apart - 0.01)
     assert [[e.kb_id_ for e in doc.ents] for doc in docs] == [["D1", "NIL:0", "NIL:0"]] * 2
+
+
+def test_a_constant_feature_and_its_products_are_left_out_of_the_fit():
+    """Mentions a pipeline is given all have ``span`` = 1: the classifier fitted with it is the one fitted
+    without it (its products ``top*span`` … would otherwise double ``top`` … and halve their penalty)."""
+    rng = np.random.default_rng(1)
+    x = rng.random((600, len(FEATURES)))
+    x[:, FEATURES.index("span")] = 1.0
+    is_nil = x[:, 0] * x[:, 1] + 0.2 * rng.standard_normal(600) < 0.25
+    fitted = fit_classifier(x, is_nil, {}, pairs=True)
+    assert not any("span" in t.split("*") for t in fitted.weights)
+    six = [f for f in FEATURES if f != "span"]
+    terms = six + [f"{a}*{b}" for i, a in enumerate(six) for b in six[i:]]
+    cols = np.stack([np.prod([x[:, FEATURES.index(f)] for f in t.split("*")], axis=0) for t in terms], 1)
+    z = (cols - cols.mean(0)) / cols.std(0)
+    reference = LogisticRegression(C=1.0, max_iter=5000).fit(z, ~is_nil)
+    assert fitted(x) == pytest.approx(reference.predict_proba(z)[:, 1], abs=1e-4)
+    assert fit_classifier(x, is_nil, {})(x).shape == (600,) and fit_classifier(x, is_nil, {}).weights["span"] == 0.0

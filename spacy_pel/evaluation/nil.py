@@ -135,18 +135,25 @@ def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, Li
     """A logistic model of P(in KB) over the NIL evidence (columns: :data:`~spacy_pel.pipeline.nil.FEATURES`);
     with ``pairs``, over the features and their pairwise products (:data:`~spacy_pel.pipeline.nil.PAIRS`),
     fitted on standardised terms (so one regularisation suits them all) and written back as weights on
-    the raw terms."""
+    the raw terms. A feature constant over the mentions (``span`` for mentions a pipeline is given) tells
+    nothing: it and its products are left out (weight 0), so they cannot double another term."""
     if not is_nil.any() or is_nil.all():
         raise ValueError("fitting the NIL classifier needs both NIL and in-KB mentions")
-    terms, x = list(FEATURES), features.astype(np.float64)
+    raw = features.astype(np.float64)
+    varies = {f for f, spread in zip(FEATURES, raw.std(0)) if spread > 1e-9}
+    terms, x = list(FEATURES), raw
     if pairs:
-        terms, x = terms + list(PAIRS), np.hstack([x, pair_products(x)])
+        terms, x = terms + list(PAIRS), np.hstack([x, pair_products(raw)])
+    used = np.array([set(t.split("*")) <= varies for t in terms])
+    terms, x = [t for t, u in zip(terms, used) if u], x[:, used]
     mean, scale = (x.mean(0), x.std(0)) if pairs else (np.zeros(x.shape[1]), np.ones(x.shape[1]))
-    scale = np.where(scale > 1e-9, scale, 1.0)  # a constant term: its weight ends up 0
+    scale = np.where(scale > 1e-9, scale, 1.0)
     model = LogisticRegression(C=1.0, max_iter=5000).fit((x - mean) / scale, ~is_nil)
     coef = model.coef_[0] / scale
     bias = float(model.intercept_[0] - coef @ mean)
     weights = {t: round(float(w), 6) for t, w in zip(terms, coef) if not pairs or abs(w) > 1e-9}
+    if not pairs:
+        weights = {f: weights.get(f, 0.0) for f in FEATURES}
     return ClassifierNil(weights, round(bias, 6), types)
 
 
