@@ -36,21 +36,14 @@ def top_score(evidence: FoundEvidence, fit: np.ndarray):
 
 
 def classifier(types, without: Optional[str] = None) -> Decision:
-    """The e2e classifier fitted on the spans ``fit``; ``without``: that feature held at 0 (left out)."""
+    """The e2e classifier fitted on the spans ``fit``; ``without``: that feature held at 0 in the fit, so
+    it is left out (a constant feature gets weight 0) and the fitted model ignores it."""
     def fitted(evidence: FoundEvidence, fit: np.ndarray):
-        x = evidence.features.copy()
+        x = evidence.features[fit].copy()
         if without:
             x[:, FEATURES.index(without)] = 0.0
-        part = FoundEvidence(x[fit], evidence.correct[fit], evidence.docs[fit], evidence.gold)
-        model = fit_e2e_classifier(part, types)
-        column = FEATURES.index(without) if without else None
-
-        def confidence(features: np.ndarray) -> np.ndarray:
-            y = features.copy()
-            if column is not None:
-                y[:, column] = 0.0
-            return model(y).astype(float)
-        return confidence
+        model = fit_e2e_classifier(FoundEvidence(x, evidence.correct[fit], evidence.docs[fit], evidence.gold), types)
+        return lambda features: model(features).astype(float)
     return fitted
 
 
