@@ -145,3 +145,34 @@ def test_code_names_match_without_their_spaces():
     assert table.candidates("KF17837") == [0] and table.candidates("KF 17837") == [0]
     assert table.candidates("UMB 24") == [1]  # the KB name has no space, the text has one
     assert table.candidates("heartattack") is None and table.candidates("KF1783") is None
+
+
+def test_name_ties_fewest_names_prefers_an_entitys_own_name_over_a_headings_gathered_synonym(tmp_path, tiny_encoder_dir):
+    from spacy_pel.pipeline.rules.alias_table import alias_table_rule
+    from spacy_pel.retrieval.build import build_kb
+
+    lines = ['{"id": "OMIM:1", "name": "Schwartz-Jampel syndrome, type 1", "aliases": ["SJS", "SJS1"]}',
+             '{"id": "D9", "name": "Osteochondrodysplasias", "aliases": ["SJS", "SJS1", "Dyschondroplasia", '
+             '"Multiple Epiphyseal Dysplasia", "Van Buchem Disease"]}',
+             '{"id": "D8", "name": "Dyschondroplasia", "aliases": ["Ollier disease"]}',
+             '{"id": "D7", "name": "Enchondromatosis", "aliases": ["Ollier disease"]}']
+    (tmp_path / "kb.jsonl").write_text("\n".join(lines) + "\n", encoding="utf8")
+    build_kb(tmp_path / "kb.jsonl", tmp_path / "kb", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
+    index = EntityIndex.from_disk(tmp_path / "kb")
+
+    def ids(table, text):
+        return sorted(index.entities[r].id for r in table.candidates(text))
+
+    by_score, fewest = AliasTable(index), AliasTable(index, name_ties="fewest_names")
+    assert ids(by_score, "SJS") == ["D9", "OMIM:1"] and ids(fewest, "SJS") == ["OMIM:1"]  # 3 names against 5
+    assert ids(by_score, "dyschondroplasia") == ["D8", "D9"]
+    assert ids(fewest, "dyschondroplasia") == ["D8"]  # its own name (2 names) before the heading's synonym
+    assert ids(fewest, "Ollier disease") == ["D7", "D8"]  # equal counts: both stay, the score decides
+    assert ids(AliasTable(index, {"sjs": {"D9": 1}}, name_ties="fewest_names"), "SJS") == ["D9"]  # annotated text wins
+    with pytest.raises(ValueError, match="name_ties"):
+        AliasTable(index, name_ties="fewest")
+    with pytest.raises(ValueError, match="name_ties"):
+        alias_table_rule(name_ties="shortest")
+    rule = alias_table_rule(name_ties="fewest_names")
+    rule.setup(None, index)
+    assert ids(rule.table, "SJS") == ["OMIM:1"]

@@ -10,7 +10,14 @@ Two sources of names, both keyed by :func:`normalize` (case-folded, punctuation 
 
 :meth:`AliasTable.restrict` decides per mention: a surface form seen in annotated text → its most frequent
 entity (ties by bi-encoder score); else a KB name → the name's entity with the best bi-encoder score;
-else nothing, and the bi-encoder's ranking stands. This is the alias-table baseline of scispaCy-style
+else nothing, and the bi-encoder's ranking stands.
+
+``name_ties`` chooses among the entities of a KB name (one the annotated text does not know):
+
+* ``"score"`` — all of them, the best bi-encoder score first;
+* ``"fewest_names"`` — those with the fewest names (distinct normalised names and synonyms), then the
+  best score: a name that is a whole entity's own (``SJS`` of OMIM's *Schwartz-Jampel syndrome, type 1*,
+  7 names) rather than one of the many a broad heading gathers (MEDIC's *Osteochondrodysplasias*, 59). This is the alias-table baseline of scispaCy-style
 linkers combined with the retriever, which ranks everything the table does not decide.
 """
 from __future__ import annotations
@@ -44,10 +51,18 @@ def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
     return {k: dict(v) for k, v in sorted(counts.items())}
 
 
+NAME_TIES = ("score", "fewest_names")
+
+
 class AliasTable:
-    def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None):
+    def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None,
+                 name_ties: str = "score"):
+        if name_ties not in NAME_TIES:
+            raise ValueError(f"the alias table's name_ties must be one of {list(NAME_TIES)}, not {name_ties!r}")
         self.index = index
+        self.name_ties = name_ties
         self.names = index.entities.name_index()  # normalised KB names and synonyms → rows
+        self._name_counts: Optional[np.ndarray] = None
         # surface → [(row, count)] restricted to ids the KB has (an alternative id counts for its entity)
         self.seen: Dict[str, List[tuple]] = {}
         lookup = index.lookup
@@ -69,7 +84,16 @@ class AliasTable:
         compact = compact_key(key) if found is None else None
         if compact:  # a code name written with or without its spaces ("KF17837" for MeSH's "KF 17837")
             found = self.index.entities.compact_index().get(compact) or self.names.get(compact)
+        if found and len(found) > 1 and self.name_ties == "fewest_names":
+            counts = self.name_counts()[found]
+            found = [r for r, c in zip(found, counts) if c == counts.min()]
         return found
+
+    def name_counts(self) -> np.ndarray:
+        """How many distinct normalised names each KB row has (counted once, when first asked)."""
+        if self._name_counts is None:
+            self._name_counts = np.bincount(self.names.rows, minlength=len(self.index.entities.ids))
+        return self._name_counts
 
     def restrict(self, texts: Sequence[str], vectors: np.ndarray, scores: np.ndarray, rows: np.ndarray,
                  found: Optional[Set[int]] = None):

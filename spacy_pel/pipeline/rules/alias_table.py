@@ -3,7 +3,9 @@
 A mention whose normalised text is a KB name or synonym, or a surface form of ``aliases`` (a JSON file
 from ``python -m spacy_pel.aliases``), is linked among those entities (:class:`..aliases.AliasTable`);
 with ``decide_unique`` (the default) a text that allows one entity only is decided before encoding —
-the same id the encoder would pick.
+the same id the encoder would pick. ``name_ties`` chooses among the entities of a KB name that the
+annotated text does not know: ``"score"`` (all, by bi-encoder score) or ``"fewest_names"`` (the ones
+with the fewest names first: an entity's own name rather than a broad heading's gathered synonym).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from spacy.util import registry
 
 from ...models.encoder import BiEncoder
 from ...retrieval.index import EntityIndex
-from ..aliases import AliasTable, read_aliases, write_aliases
+from ..aliases import NAME_TIES, AliasTable, read_aliases, write_aliases
 from ..config import LinkerPart
 from .batch import CandidateBatch
 
@@ -26,20 +28,23 @@ class AliasRule(LinkerPart):
 
     data_name = "aliases"
 
-    def __init__(self, aliases: Optional[str] = None, decide_unique: bool = True):
+    def __init__(self, aliases: Optional[str] = None, decide_unique: bool = True, name_ties: str = "score"):
         if aliases is not None and not isinstance(aliases, (str, Path)):
             raise ValueError(f"spacy_pel.rules.alias_table.v1: `aliases` must be a path or null, not {aliases!r}")
         if not isinstance(decide_unique, bool):
             raise ValueError(f"spacy_pel.rules.alias_table.v1: `decide_unique` must be true or false, not {decide_unique!r}")
+        if name_ties not in NAME_TIES:
+            raise ValueError(f"spacy_pel.rules.alias_table.v1: `name_ties` must be one of {list(NAME_TIES)}, not {name_ties!r}")
         self.source = str(aliases) if aliases else None
         self.decide_unique = decide_unique
+        self.name_ties = name_ties
         self.counts: Optional[Dict[str, Dict[str, int]]] = None
         self.table: Optional[AliasTable] = None
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
         if self.counts is None and self.source:
             self.counts = read_aliases(self.source)
-        self.table = AliasTable(index, self.counts)
+        self.table = AliasTable(index, self.counts, self.name_ties)
 
     def to_disk(self, path: Path) -> bool:
         if self.counts is None:
@@ -76,7 +81,8 @@ class AliasRule(LinkerPart):
 
 
 @registry.misc("spacy_pel.rules.alias_table.v1")
-def alias_table_rule(aliases: Optional[str] = None, decide_unique: bool = True) -> AliasRule:
+def alias_table_rule(aliases: Optional[str] = None, decide_unique: bool = True, name_ties: str = "score") -> AliasRule:
     """Exact-match alias table: KB names and synonyms, plus the surface forms of ``aliases``;
-    ``decide_unique``: a text allowing one entity only is linked without running the encoder."""
-    return AliasRule(aliases, decide_unique)
+    ``decide_unique``: a text allowing one entity only is linked without running the encoder;
+    ``name_ties``: among a KB name's entities, all by score or those with the fewest names."""
+    return AliasRule(aliases, decide_unique, name_ties)
