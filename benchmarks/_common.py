@@ -29,7 +29,7 @@ BUDGET = {
     "negatives.count": 32,
 }
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "invocation", "others_busy", "run_timed"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "invocation", "others_busy", "run_timed", "steal_seconds"]
 
 
 def lscpu_model() -> str:
@@ -66,6 +66,13 @@ def cpu_seconds() -> tuple:
     ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
     t = os.times()
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor gave other machines while this one wanted to run (``steal`` of
+    ``/proc/stat``, all cores): a virtual machine's timing figures move with it."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
 def others_busy(before: tuple, after: tuple, seconds: float) -> float:

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import List
 
 import spacy
+import torch
 import typer
 
-from _common import ROOT, cpu_seconds, lscpu_model, machine, machine_line, others_busy
+from _common import ROOT, cpu_seconds, lscpu_model, machine, machine_line, others_busy, steal_seconds
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
 from spacy_pel.pipeline.linker import find_linker
 from speed import with_gold_ents
@@ -59,15 +60,19 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
     list(nlp.pipe(with_gold_ents(docs[:WARMUP_DOCS])))
     timed = docs[WARMUP_DOCS:]
     fresh = with_gold_ents(timed)
-    c0, t0 = cpu_seconds(), time.perf_counter()
+    gflops = host_gflops()
+    c0, s0, t0 = cpu_seconds(), steal_seconds(), time.perf_counter()
     linked = list(nlp.pipe(fresh, n_process=n_process))
     seconds = time.perf_counter() - t0
+    steal = round((steal_seconds() - s0) / seconds, 2)
     warm = []
     for _ in range(warm_passes):  # speed.md's way: the same documents again, batch_size 128, this process's caches warm
         t1 = time.perf_counter()
         list(nlp.pipe(with_gold_ents(timed), batch_size=128))
         warm.append(time.perf_counter() - t1)
-    busy = others_busy(c0, cpu_seconds(), seconds)  # with n_process > 1 the workers are not this process's
+    c1 = cpu_seconds()
+    busy = others_busy(c0, c1, seconds)  # with n_process > 1 the workers are not this process's
+    own = round((c1[1] - c0[1]) / seconds, 2)  # cores this process kept busy: < 2 while it waited
     kb = find_linker(nlp)[1].index.entities.ids
     kb_ids = {str(i) for i in kb}
     hits, ids = [], []
@@ -79,11 +84,13 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
                 hits.append(p.kb_id_ in gold)
     ids_out.write_text(json.dumps(ids), encoding="utf8")
     result = {"n_process": n_process, "load_seconds": round(load_seconds, 1), "docs": len(timed), "mentions": len(ids),
-              "seconds": round(seconds, 2), "mentions_per_s": round(len(ids) / seconds, 1),
+              "seconds": round(seconds, 2), "mentions_per_s": round(len(ids) / seconds, 1), "steal_cores": steal,
+              "host_gflops": gflops,
               "R@1": round(sum(hits) / len(hits), 4), "in_kb": len(hits),
               "ids_sha1": hashlib.sha1("\n".join(ids).encode()).hexdigest()[:12]}
     if n_process == 1:
         result["other_processes_cores"] = busy
+        result["own_cores"] = own
     if warm:
         result["warm_mentions_per_s"] = round(len(ids) / sorted(warm)[len(warm) // 2], 1)
     if setting:
@@ -124,19 +131,31 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
     output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
 
 
+def host_gflops(size: int = 512, seconds: float = 1.0) -> float:
+    """The host's float32 matrix-product rate just before a timed pass (GFLOP/s, torch's threads): a
+    virtual machine's cores run at another speed from one minute to the next, which steal time does not
+    show; a run's mentions/s read beside it."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+    return round(2 * size ** 3 * n / (time.perf_counter() - t0) / 1e9, 1)
+
+
 def markdown(r: dict) -> str:
     m = r["machine"]
     lines = ["# Speed as a user gets it: `nlp.pipe`, fresh process, first pass", "",
              machine_line(m) + ".", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
-             "| pipeline | settings | n_process | load s | docs | mentions | seconds | mentions/s | warm passes, mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| pipeline | settings | n_process | load s | docs | mentions | seconds | mentions/s | warm passes, mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) | this process (cores) | stolen by the host (cores) | host GFLOP/s before |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in r["runs"]:
         warm = f"{run['warm_mentions_per_s']:,.0f}" if "warm_mentions_per_s" in run else "–"
         lines.append(f"| `{run['pipeline']}` | {', '.join(run.get('settings', [])) or 'as saved'} | {run['n_process']} | "
                      f"{run['load_seconds']} | {run['docs']} | {run['mentions']} | "
                      f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {run['R@1']:.4f} | "
-                     f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} |")
+                     f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} | {run.get('own_cores', '–')} | {run.get('steal_cores', '–')} | {run.get('host_gflops', '–')} |")
     lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2` (one run a line; "
               "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--append` to add rows).", "",
               __doc__.split("\n\n")[-1].replace("\n", " ").strip(), ""]
