@@ -10,15 +10,16 @@ Two sources of names, both keyed by :func:`normalize` (case-folded, punctuation 
 
 :meth:`AliasTable.restrict` decides per mention: a surface form seen in annotated text → its most frequent
 entity (ties by bi-encoder score); else a KB name → the name's entity with the best bi-encoder score;
-else nothing, and the bi-encoder's ranking stands.
+else nothing, and the bi-encoder's ranking stands. This is the alias-table baseline of scispaCy-style
+linkers combined with the retriever, which ranks everything the table does not decide.
 
 ``name_ties`` chooses among the entities of a KB name (one the annotated text does not know):
 
 * ``"score"`` — all of them, the best bi-encoder score first;
 * ``"fewest_names"`` — those with the fewest names (distinct normalised names and synonyms), then the
   best score: a name that is a whole entity's own (``SJS`` of OMIM's *Schwartz-Jampel syndrome, type 1*,
-  7 names) rather than one of the many a broad heading gathers (MEDIC's *Osteochondrodysplasias*, 59). This is the alias-table baseline of scispaCy-style
-linkers combined with the retriever, which ranks everything the table does not decide.
+  7 names) rather than one of the many a broad heading gathers (MEDIC's *Osteochondrodysplasias*, 59).
+  ``benchmarks/name_ties.md``: a mixed effect, not the default.
 """
 from __future__ import annotations
 
