@@ -75,9 +75,10 @@ def names_for(pipeline: Path, kb: Path, work: Path) -> Path:
     return out
 
 
-def load(pipeline: Path, kb: Optional[Path] = None, work: Optional[Path] = None):
-    """The pipeline, linking against ``kb`` if given (its name-row rules get a name index for it)."""
-    config = {}
+def load(pipeline: Path, kb: Optional[Path] = None, work: Optional[Path] = None, settings: Optional[dict] = None):
+    """The pipeline, linking against ``kb`` if given (its name-row rules get a name index for it), with
+    ``settings`` (config overrides) applied at load."""
+    config = dict(settings or {})
     if kb:
         config["components.pel_linker.kb"] = str(kb)
         for rule in name_rules(pipeline):

@@ -12,34 +12,19 @@ its training set unseen by that pipeline).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import List, Optional
 
-import spacy
 import typer
 
-from _common import machine, machine_line  # noqa: E402
-from accuracy import name_rules, names_for  # noqa: E402
+from _common import invocation, machine, machine_line  # noqa: E402
+from accuracy import load  # noqa: E402
 from spacy_pel.corpora import corpus_ids, gold_spans, read_docbin  # noqa: E402
 from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
 from spacy_pel.kb import normalize  # noqa: E402
-from spacy_pel.pipeline.linker import find_linker  # noqa: E402
 
 SETTINGS = ("score", "fewest_names")
 KEY = "components.pel_linker.rules.aliases.name_ties"
-
-
-def load(pipeline: Path, kb: Optional[Path], work: Path, name_ties: str):
-    config = {KEY: name_ties}
-    if kb:
-        config["components.pel_linker.kb"] = str(kb)
-        for rule in name_rules(pipeline):
-            config[f"{rule}.names"] = str(names_for(pipeline, kb, work))
-    nlp = spacy.load(pipeline, config=config)
-    linker = find_linker(nlp)[1]
-    linker.ensure_loaded()
-    return nlp, linker
 
 
 def exact_ties(linker, spans) -> List[int]:
@@ -59,7 +44,8 @@ def case(label: str, pipeline: Path, corpus: Path, train: Path, kb: Optional[Pat
     out = {"case": label, "pipeline": str(pipeline), "corpus": str(corpus), "train": str(train), "kb": str(kb or "")}
     tops = {}
     for setting in SETTINGS:
-        nlp, linker = load(pipeline, kb, work, setting)
+        nlp, linker = load(pipeline, kb, work, {KEY: setting})
+        linker.ensure_loaded()
         docs = read_docbin(nlp, corpus)
         spans = [s for d in docs for s in gold_spans(d)]
         train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train)))
@@ -71,9 +57,9 @@ def case(label: str, pipeline: Path, corpus: Path, train: Path, kb: Optional[Pat
         out[setting] = {"R@1": m["recall_in_kb"]["R@1"], "unseen R@1": m.get("recall_unseen", {}).get("R@1"),
                         "in_kb": m["counts"]["in_kb"], "ties": len(in_kb), "ties right": len(right)}
         tops[setting] = [(r[0], r[1][0] if r[1] else None, s.text) for r, s in zip(rows, spans)]
-    gained = [t for a, b in zip(tops["score"], tops["fewest_names"]) if a[1] != b[1] and b[1] in b[0] for t in [b[2]]]
-    lost = [t for a, b in zip(tops["score"], tops["fewest_names"]) if a[1] != b[1] and a[1] in a[0] for t in [a[2]]]
-    out["gained"], out["lost"] = gained, lost
+    changed = [(a, b) for a, b in zip(tops["score"], tops["fewest_names"]) if a[1] != b[1]]
+    out["gained"] = [b[2] for a, b in changed if b[1] in b[0]]
+    out["lost"] = [a[2] for a, b in changed if a[1] in a[0]]
     return out
 
 
@@ -111,7 +97,7 @@ def main(case_: List[str] = typer.Option(..., "--case", help="LABEL,PIPELINE,COR
         label, pipeline, corpus, train = parts[:4]
         kb = Path(parts[4]) if len(parts) == 5 else None
         cases.append(case(label, Path(pipeline), Path(corpus), Path(train), kb, work))
-    report = {"machine": machine(), "command": "python benchmarks/name_ties.py " + " ".join(sys.argv[1:]),
+    report = {"machine": machine(), "command": invocation(),
               "cases": cases, "notes": notes}
     output.with_suffix(".json").write_text(json.dumps(report, indent=1), encoding="utf8")
     output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
