@@ -162,6 +162,19 @@ def test_the_both_towers_preset_trains_both_and_links_against_the_final_kb():
     assert "--paths.names kbs/medic_both_names " in commands["pipeline"]["script"][0]
 
 
+def test_two_training_corpora_for_one_kb_reach_convert_and_fetch():
+    """configs/datasets/ncbi_bc5dis_medic.args: both files in one training conversion, the label filter on both lines."""
+    commands, _ = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_bc5dis_medic.args"))
+    labels = "--labels Disease --labels SpecificDisease --labels DiseaseClass --labels Modifier --labels CompositeMention"
+    assert commands["convert"]["script"] == [
+        "python -m spacy_pel.convert assets/ncbi-disease/NCBItrainset_corpus.txt assets/bc5cdr/CDR_TrainingSet.PubTator.txt "
+        f"corpus/ncbi_bc5dis_train.spacy --skip-bad-lines {labels}",
+        f"python -m spacy_pel.convert assets/ncbi-disease/NCBIdevelopset_corpus.txt corpus/ncbi_bc5dis_dev.spacy --skip-bad-lines {labels}"]
+    assert commands["fetch_assets"]["script"][0].endswith("--data ncbi-disease --data bc5cdr")
+    assert commands["aliases"]["script"] == ["python -m spacy_pel.aliases corpus/ncbi_bc5dis_train.spacy --output training/ncbi_bc5dis/aliases.json"]
+    assert "--paths.kb kbs/medic_both_final " in commands["pipeline"]["script"][0]
+
+
 def retriever_overrides(argv) -> dict:
     """The config overrides the rendered ``train`` command gives the retriever, as its CLI reads them (last wins)."""
     commands, _ = render(ROOT, argv)
