@@ -55,11 +55,16 @@ def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
 NAME_TIES = ("score", "fewest_names")
 
 
+def check_name_ties(name_ties: str, owner: str) -> None:
+    """Refuse a ``name_ties`` that is not one of :data:`NAME_TIES` (``owner`` names the setting's place)."""
+    if name_ties not in NAME_TIES:
+        raise ValueError(f"{owner}: `name_ties` must be one of {list(NAME_TIES)}, not {name_ties!r}")
+
+
 class AliasTable:
     def __init__(self, index: EntityIndex, mentions: Optional[Dict[str, Dict[str, int]]] = None,
                  name_ties: str = "score"):
-        if name_ties not in NAME_TIES:
-            raise ValueError(f"the alias table's name_ties must be one of {list(NAME_TIES)}, not {name_ties!r}")
+        check_name_ties(name_ties, "AliasTable")
         self.index = index
         self.name_ties = name_ties
         self.names = index.entities.name_index()  # normalised KB names and synonyms → rows

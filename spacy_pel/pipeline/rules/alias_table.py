@@ -16,7 +16,7 @@ from spacy.util import registry
 
 from ...models.encoder import BiEncoder
 from ...retrieval.index import EntityIndex
-from ..aliases import NAME_TIES, AliasTable, read_aliases, write_aliases
+from ..aliases import AliasTable, check_name_ties, read_aliases, write_aliases
 from ..config import LinkerPart
 from .batch import CandidateBatch
 
@@ -33,8 +33,7 @@ class AliasRule(LinkerPart):
             raise ValueError(f"spacy_pel.rules.alias_table.v1: `aliases` must be a path or null, not {aliases!r}")
         if not isinstance(decide_unique, bool):
             raise ValueError(f"spacy_pel.rules.alias_table.v1: `decide_unique` must be true or false, not {decide_unique!r}")
-        if name_ties not in NAME_TIES:
-            raise ValueError(f"spacy_pel.rules.alias_table.v1: `name_ties` must be one of {list(NAME_TIES)}, not {name_ties!r}")
+        check_name_ties(name_ties, "spacy_pel.rules.alias_table.v1")
         self.source = str(aliases) if aliases else None
         self.decide_unique = decide_unique
         self.name_ties = name_ties
