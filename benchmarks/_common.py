@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 import torch
 
@@ -61,9 +62,15 @@ def machine_line(m: dict) -> str:
             f"{m['torch_threads']} threads")
 
 
+def cpu_ticks() -> List[int]:
+    """The machine's CPU time by kind, in clock ticks: the ``cpu`` line of ``/proc/stat`` (user, nice,
+    system, idle, iowait, irq, softirq, then steal where the kernel reports it)."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
 def cpu_seconds() -> tuple:
     """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited children)."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    ticks = cpu_ticks()[:7]
     t = os.times()
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
 
@@ -71,8 +78,8 @@ def cpu_seconds() -> tuple:
 def steal_seconds() -> float:
     """CPU seconds the hypervisor gave other machines while this one wanted to run (``steal`` of
     ``/proc/stat``, all cores): a virtual machine's timing figures move with it."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+    ticks = cpu_ticks()
+    return ticks[7] / os.sysconf("SC_CLK_TCK") if len(ticks) > 7 else 0.0
 
 
 def others_busy(before: tuple, after: tuple, seconds: float) -> float:
