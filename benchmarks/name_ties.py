@@ -17,11 +17,11 @@ from typing import List, Optional
 
 import typer
 
-from _common import invocation, machine, machine_line  # noqa: E402
-from accuracy import load  # noqa: E402
-from spacy_pel.corpora import corpus_ids, gold_spans, read_docbin  # noqa: E402
-from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  # noqa: E402
-from spacy_pel.kb import normalize  # noqa: E402
+from _common import invocation, machine, machine_line
+from accuracy import load
+from spacy_pel.corpora import corpus_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
+from spacy_pel.kb import normalize
 
 SETTINGS = ("score", "fewest_names")
 KEY = "components.pel_linker.rules.aliases.name_ties"
@@ -42,13 +42,14 @@ def exact_ties(linker, spans) -> List[int]:
 
 def case(label: str, pipeline: Path, corpus: Path, train: Path, kb: Optional[Path], work: Path) -> dict:
     out = {"case": label, "pipeline": str(pipeline), "corpus": str(corpus), "train": str(train), "kb": str(kb or "")}
-    tops = {}
+    tops, train_ids = {}, None
     for setting in SETTINGS:
         nlp, linker = load(pipeline, kb, work, {KEY: setting})
         linker.ensure_loaded()
         docs = read_docbin(nlp, corpus)
         spans = [s for d in docs for s in gold_spans(d)]
-        train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train)))
+        if train_ids is None:  # one KB for both settings: TRAIN's ids are read and resolved once
+            train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train)))
         rows, seconds = mention_table(linker, docs, k=None)
         m = metrics(rows, seconds, linker.index.row, train_ids, None)
         ties = exact_ties(linker, spans)
