@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -108,7 +109,10 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
                                                                "components.pel_linker.precision=int8"),
          warm_passes: int = typer.Option(0, help="after the timed first pass, this many passes over the same documents "
                                                 "with batch_size 128 (speed.md's way); their median is reported too"),
-         append: bool = typer.Option(False, help="add these runs to the report's instead of replacing them")):
+         append: bool = typer.Option(False, help="add these runs to the report's instead of replacing them"),
+         cold: bool = typer.Option(False, help="before each run, drop the pipeline's files from the OS page cache "
+                                               "(a first run after a reboot, a copy or an install)"),
+         label: str = typer.Option("", help="a word for these runs in the report's settings column, e.g. the code's commit")):
     """Measure every pipeline at every n_process, each in a fresh process, and write the report."""
     work.mkdir(parents=True, exist_ok=True)
     old = json.loads(output.with_suffix(".json").read_text()) if append and output.with_suffix(".json").exists() else {}
@@ -119,9 +123,12 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
         ids_by_n = {}
         for n in n_process:
             ids_file = work / f"{p.name}_{n}.json"
+            if cold:
+                evict(p)
             out = subprocess.run([sys.executable, __file__, "child", str(p), str(dev), str(n), str(ids_file), *extra],
                                  check=True, capture_output=True, text=True).stdout
             run = {"pipeline": str(p), **json.loads(out.strip().splitlines()[-1])}
+            run["settings"] = [*([label] if label else []), *(["cold page cache"] if cold else []), *run.get("settings", [])]
             ids_by_n[n] = json.loads(ids_file.read_text())
             if n != n_process[0]:
                 first = ids_by_n[n_process[0]]
@@ -129,6 +136,17 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
             report["runs"].append(run)
     output.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
     output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+
+def evict(folder: Path) -> None:
+    """Drop every file under ``folder`` from the OS page cache (``posix_fadvise`` DONTNEED: no root needed)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def host_gflops(size: int = 512, seconds: float = 1.0) -> float:

@@ -133,3 +133,25 @@ def test_vector_file_reads_any_rows_in_any_order(tmp_path):
         got = file.rows(idx)
         assert got.shape == (len(idx), 8) and got.dtype == np.float32
         np.testing.assert_array_equal(got, matrix[idx].astype(np.float32))
+
+
+def test_vector_file_prefetch_reads_the_whole_file_on_a_thread(tmp_path, monkeypatch):
+    import threading
+
+    from spacy_pel.retrieval import search
+
+    matrix = np.random.default_rng(0).normal(size=(3000, 16)).astype(np.float16)
+    np.save(tmp_path / "m.npy", matrix)
+    file = search.VectorFile(tmp_path / "m.npy")
+    done = []
+    real = search._read_through
+    monkeypatch.setattr(search, "PREFETCH_CHUNK", 4096)  # several reads
+    monkeypatch.setattr(search, "_read_through", lambda path: done.append((threading.current_thread().name, real(path))))
+    assert file.prefetch()
+    for thread in threading.enumerate():
+        if thread.name == "pel-prefetch":
+            thread.join(10)
+    assert done == [("pel-prefetch", (tmp_path / "m.npy").stat().st_size)]
+    np.testing.assert_array_equal(file.rows(np.arange(3000)), matrix.astype(np.float32))
+    monkeypatch.setattr(search, "PREFETCH_SHARE", 0.0)  # a file larger than its share of free memory
+    assert not file.prefetch() and len(done) == 1
