@@ -214,6 +214,8 @@ class ConversionStats:
     skipped_examples: List[str] = field(default_factory=list)
     # mentions of types the user left out (convert --labels), by type
     left_out_by_label: Dict[str, int] = field(default_factory=dict)
+    # mentions whose gold ids an id map rewrote (convert --id-map), by old id
+    remapped: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}

@@ -5,21 +5,23 @@ for one KB).
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
 ``.spacy`` a DocBin, anything else PubTator. ``labels`` keeps the mentions of those types only (BC5CDR's
 diseases beside a disease corpus); the others are counted as ``left_out_by_label``, never silently lost.
+``id_map`` rewrites gold ids annotated against an older KB release (:mod:`.id_map`), counted as ``remapped``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Collection, Iterator, List, Optional, Sequence
+from typing import Collection, Dict, Iterator, List, Optional, Sequence
 
 import spacy
 from spacy.language import Language
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 from spacy.util import filter_spans
 
 from . import files
 from .bioc_corpus import read_bioc
 from .corpora import (
     GOLD_KEY,
+    ID_SEP,
     NIL,
     ConversionStats,
     PathLike,
@@ -30,6 +32,7 @@ from .corpora import (
     read_pubtator,
     write_docbin,
 )
+from .id_map import map_ids
 
 FORMATS = ("pubtator", "bioc-xml", "bioc-json", "spacy")
 _BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".spacy": "spacy"}
@@ -45,9 +48,11 @@ def corpus_format(path: PathLike, format: Optional[str] = None) -> str:
 
 
 def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, stats: Optional[ConversionStats] = None,
-                bad_lines: Optional[files.BadLines] = None, labels: Optional[Collection[str]] = None) -> Iterator[Doc]:
+                bad_lines: Optional[files.BadLines] = None, labels: Optional[Collection[str]] = None,
+                id_map: Optional[Dict[str, str]] = None) -> Iterator[Doc]:
     """The gold docs of one corpus file in any supported format; counts go to ``stats``. With ``labels``,
-    only mentions of those types are kept (the others counted in ``stats.left_out_by_label``)."""
+    only mentions of those types are kept (the others counted in ``stats.left_out_by_label``); with
+    ``id_map``, gold ids are rewritten (:func:`.id_map.map_ids`, counted in ``stats.remapped``)."""
     stats = stats if stats is not None else ConversionStats()
     keep = None if labels is None else set(labels)
     path = Path(path)
@@ -58,6 +63,8 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
         for doc in read_docbin(nlp, path):
             if keep is not None:
                 _keep_labels(doc, keep, stats)
+            if id_map:
+                _map_gold_ids(doc, id_map, stats)
             stats.docs += 1
             spans = gold_spans(doc)
             stats.mentions += len(spans)
@@ -77,6 +84,9 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
                 if ann.type not in keep:
                     stats.left_out_by_label[ann.type] = stats.left_out_by_label.get(ann.type, 0) + 1
             pdoc.annotations = [a for a in pdoc.annotations if a.type in keep]
+        if id_map:
+            for ann in pdoc.annotations:
+                ann.ids = map_ids(ann.ids, id_map, stats.remapped)
         yield make_doc(nlp, pdoc, stats)
 
 
@@ -91,14 +101,24 @@ def _keep_labels(doc: Doc, keep: set, stats: ConversionStats) -> None:
     doc.ents = filter_spans(kept)
 
 
+def _map_gold_ids(doc: Doc, id_map: Dict[str, str], stats: ConversionStats) -> None:
+    """Rewrite the gold ids of ``doc`` (a ``.spacy`` input) through ``id_map``."""
+    spans = [Span(doc, s.start, s.end, label=s.label_, kb_id=ID_SEP.join(map_ids(gold_ids(s.kb_id_), id_map, stats.remapped)))
+             for s in gold_spans(doc)]
+    doc.spans[GOLD_KEY] = spans
+    doc.ents = filter_spans(spans)
+
+
 def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "en", skip_bad_lines: bool = False,
-                    format: Optional[str] = None, labels: Optional[Collection[str]] = None) -> dict:
+                    format: Optional[str] = None, labels: Optional[Collection[str]] = None,
+                    id_map: Optional[Dict[str, str]] = None) -> dict:
     """Convert ``inputs`` (each PubTator, BioC XML/JSON or .spacy; ``format`` for all of them, else by
     extension) into one ``.spacy`` file, documents in input order; returns the conversion statistics.
 
     Every input is read before anything is written: a malformed one stops with its location and writes
     nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted. With
-    ``labels``, mentions of other types are left out and counted by type.
+    ``labels``, mentions of other types are left out and counted by type; with ``id_map`` (from
+    :func:`.id_map.read_id_map`), gold ids of an older KB release become the current ones.
     """
     if not inputs:
         raise files.InputError("no corpus to convert")
@@ -108,7 +128,7 @@ def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "e
     bad = files.BadLines() if skip_bad_lines else None
     docs: List[Doc] = []
     for path, fmt in zip(inputs, formats):
-        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels))
+        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels, id_map))
     if labels is not None and not stats.mentions and stats.left_out_by_label:
         found = ", ".join(f"{n} {t}" for t, n in sorted(stats.left_out_by_label.items()))
         raise files.InputError(f"no mention has a type in labels {sorted(labels)}; the corpora have {found}")

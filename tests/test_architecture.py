@@ -2,7 +2,7 @@
 
 Floors, bottom to top (a module may import its own floor or lower ones; cycles are refused anyway)::
 
-    files < kb, corpora, bioc_corpus, corpus_formats < models < retrieval < pipeline < evaluation < training < discovery < bulk
+    files < kb, corpora, bioc_corpus, id_map, corpus_formats < models < retrieval < pipeline < evaluation < training < discovery < bulk
           < cli
           < top (the package ``__init__``, every ``__main__``, and the top-level shims that re-export a cli app)
 
@@ -26,7 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "spacy_pel"
 MAX_LINES = 400
 FLOORS = [
     ("files",),
-    ("kb", "corpora", "bioc_corpus", "corpus_formats"),
+    ("kb", "corpora", "bioc_corpus", "id_map", "corpus_formats"),
     ("models",),
     ("retrieval",),
     ("pipeline",),

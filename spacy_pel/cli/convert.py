@@ -10,6 +10,7 @@ import spacy
 import typer
 
 from ..corpus_formats import FORMATS, convert_corpora
+from ..id_map import read_id_map
 from ._errors import (
     cli_errors,
     echo_skipped,
@@ -39,6 +40,10 @@ def main(
     labels: Optional[List[str]] = typer.Option(
         None, "--labels", help="Keep only mentions of this type (repeat for several, e.g. --labels Disease); the others are counted, by type"
     ),
+    id_map: Optional[Path] = typer.Option(
+        None, "--id-map", help="Tab-separated OLD_ID<TAB>NEW_ID lines: gold ids of an older KB release rewritten to the "
+        "current ones (NEW_ID NIL: retired); the mentions changed are counted, by old id"
+    ),
 ):
     """Convert annotated corpora; prints counts of mentions, NIL, composite, overlapping and unaligned
     mentions, and of the relations left out (by type)."""
@@ -53,12 +58,19 @@ def main(
         spacy.util.get_lang_class(lang)
     except Exception:  # spaCy raises ImportError / its own errors for an unknown language code
         fail(f"--lang {lang!r} is not a language spaCy knows (e.g. en, de, fr)")
-    stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format, labels=labels or None)
+    mapping = None
+    if id_map is not None:
+        require_file(id_map, "id map")
+        mapping = read_id_map(id_map)
+    stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format, labels=labels or None,
+                            id_map=mapping)
     typer.echo(json.dumps(stats, indent=2))
     if stats["relations_skipped"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(stats["relations_skipped"].items()))
         typer.echo(f"left out relation lines (not mentions): {kinds}", err=True)
     echo_skipped(stats)
+    if stats["remapped"]:
+        typer.echo(f"{sum(stats['remapped'].values())} mention(s) of {len(stats['remapped'])} old id(s) rewritten by the id map", err=True)
     if stats["unaligned"]:
         typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow")
 

@@ -1,0 +1,69 @@
+"""Gold ids annotated against an older version of the KB, mapped to the KB's current ids.
+
+A corpus outlives the KB release it was annotated with: BC5CDR (2015) has ~170 dev mentions whose MeSH
+supplementary records NLM has since merged into descriptors, so MeSH 2024 has no entry under those ids
+and no pipeline can link them. ``convert --id-map FILE`` rewrites such gold ids while converting:
+
+* ``FILE`` is tab-separated, one ``OLD_ID<TAB>NEW_ID`` a line (further columns are ignored, so a
+  curated table with notes works as it is); blank lines, ``#`` comments and a header line
+  ``old_id<TAB>new_id…`` are skipped (a header naming another second column is refused: its second
+  column is not the new id). ``NEW_ID`` ``NIL`` marks a retired record with no successor.
+* every id of a mention is mapped (a composite mention's too); an id the map does not name stays;
+* a malformed line, an old id mapped twice to different ids, or a map whose targets are themselves
+  mapped (a chain) is refused with its ``FILE:LINE``;
+* the counts of mentions changed, by old id, are part of the conversion statistics.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from . import files
+
+NIL = "NIL"
+HEADER, NEW_HEADER = "old_id", "new_id"
+
+
+class IdMapError(files.LineError):
+    """A malformed line of an id map file (``FILE:LINE: reason``)."""
+
+
+def read_id_map(path: files.PathLike) -> Dict[str, str]:
+    """``{old id: new id}`` from the tab-separated file ``path`` (see the module's docstring)."""
+    mapping: Dict[str, str] = {}
+    where: Dict[str, int] = {}
+    for lineno, line in files.read_lines(path, IdMapError):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split("\t")]
+        if lineno == 1 and fields[0].lower() == HEADER:
+            if len(fields) < 2 or fields[1].lower() != NEW_HEADER:
+                raise IdMapError(path, lineno, f"a header's second column must be {NEW_HEADER!r} "
+                                 f"(found {fields[1] if len(fields) > 1 else 'none'!r}): the map is OLD_ID<TAB>NEW_ID")
+            continue
+        if len(fields) < 2 or not fields[0] or not fields[1]:
+            raise IdMapError(path, lineno, "expected OLD_ID<TAB>NEW_ID (tab-separated, both non-empty)")
+        old, new = fields[0], fields[1]
+        if old == NIL:
+            raise IdMapError(path, lineno, "NIL cannot be mapped (it is not an id)")
+        if old in mapping and mapping[old] != new:
+            raise IdMapError(path, lineno, f"{old!r} is mapped to {mapping[old]!r} on line {where[old]} and to {new!r} here")
+        mapping[old], where[old] = new, lineno
+    for old, new in mapping.items():
+        if new in mapping and new != old:
+            raise IdMapError(path, where[old], f"{old!r} is mapped to {new!r}, which the map maps again "
+                             f"(line {where[new]}): give the final id")
+    return mapping
+
+
+def map_ids(ids: List[str], mapping: Dict[str, str], counts: Optional[Dict[str, int]] = None) -> List[str]:
+    """A mention's gold ids with every mapped one replaced (duplicates and mapped-away ``NIL`` parts
+    dropped; all parts ``NIL``: ``["NIL"]``); each old id replaced is counted in ``counts``."""
+    out: List[str] = []
+    for i in ids:
+        new = mapping.get(i, i)
+        if new != i and counts is not None:
+            counts[i] = counts.get(i, 0) + 1
+        if new not in out:
+            out.append(new)
+    kept = [i for i in out if i != NIL]
+    return kept or [NIL]
