@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from spacy_pel.cli.evaluate import app
 from spacy_pel.corpora import GOLD_KEY, write_docbin
-from spacy_pel.evaluation.linking import evaluate, mention_table
+from spacy_pel.evaluation.linking import evaluate, markdown, mention_table
 from spacy_pel.evaluation.metrics import average_precision
 from spacy_pel.pipeline.depth import deepen
 from spacy_pel.pipeline.linker import Linked
@@ -45,6 +45,8 @@ def test_groups_and_recall(kb_dir, tmp_path):
     result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["counts"]["in_kb"] == 2 and "R@64" in result.output
+    assert "gold id absent from KB 1, NIL 1) — ids the KB lacks may be from an older KB release: `convert --id-map`" in result.output
+    assert "--id-map" not in markdown({**report, "counts": {**report["counts"], "absent": 0}})  # nothing absent: no hint
 
 
 @spacy.registry.misc("test.reverse_candidates.v1")

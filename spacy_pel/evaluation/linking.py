@@ -210,7 +210,8 @@ def markdown(report: dict, title: str = "spacy_pel evaluation") -> str:
     nil = report["nil"]
     lines += [
         "",
-        f"- mentions: {report['mentions']} (in KB {c['in_kb']}, gold id absent from KB {c['absent']}, NIL {c['nil']})",
+        f"- mentions: {report['mentions']} (in KB {c['in_kb']}, gold id absent from KB {c['absent']}, NIL {c['nil']})"
+        + (" — ids the KB lacks may be from an older KB release: `convert --id-map` rewrites them" if c["absent"] else ""),
         f"- NIL threshold: {report['threshold']}; NIL P/R/F1: {nil['p']:.3f} / {nil['r']:.3f} / {nil['f']:.3f}; "
         f"NIL average precision: {nil['average_precision']}",
         f"- accuracy over all mentions, NIL included: {report['accuracy_with_nil']:.3f}",
