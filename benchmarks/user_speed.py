@@ -175,7 +175,8 @@ def markdown(r: dict) -> str:
                      f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {run['R@1']:.4f} | "
                      f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} | {run.get('own_cores', '–')} | {run.get('steal_cores', '–')} | {run.get('host_gflops', '–')} |")
     lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2` (one run a line; "
-              "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--append` to add rows).", "",
+              "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--cold` to start each run with the pipeline's files out of "
+              "the page cache, `--label` to name the code or host, `--append` to add rows).", "",
               __doc__.split("\n\n")[-1].replace("\n", " ").strip(), ""]
     if r.get("notes"):
         lines += [r["notes"], ""]
