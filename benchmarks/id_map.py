@@ -46,10 +46,10 @@ def main(pipeline: Path = typer.Option(..., help="A saved pipeline (the default 
     nlp, linker = load_pipeline(pipeline, None, None)
     results = {}
     for name, mapping in (("as annotated", None), ("--id-map", id_map)):
-        stats = {part: convert_corpora([src], work / f"{part}_{bool(mapping)}.spacy", id_map=mapping)
-                 for part, src in (("train", train), ("dev", dev))}
-        train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, work / f"train_{bool(mapping)}.spacy")))
-        rows, seconds = mention_table(linker, read_docbin(nlp, work / f"dev_{bool(mapping)}.spacy"), progress=True)
+        spacy_files = {part: work / f"{part}_{bool(mapping)}.spacy" for part in ("train", "dev")}
+        stats = {part: convert_corpora([src], spacy_files[part], id_map=mapping) for part, src in (("train", train), ("dev", dev))}
+        train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, spacy_files["train"])))
+        rows, seconds = mention_table(linker, read_docbin(nlp, spacy_files["dev"]), progress=True)
         report = metrics(rows, seconds, linker.index.row, train_ids, linker.threshold)
         report["remapped"] = {part: sum(s["remapped"].values()) for part, s in stats.items()}
         results[name] = report

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from . import files
+from .corpora import NIL
 
-NIL = "NIL"
 HEADER, NEW_HEADER = "old_id", "new_id"
 
 
