@@ -4,9 +4,11 @@ import pytest
 import spacy
 from spacy.tokens import Span
 
+from spacy_pel.kb import Entity
 from spacy_pel.pipeline.label_types import LabelTypesRule
 from spacy_pel.pipeline.rules.batch import CandidateBatch
 from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.retrieval.search import FlatSearch
 
 TEXT = "Lithium carbonate toxicity in a newborn with tricuspid regurgitation and an atrial flutter ."
 SPANS = ((0, 2, "Chem"), (7, 9, "Dis"), (11, 13, "Dis"), (3, 4, "Other"))
@@ -73,8 +75,48 @@ def test_in_a_pipeline_from_the_config(kb_dir, tmp_path):
     assert again.get_pipe("pel_linker").rules["label_types"].allowed == {"Chem": {"Chemical"}, "Dis": {"Disease"}}
 
 
+def _linked(kb_dir, **settings):
+    nlp = spacy.blank("en")
+    rules = {"label_types": {"@misc": "spacy_pel.rules.label_types.v1", "label_types": TYPES, **settings}}
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 5, "rules": rules})
+    doc = nlp.make_doc(TEXT)
+    doc.ents = [Span(doc, a, b, label) for a, b, label in SPANS]
+    return {(e.start, e.end): [(c[0], c[-1]) for c in e._.pel_candidates] for e in nlp(doc).ents}
+
+
+def test_a_label_with_few_fitting_entities_is_searched_among_them_only(kb_dir):
+    """Dis fits 2 of the 5 entities (≤ half the KB): its mentions are searched among those two, with the
+    scores the whole-KB search gives them; Chem fits 3 (more than half): the whole KB, re-ranked as before."""
+    whole = _linked(kb_dir, search_share=0)
+    among = _linked(kb_dir)  # the default search_share, 0.5
+    for a, b, label in SPANS:
+        if label == "Dis":
+            assert len(whole[a, b]) == 5 and [c for c, _ in among[a, b]] == [c for c, _ in whole[a, b][:2]]
+            assert {c for c, _ in among[a, b]} == {"D2", "D3"}
+            np.testing.assert_allclose([x for _, x in among[a, b]], [x for _, x in whole[a, b][:2]], atol=1e-4)
+        else:
+            assert among[a, b] == whole[a, b]
+    assert _linked(kb_dir, search_share=0.3) == whole  # 2 of 5 is more than 0.3 of the KB
+
+
+def test_subset_search_answers_in_the_kb_rows_and_pads_a_short_subset():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(50, 8)).astype(np.float32)
+    queries = rng.normal(size=(7, 8)).astype(np.float32)
+    rows = np.array([3, 9, 17, 30, 41])
+    scores, found = FlatSearch.from_array(vectors, "fp32").subset(rows).search(queries, 8)
+    exact = queries @ vectors[rows].T
+    order = np.argsort(-exact, axis=1)
+    assert (found[:, :5] == rows[order]).all() and (found[:, 5:] == -1).all()
+    np.testing.assert_allclose(scores[:, :5], np.take_along_axis(exact, order, axis=1), atol=1e-5)
+    kb = EntityIndex([Entity(f"E{i}", f"name {i}") for i in range(50)], vectors, metric="cosine", fingerprint="x",
+                     kind="hnsw")
+    assert kb.among(rows) is None  # an approximate KB is searched whole
+
+
 @pytest.mark.parametrize("bad", [{"label_types": ["Chemical"]}, {"label_types": {"Chem": "Chemical"}},
-                                 {"label_types": TYPES, "penalty": -1}, {"label_types": TYPES, "penalty": True}])
+                                 {"label_types": TYPES, "penalty": -1}, {"label_types": TYPES, "penalty": True},
+                                 {"label_types": TYPES, "search_share": 1.5}, {"label_types": TYPES, "search_share": "all"}])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError, match="label_types"):
         LabelTypesRule(**bad)

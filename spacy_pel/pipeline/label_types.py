@@ -7,6 +7,13 @@ span's label goes with by ``penalty`` and re-sorts, so a candidate of a fitting 
 there is one; where none fits, nothing changes. Mentions a rule decided before encoding, or whose
 candidates the alias table chose by name, are left as they are.
 
+A label whose fitting entities are at most ``search_share`` of the KB (BC5CDR's ``Disease``: 12,682 of
+MeSH's 354,068 rows) is searched among them only, exactly, before the re-ranking: its mentions get
+fitting candidates only, and the search costs a fraction (BC5CDR dev: the whole pipeline 20-35% faster,
+R@1 unchanged; ``benchmarks/label_search.md``). A label that covers more of the KB (``Chemical``: 73%)
+searches the whole KB, as does every label of an approximate (``hnsw``, ``ivfpq``) KB or of a KB with no
+entity of its types; ``search_share = 0`` turns it off.
+
 ``label_types`` maps a span label to KB types (for MeSH: tree categories such as ``Chemicals and
 Drugs``); ``python -m spacy_pel calibrate`` learns the same map from a corpus for the NIL classifier
 (:func:`~spacy_pel.evaluation.nil.label_types`). Labels it does not name are left alone. Write the rule
@@ -15,6 +22,7 @@ after the alias table, so that it knows which mentions the table matched::
     [components.pel_linker.rules.label_types]
     @misc = "spacy_pel.rules.label_types.v1"
     penalty = 1.0
+    search_share = 0.5
 
     [components.pel_linker.rules.label_types.label_types]
     Chemical = ["Chemicals and Drugs"]
@@ -29,6 +37,7 @@ from spacy.util import registry
 
 from ..models.encoder import BiEncoder
 from ..retrieval.index import EntityIndex
+from ..retrieval.search import SubsetSearch
 from .config import LinkerPart
 from .nil import span_label
 
@@ -36,17 +45,40 @@ from .nil import span_label
 class LabelTypesRule(LinkerPart):
     """Re-ranks retrieved candidates so that those of a type fitting the span's label come first."""
 
-    def __init__(self, label_types: Dict[str, Sequence[str]], penalty: float = 1.0):
+    def __init__(self, label_types: Dict[str, Sequence[str]], penalty: float = 1.0, search_share: float = 0.5):
         if not isinstance(label_types, dict) or not all(isinstance(v, (list, tuple)) for v in label_types.values()):
             raise ValueError("spacy_pel.rules.label_types.v1: `label_types` must map a label to a list of KB types")
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
             raise ValueError(f"spacy_pel.rules.label_types.v1: `penalty` must be a number ≥ 0, not {penalty!r}")
+        if isinstance(search_share, bool) or not isinstance(search_share, (int, float)) or not 0 <= search_share <= 1:
+            raise ValueError(f"spacy_pel.rules.label_types.v1: `search_share` must be a number in [0, 1], not {search_share!r}")
         self.allowed = {str(label): set(types) for label, types in label_types.items()}
-        self.penalty = float(penalty)
+        self.penalty, self.search_share = float(penalty), float(search_share)
         self.index: Optional[EntityIndex] = None
+        self._among: Dict[str, Optional[SubsetSearch]] = {}  # label → its searcher (made when first wanted)
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
-        self.index = index
+        self.index, self._among = index, {}
+
+    def searcher(self, label: str) -> Optional[SubsetSearch]:
+        """The search among the entities that fit ``label``, or None when the whole KB is searched."""
+        if label not in self._among:
+            rows = self.index.entities.types.rows_with_any(self.allowed.get(label, ()))
+            small = 0 < len(rows) <= self.search_share * len(self.index)
+            self._among[label] = self.index.among(rows) if small else None
+        return self._among[label]
+
+    def prepare(self, batch) -> None:
+        """Open mentions of a label with few fitting entities are searched among those only."""
+        if self.index is None:
+            raise ValueError("spacy_pel.rules.label_types.v1 is not set up (the linker does it when it loads its KB)")
+        if not self.search_share:
+            return
+        labels = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
+        for i, label in enumerate(labels):
+            searcher = self.searcher(label) if label in self.allowed and batch.open(i) else None
+            if searcher is not None:
+                batch.within[i] = searcher
 
     def misfits(self, rows: np.ndarray, allowed: set) -> np.ndarray:
         """Per candidate row: True where it is an entity without any of the ``allowed`` types."""
@@ -74,6 +106,7 @@ class LabelTypesRule(LinkerPart):
 
 
 @registry.misc("spacy_pel.rules.label_types.v1")
-def label_types_rule(label_types: Dict[str, List[str]], penalty: float = 1.0) -> LabelTypesRule:
-    """Candidates whose KB types do not go with the span's label move down by ``penalty``."""
-    return LabelTypesRule(label_types, penalty)
+def label_types_rule(label_types: Dict[str, List[str]], penalty: float = 1.0, search_share: float = 0.5) -> LabelTypesRule:
+    """Candidates whose KB types do not go with the span's label move down by ``penalty``; a label whose
+    fitting entities are at most ``search_share`` of the KB is searched among them only."""
+    return LabelTypesRule(label_types, penalty, search_share)

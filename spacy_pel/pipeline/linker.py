@@ -285,7 +285,7 @@ class PELLinker(LinkerFolder, Pipe):
                 rule.prepare(batch)
         wordless = {i for i, text in enumerate(texts) if not any(c.isalnum() for c in text)}
         todo = np.array([i for i in range(len(texts)) if batch.open(i) and i not in wordless], dtype=np.int64)
-        batch.vectors, batch.scores, batch.rows = self._retrieve(docs, spans, todo, len(texts), k, hidden)
+        batch.vectors, batch.scores, batch.rows = self._retrieve(docs, spans, todo, len(texts), k, hidden, batch.within)
         for i, row in batch.decided.items():
             batch.rows[i, 0], batch.scores[i, 0] = row, DECIDED_SCORE
         for rule in self.rules.values():
@@ -307,16 +307,16 @@ class PELLinker(LinkerFolder, Pipe):
         return out
 
     def _retrieve(self, docs: Sequence[Doc], spans: Sequence[list], todo: np.ndarray, n: int, k: int,
-                  hidden: Optional[list]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  hidden: Optional[list], within: Dict[int, Any]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectors and top-k (scores, rows) ``[n, ...]`` where only the mentions ``todo`` (flat
-        indices) are encoded and searched; the other rows hold zeros / -1."""
+        indices) are encoded and searched (``within``: a mention's own searcher); the other rows hold zeros / -1."""
         vectors = np.zeros((n, self.encoder.dim), np.float32)
         scores, rows = np.zeros((n, k), np.float32), np.full((n, k), -1, np.int64)
         if len(todo) == 0:
             return vectors, scores, rows
         flat = spans_at(spans, todo.tolist())
         vectors[todo] = self.vectors(self.encoder, docs, flat, self.cfg.batch_size, hidden)
-        found_scores, found_rows = self.index.search(vectors[todo], k)
+        found_scores, found_rows = self.index.search_each(vectors[todo], k, [within.get(i) for i in todo.tolist()])
         width = found_rows.shape[1]
         scores[todo, :width], rows[todo, :width] = found_scores, found_rows
         return vectors, scores, rows

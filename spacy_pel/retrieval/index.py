@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import ChainMap
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -24,7 +24,7 @@ import numpy as np
 from ..files import InputError, atomic_dir
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError
-from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, VectorFile
+from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, SubsetSearch, VectorFile
 from .table import EntityTable
 
 PathLike = Union[str, Path]
@@ -174,6 +174,23 @@ class EntityIndex:
         if len(queries) == 0 or len(self.entities) == 0:
             return np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
         return self.searcher.search(queries, min(k, len(self.entities)))
+
+    def among(self, rows: np.ndarray) -> Optional[SubsetSearch]:
+        """Exact search among ``rows`` only (answers in this KB's row numbers), or None where the KB's
+        index is approximate (``hnsw``, ``ivfpq``: such a KB is searched whole)."""
+        return self.searcher.subset(rows) if isinstance(self.searcher, FlatSearch) else None
+
+    def search_each(self, queries: np.ndarray, k: int, within: Sequence[Optional[SubsetSearch]]) -> Tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` with each query searched by its ``within`` searcher (None: the whole KB)."""
+        scores, rows = np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
+        groups: Dict[int, Tuple[Optional[SubsetSearch], List[int]]] = {}
+        for i, searcher in enumerate(within):
+            groups.setdefault(id(searcher), (searcher, []))[1].append(i)
+        for searcher, members in groups.values():
+            part = np.ascontiguousarray(queries[members], dtype=np.float32)
+            found_scores, found_rows = self.search(part, k) if searcher is None else searcher.search(part, k)
+            scores[members, : found_rows.shape[1]], rows[members, : found_rows.shape[1]] = found_scores, found_rows
+        return scores, rows
 
     def __len__(self) -> int:
         return len(self.entities)

@@ -95,6 +95,26 @@ class FlatSearch:
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         return torch.cat(scores).numpy(), torch.cat(rows).numpy().astype(np.int64)
 
+    def subset(self, rows: np.ndarray) -> "SubsetSearch":
+        """Exact search among ``rows`` only (their vectors copied once)."""
+        return SubsetSearch(self, rows)
+
+
+class SubsetSearch:
+    """Exact search among some rows of a flat KB, answered in the whole KB's row numbers (rows -1 where
+    the subset has fewer than k): what a label whose entity types are a small part of the KB searches
+    (``spacy_pel.rules.label_types.v1``: MeSH's ~13k disease rows, not its 354k)."""
+
+    def __init__(self, flat: FlatSearch, rows: np.ndarray):
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.flat = FlatSearch(flat.matrix[torch.from_numpy(self.rows)].contiguous())
+
+    def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        scores, found = self.flat.search(queries, k)
+        out_scores, out_rows = np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
+        out_scores[:, : found.shape[1]], out_rows[:, : found.shape[1]] = scores, self.rows[found]
+        return out_scores, out_rows
+
 
 class VectorFile:
     """Rows of an ``.npy`` matrix read from disk on demand (``os.pread``: nothing memory-mapped, so

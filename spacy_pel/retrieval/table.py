@@ -25,7 +25,7 @@ import mmap
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union, overload
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -183,6 +183,12 @@ class TypeColumn(Sequence[List[str]]):
 
     def __len__(self) -> int:
         return len(self.of)
+
+    def rows_with_any(self, types: Iterable[str]) -> np.ndarray:
+        """The rows of the entities that have at least one of ``types``, in order."""
+        wanted = set(types)
+        sets = [i for i, s in enumerate(self.sets) if wanted.intersection(s)]
+        return np.flatnonzero(np.isin(self.of, sets))
 
     def extend(self, types: Sequence[Sequence[str]]) -> None:
         new = [self._where.setdefault(tuple(t), len(self._where)) for t in types]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 from spacy.tokens import Doc
@@ -21,7 +21,9 @@ class CandidateBatch:
     ``scores``/``rows``: ``[n, k]`` best first (row -1: no entity); ``same_as``: ``{i: j}``, mention
     ``i`` takes mention ``j``'s candidates once every rule has run; ``decided``: ``{i: row}``, mention
     ``i`` is linked to KB row ``row`` by a rule's ``prepare`` (no vector is computed for it);
-    ``matched``: mentions whose candidates a rule chose by name after retrieval (the alias table).
+    ``matched``: mentions whose candidates a rule chose by name after retrieval (the alias table);
+    ``within``: ``{i: searcher}``, mention ``i`` is searched among a part of the KB only (set by a rule's
+    ``prepare``: :meth:`~spacy_pel.retrieval.index.EntityIndex.among`; the others search the whole KB).
     ``vectors``, ``scores`` and ``rows`` are None during ``prepare``; afterwards the rows of decided
     and tied mentions hold zeros / their final candidates.
     """
@@ -36,6 +38,7 @@ class CandidateBatch:
     same_as: Dict[int, int] = field(default_factory=dict)
     decided: Dict[int, int] = field(default_factory=dict)
     matched: Set[int] = field(default_factory=set)
+    within: Dict[int, Any] = field(default_factory=dict)
     _doc_texts: Optional[List[str]] = field(default=None, repr=False)
 
     @property
