@@ -99,6 +99,21 @@ def test_a_label_with_few_fitting_entities_is_searched_among_them_only(kb_dir):
     assert _linked(kb_dir, search_share=0.3) == whole  # 2 of 5 is more than 0.3 of the KB
 
 
+def test_entities_added_to_the_kb_are_searched_too(kb_dir):
+    nlp = spacy.blank("en")
+    rules = {"label_types": {"@misc": "spacy_pel.rules.label_types.v1", "label_types": TYPES}}
+    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 5, "rules": rules})
+
+    def disease_candidates():
+        doc = nlp.make_doc(TEXT)
+        doc.ents = [Span(doc, a, b, label) for a, b, label in SPANS]
+        return {c[0] for e in nlp(doc).ents if e.label_ == "Dis" for c in e._.pel_candidates}
+
+    assert disease_candidates() == {"D2", "D3"}
+    linker.index.add([Entity("D6", "mitral regurgitation", types=["Disease"])], linker.encoder)
+    assert disease_candidates() == {"D2", "D3", "D6"}
+
+
 def test_subset_search_answers_in_the_kb_rows_and_pads_a_short_subset():
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(50, 8)).astype(np.float32)

@@ -30,7 +30,7 @@ after the alias table, so that it knows which mentions the table matched::
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.util import registry
@@ -55,18 +55,21 @@ class LabelTypesRule(LinkerPart):
         self.allowed = {str(label): set(types) for label, types in label_types.items()}
         self.penalty, self.search_share = float(penalty), float(search_share)
         self.index: Optional[EntityIndex] = None
-        self._among: Dict[str, Optional[SubsetSearch]] = {}  # label → its searcher (made when first wanted)
+        # label → (the KB's size when made, its searcher): made when first wanted, again if entities were added
+        self._among: Dict[str, Tuple[int, Optional[SubsetSearch]]] = {}
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
         self.index, self._among = index, {}
 
     def searcher(self, label: str) -> Optional[SubsetSearch]:
         """The search among the entities that fit ``label``, or None when the whole KB is searched."""
-        if label not in self._among:
+        size, searcher = self._among.get(label, (-1, None))
+        if size != len(self.index):
             rows = self.index.entities.types.rows_with_any(self.allowed.get(label, ()))
             small = 0 < len(rows) <= self.search_share * len(self.index)
-            self._among[label] = self.index.among(rows) if small else None
-        return self._among[label]
+            searcher = self.index.among(rows) if small else None
+            self._among[label] = (len(self.index), searcher)
+        return searcher
 
     def prepare(self, batch) -> None:
         """Open mentions of a label with few fitting entities are searched among those only."""
