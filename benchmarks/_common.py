@@ -6,6 +6,7 @@ first on ``sys.path``, so ``from _common import machine`` needs no ``sys.path`` 
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ BUDGET = {
     "negatives.count": 32,
 }
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "invocation", "others_busy", "run_timed", "steal_seconds"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "invocation", "median_cell", "others_busy", "report_footer", "run_timed", "steal_seconds"]
 
 
 def lscpu_model() -> str:
@@ -98,6 +99,16 @@ def invocation(skip=("--notes",)) -> str:
             continue
         kept.append(arg)
     return shlex.join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *kept])
+
+
+def median_cell(values: List[float]) -> str:
+    """A table cell: the median in bold, then every value (``**2,703** (2,487, 2,874, …)``)."""
+    return f"**{statistics.median(values):,.0f}** ({', '.join(f'{x:,.0f}' for x in values)})"
+
+
+def report_footer(report: dict) -> List[str]:
+    """A report's closing markdown lines: the command that wrote it (``report["command"]``), then its notes."""
+    return ["", f"Written by `{report['command']}`.", "", *([report["notes"], ""] if report.get("notes") else [])]
 
 
 def run_timed(command: str, digits: int = 1) -> float:

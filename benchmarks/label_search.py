@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Dict, List
 import spacy
 import typer
 
-from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
+from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line, median_cell, report_footer
 
 SETTINGS = {"whole KB": 0.0, "among the label's types": 0.5}  # search_share
 RULE = "spacy_pel.rules.label_types.v1"
@@ -122,12 +121,8 @@ def markdown(r: dict) -> str:
             f"| {name} (`search_share {s['search_share']}`) | {dev['recall_in_kb']['R@1']:.4f} / {dev['recall_unseen']['R@1']:.4f} / "
             f"{dev['recall_in_kb']['R@64']:.4f} | {okb['nil']['p']:.3f} / {okb['nil']['r']:.3f} / **{okb['nil']['f']:.3f}** "
             f"({okb['in_kb_R@1_without_nil']:.3f} → {okb['in_kb_R@1_with_nil']:.3f}) | {ncbi['recall_in_kb']['R@1']:.4f} | "
-            f"{e2e['p']:.3f} / {e2e['r']:.3f} / **{e2e['f']:.3f}** | **{statistics.median(speeds):,.0f}** "
-            f"({', '.join(f'{x:,.0f}' for x in speeds)}) |")
-    lines += ["", f"Written by `{r['command']}`.", ""]
-    if r.get("notes"):
-        lines += [r["notes"], ""]
-    return "\n".join(lines)
+            f"{e2e['p']:.3f} / {e2e['r']:.3f} / **{e2e['f']:.3f}** | {median_cell(speeds)} |")
+    return "\n".join(lines + report_footer(r))
 
 
 if __name__ == "__main__":

@@ -126,7 +126,12 @@ def test_subset_search_answers_in_the_kb_rows_and_pads_a_short_subset():
     np.testing.assert_allclose(scores[:, :5], np.take_along_axis(exact, order, axis=1), atol=1e-5)
     kb = EntityIndex([Entity(f"E{i}", f"name {i}") for i in range(50)], vectors, metric="cosine", fingerprint="x",
                      kind="hnsw")
-    assert kb.among(rows) is None  # an approximate KB is searched whole
+    among_scores, among_found = kb.among(rows).search(queries, 8)  # exact, over the rows' saved (float16) vectors
+    assert (among_found[:, 5:] == -1).all()
+    for q in range(len(queries)):
+        assert sorted(among_found[q, :5]) == sorted(rows)  # KB rows, every one of the subset
+        np.testing.assert_allclose(among_scores[q, :5], queries[q] @ vectors[among_found[q, :5]].T, atol=0.05)
+        assert (np.diff(among_scores[q, :5]) <= 1e-6).all()
 
 
 @pytest.mark.parametrize("bad", [{"label_types": ["Chemical"]}, {"label_types": {"Chem": "Chemical"}},

@@ -11,8 +11,9 @@ A label whose fitting entities are at most ``search_share`` of the KB (BC5CDR's 
 MeSH's 354,068 rows) is searched among them only, exactly, before the re-ranking: its mentions get
 fitting candidates only, and the search costs a fraction (BC5CDR dev: the whole pipeline 20-35% faster,
 R@1 unchanged; ``benchmarks/label_search.md``). A label that covers more of the KB (``Chemical``: 73%)
-searches the whole KB, as does every label of an approximate (``hnsw``, ``ivfpq``) KB or of a KB with no
-entity of its types; ``search_share = 0`` turns it off.
+searches the whole KB, as does a label of a KB with no entity of its types; ``search_share = 0`` turns it
+off. In an approximate (``hnsw``, ``ivfpq``) KB the fitting rows are searched exactly too, from their saved
+vectors (read once, held in memory: ~0.77 kB a row in bf16).
 
 ``label_types`` maps a span label to KB types (for MeSH: tree categories such as ``Chemicals and
 Drugs``); ``python -m spacy_pel calibrate`` learns the same map from a corpus for the NIL classifier

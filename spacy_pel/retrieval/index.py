@@ -175,10 +175,12 @@ class EntityIndex:
             return np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
         return self.searcher.search(queries, min(k, len(self.entities)))
 
-    def among(self, rows: np.ndarray) -> Optional[SubsetSearch]:
-        """Exact search among ``rows`` only (answers in this KB's row numbers), or None where the KB's
-        index is approximate (``hnsw``, ``ivfpq``: such a KB is searched whole)."""
-        return self.searcher.subset(rows) if isinstance(self.searcher, FlatSearch) else None
+    def among(self, rows: np.ndarray) -> SubsetSearch:
+        """Exact search among ``rows`` only, answered in this KB's row numbers: a copy of those rows of the
+        flat search's matrix, or, for an approximate KB (``hnsw``, ``ivfpq``), their saved vectors read once."""
+        if isinstance(self.searcher, FlatSearch):
+            return self.searcher.subset(rows)
+        return SubsetSearch(FlatSearch.from_array(self.vectors(rows)), rows)
 
     def search_each(self, queries: np.ndarray, k: int, within: Sequence[Optional[SubsetSearch]]) -> Tuple[np.ndarray, np.ndarray]:
         """:meth:`search` with each query searched by its ``within`` searcher (None: the whole KB)."""

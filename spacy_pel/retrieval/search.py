@@ -97,17 +97,21 @@ class FlatSearch:
 
     def subset(self, rows: np.ndarray) -> "SubsetSearch":
         """Exact search among ``rows`` only (their vectors copied once)."""
-        return SubsetSearch(self, rows)
+        rows = np.asarray(rows, dtype=np.int64)
+        return SubsetSearch(FlatSearch(self.matrix[torch.from_numpy(rows)].contiguous()), rows)
 
 
 class SubsetSearch:
-    """Exact search among some rows of a flat KB, answered in the whole KB's row numbers (rows -1 where
+    """Exact search among some rows of a KB, answered in the whole KB's row numbers (rows -1 where
     the subset has fewer than k): what a label whose entity types are a small part of the KB searches
     (``spacy_pel.rules.label_types.v1``: MeSH's ~13k disease rows, not its 354k)."""
 
     def __init__(self, flat: FlatSearch, rows: np.ndarray):
+        """``flat``: the search over exactly these ``rows``' vectors, in their order."""
         self.rows = np.asarray(rows, dtype=np.int64)
-        self.flat = FlatSearch(flat.matrix[torch.from_numpy(self.rows)].contiguous())
+        if flat.ntotal != len(self.rows):
+            raise ValueError(f"{len(self.rows)} rows but {flat.ntotal} vectors to search")
+        self.flat = flat
 
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         scores, found = self.flat.search(queries, k)
