@@ -3,7 +3,11 @@ import json
 
 import pytest
 import spacy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spacy.tokens import Doc
 
+from spacy_pel.kb import normalize
 from spacy_pel.pipeline.lexicon import lexicon_extensions, lexicon_spans, make_lexicon, read_lexicon
 
 
@@ -66,3 +70,28 @@ def test_read_lexicon_takes_the_surface_forms_of_an_aliases_file(tmp_path):
     path.write_text("[1, 2]", encoding="utf8")
     with pytest.raises(ValueError, match="aliases.json"):
         read_lexicon(path)
+
+
+WORDS = ["breast", "cancer", "-", "(", ")", "ataxia", "telangiectasia", "5", "mg", "Na", "+", "of", "the", "X"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=25), st.lists(st.booleans(), min_size=25, max_size=25),
+       st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4), min_size=1, max_size=6))
+def test_matches_are_every_ngram_whose_text_is_a_form(words, spaces, forms):
+    """The pruned scan (stop growing an n-gram once its text begins no form) finds exactly what trying
+    every n-gram of up to max_len tokens finds."""
+    nlp = spacy.blank("en")
+    doc = Doc(nlp.vocab, words=words, spaces=spaces[: len(words)])
+    lexicon = make_lexicon(" ".join(f) if i % 2 else "".join(f) for i, f in enumerate(forms))
+    every = sorted((i, j) for i in range(len(doc)) for j in range(i + 1, min(i + 4, len(doc)) + 1)
+                   if any(c.isalnum() for c in doc[i].text) and any(c.isalnum() for c in doc[j - 1].text)
+                   and normalize(doc[i].text).split(" ", 1)[0] in lexicon.firsts and normalize(doc[i:j].text) in lexicon.forms)
+    found = lexicon_spans(doc, [], lexicon, 4, lambda a, b: 1.0 - 0.01 * (b - a) - 0.001 * a, 0.0)
+    # lexicon_spans keeps the more probable of overlapping matches: compare with the same greedy choice over `every`
+    taken, want = [False] * len(doc), []
+    for i, j in sorted(every, key=lambda m: (-(1.0 - 0.01 * (m[1] - m[0]) - 0.001 * m[0]), m[0], m[1])):
+        if not any(taken[i:j]):
+            taken[i:j] = [True] * (j - i)
+            want.append((i, j))
+    assert found == sorted(want)

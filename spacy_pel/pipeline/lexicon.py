@@ -36,11 +36,14 @@ from .aliases import read_aliases
 
 @dataclass(frozen=True)
 class Lexicon:
-    """Normalised surface forms and the first words they begin with (a token that begins none is
-    skipped without building its n-grams), made once when the lexicon is read."""
+    """Normalised surface forms, the first words they begin with (a token that begins none is skipped
+    without building its n-grams) and every leading part of them (a token sequence whose normalised text
+    is none cannot grow into a form: :func:`normalize` of a longer text begins with that of a shorter
+    one), made once when the lexicon is read."""
 
     forms: FrozenSet[str]
     firsts: FrozenSet[str]
+    prefixes: FrozenSet[str]
 
     def __len__(self) -> int:
         return len(self.forms)
@@ -49,7 +52,8 @@ class Lexicon:
 def make_lexicon(forms: Iterable[str]) -> Lexicon:
     """Normalised surface forms (blank and wordless ones left out)."""
     kept = frozenset(k for k in (normalize(f) for f in forms) if any(c.isalpha() for c in k))
-    return Lexicon(kept, frozenset(k.split(" ", 1)[0] for k in kept))
+    prefixes = frozenset(k[:n] for k in kept for n in range(1, len(k) + 1))
+    return Lexicon(kept, frozenset(k.split(" ", 1)[0] for k in kept), prefixes)
 
 
 def read_lexicon(path: Union[str, Path]) -> Lexicon:
@@ -62,13 +66,20 @@ def _matches(doc: Doc, lexicon: Lexicon, max_len: int, support: Callable[[int, i
     """``(probability, start, end)`` of every lexicon match that ``allowed`` lets through, with
     ``support`` ≥ ``floor``, beginning and ending on a token with a letter or digit."""
     matches = []
+    text = doc.text
+    starts = [t.idx for t in doc]
+    ends = [t.idx + len(t) for t in doc]  # tokens i..j-1 are text[starts[i]:ends[j - 1]], as doc[i:j].text
+    wordlike = [_wordlike(t.text) for t in doc]
     for i in range(len(doc)):
-        if not _wordlike(doc[i].text) or normalize(doc[i].text).split(" ", 1)[0] not in lexicon.firsts:
+        if not wordlike[i] or normalize(doc[i].text).split(" ", 1)[0] not in lexicon.firsts:
             continue
         for j in range(i + 1, min(i + max_len, len(doc)) + 1):
             if not allowed(i, j):
                 break
-            if _wordlike(doc[j - 1].text) and normalize(doc[i:j].text) in lexicon.forms:
+            key = normalize(text[starts[i] : ends[j - 1]])
+            if key not in lexicon.prefixes:
+                break
+            if wordlike[j - 1] and key in lexicon.forms:
                 p = support(i, j)
                 if p >= floor:
                     matches.append((p, i, j))
