@@ -97,6 +97,8 @@ def test_a_label_with_few_fitting_entities_is_searched_among_them_only(kb_dir):
         else:
             assert among[a, b] == whole[a, b]
     assert _linked(kb_dir, search_share=0.3) == whole  # 2 of 5 is more than 0.3 of the KB
+    # another NER's names for the same labels (case aside) are searched the same way
+    assert _linked(kb_dir, label_types={k.upper(): v for k, v in TYPES.items()}) == among
 
 
 def test_entities_added_to_the_kb_are_searched_too(kb_dir):

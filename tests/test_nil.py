@@ -51,6 +51,19 @@ def test_features_show_rule_margin_and_type(kb_dir):
     assert probs.features[:, FEATURES.index("span")].tolist() == [0.25, 0.5, 0.75]
 
 
+def test_the_type_evidence_knows_a_label_named_otherwise(kb_dir):
+    """scispaCy's NER says DISEASE, BioRED says DiseaseOrPhenotypicFeature: both are the map's Disease."""
+    nlp = linker_pipeline(kb_dir, nil=CLASSIFIER)
+    linker = nlp.get_pipe("pel_linker")
+    type_column = FEATURES.index("type")
+    features = {}
+    for label in ("Disease", "DISEASE", "DiseaseOrPhenotypicFeature", "Species"):
+        doc = doc_with(nlp, [(9, 12, label, "NIL")])
+        features[label] = linker.candidates([doc], [[(s.start, s.end, s.label) for s in doc.ents]])[0].features[0]
+    assert features["Disease"][type_column] != UNKNOWN_TYPE and features["Species"][type_column] == UNKNOWN_TYPE
+    assert (features["DISEASE"] == features["Disease"]).all() and (features["DiseaseOrPhenotypicFeature"] == features["Disease"]).all()
+
+
 def test_lexical_features_compare_the_text_with_the_closest_name():
     # the best name counts, case and punctuation aside; a name sharing nothing scores 0
     chars, words = lexical_features("Tricuspid-regurgitation", ["Heart Valve Diseases", "tricuspid regurgitation"])

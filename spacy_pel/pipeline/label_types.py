@@ -17,7 +17,9 @@ vectors (read once, held in memory: ~0.77 kB a row in bf16).
 
 ``label_types`` maps a span label to KB types (for MeSH: tree categories such as ``Chemicals and
 Drugs``); ``python -m spacy_pel calibrate`` learns the same map from a corpus for the NIL classifier
-(:func:`~spacy_pel.evaluation.nil.label_types`). Labels it does not name are left alone. Write the rule
+(:func:`~spacy_pel.evaluation.nil.label_types`). A span label finds its entry exactly, else case aside,
+else by the one key its name contains or that contains it (:mod:`.label_names`: ``CHEMICAL`` and
+``ChemicalEntity`` find ``Chemical``); labels it does not name are left alone. Write the rule
 after the alias table, so that it knows which mentions the table matched::
 
     [components.pel_linker.rules.label_types]
@@ -40,6 +42,7 @@ from ..models.encoder import BiEncoder
 from ..retrieval.index import EntityIndex
 from ..retrieval.search import SubsetSearch
 from .config import LinkerPart
+from .label_names import LabelMap
 from .nil import span_label
 
 
@@ -53,10 +56,10 @@ class LabelTypesRule(LinkerPart):
             raise ValueError(f"spacy_pel.rules.label_types.v1: `penalty` must be a number ≥ 0, not {penalty!r}")
         if isinstance(search_share, bool) or not isinstance(search_share, (int, float)) or not 0 <= search_share <= 1:
             raise ValueError(f"spacy_pel.rules.label_types.v1: `search_share` must be a number in [0, 1], not {search_share!r}")
-        self.allowed = {str(label): set(types) for label, types in label_types.items()}
+        self.allowed = LabelMap({str(label): set(types) for label, types in label_types.items()})
         self.penalty, self.search_share = float(penalty), float(search_share)
         self.index: Optional[EntityIndex] = None
-        # label → (the KB's size when made, its searcher): made when first wanted, again if entities were added
+        # map key → (the KB's size when made, its searcher): made when first wanted, again if entities were added
         self._among: Dict[str, Tuple[int, Optional[SubsetSearch]]] = {}
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
@@ -64,12 +67,15 @@ class LabelTypesRule(LinkerPart):
 
     def searcher(self, label: str) -> Optional[SubsetSearch]:
         """The search among the entities that fit ``label``, or None when the whole KB is searched."""
-        size, searcher = self._among.get(label, (-1, None))
+        key = self.allowed.key_for(label)
+        if key is None:
+            return None
+        size, searcher = self._among.get(key, (-1, None))
         if size != len(self.index):
-            rows = self.index.entities.types.rows_with_any(self.allowed.get(label, ()))
+            rows = self.index.entities.types.rows_with_any(self.allowed[key])
             small = 0 < len(rows) <= self.search_share * len(self.index)
             searcher = self.index.among(rows) if small else None
-            self._among[label] = (len(self.index), searcher)
+            self._among[key] = (len(self.index), searcher)
         return searcher
 
     def prepare(self, batch) -> None:
@@ -80,7 +86,7 @@ class LabelTypesRule(LinkerPart):
             return
         labels = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
         for i, label in enumerate(labels):
-            searcher = self.searcher(label) if label in self.allowed and batch.open(i) else None
+            searcher = self.searcher(label) if batch.open(i) else None
             if searcher is not None:
                 batch.within[i] = searcher
 
@@ -94,7 +100,7 @@ class LabelTypesRule(LinkerPart):
             raise ValueError("spacy_pel.rules.label_types.v1 is not set up (the linker does it when it loads its KB)")
         labels: List[str] = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
         for i, label in enumerate(labels):
-            allowed = self.allowed.get(label)
+            allowed = self.allowed.for_label(label)
             # decided: one candidate; tied: takes its mention's; matched: a KB name chose the candidates, and
             # a name match outranks a type (with the alias table not deciding, typing those cost 1 pt R@1)
             if not allowed or not batch.open(i) or i in batch.matched:

@@ -43,6 +43,7 @@ from spacy.util import registry
 
 from ..kb import normalize
 from ..retrieval.index import EntityIndex
+from .label_names import LabelMap
 from .rules.char_ngrams import ngram_cosine
 
 FEATURES = ("top", "margin", "rule", "type", "chars", "words", "span")
@@ -106,9 +107,9 @@ def nil_features(
     second = np.where(rows[:, 1] >= 0, scores[:, 1], 0.0) if rows.shape[1] > 1 else np.zeros(n)
     out[:, 1] = np.where(has, out[:, 0] - second, 0.0)
     out[:, 2] = np.asarray(by_rule, dtype=np.float32)
-    allowed = {label: set(types) for label, types in (label_types or {}).items()}
+    allowed = LabelMap({label: set(types) for label, types in (label_types or {}).items()})
     for i, label in enumerate(labels):
-        fits = allowed.get(label)
+        fits = allowed.for_label(label)
         if fits is None or not has[i]:
             out[i, 3] = UNKNOWN_TYPE
         else:
