@@ -21,6 +21,7 @@ def test_an_exact_key_wins_over_a_case_variant_and_a_short_label_finds_the_key_c
     assert find_label("disease", ["Disease", "disease"]) == "disease"
     assert find_label("DISEASE", ["Disease", "disease"]) is None  # two keys equal it case aside
     assert find_label("Dis", ["Chem", "Disease"]) == "Disease"
+    assert find_label("Chemical", ["C", "D"]) is None and find_label("C", ["Chemical"]) is None  # too short to be a part
 
 
 def test_label_map_is_a_dict_that_also_finds_other_names():

@@ -2,7 +2,7 @@
 NIL classifier's span label → KB types).
 
 Exactly; else the key it equals case aside; else the one key whose name it contains, or which contains
-it, case aside. So the labels other NERs and corpora give the same classes are understood by a map
+it, case aside (both at least three characters long). So the labels other NERs and corpora give the same classes are understood by a map
 written for one corpus: scispaCy's ``CHEMICAL`` / ``DISEASE``, BioRED's ``ChemicalEntity`` /
 ``DiseaseOrPhenotypicFeature`` and NCBI disease's ``SpecificDisease`` / ``DiseaseClass`` find BC5CDR's
 ``Chemical`` and ``Disease`` (without it they had no type: BC5CDR dev R@1 −0.75 pt and three times the NIL
@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, Optional, TypeVar
 
 V = TypeVar("V")
+MIN_PART = 3  # a key and a label shorter than this are matched whole only (``C`` is in too many names)
 
 
 def find_label(label: str, keys: Iterable[str]) -> Optional[str]:
@@ -24,7 +25,8 @@ def find_label(label: str, keys: Iterable[str]) -> Optional[str]:
     folded = label.casefold()
     if not folded:
         return None
-    for fits in (lambda k: k.casefold() == folded, lambda k: k.casefold() in folded or folded in k.casefold()):
+    contains = (lambda k: min(len(k), len(folded)) >= MIN_PART and (k.casefold() in folded or folded in k.casefold()))
+    for fits in (lambda k: k.casefold() == folded, contains):
         found = [k for k in keys if fits(k)]
         if found:
             return found[0] if len(found) == 1 else None
