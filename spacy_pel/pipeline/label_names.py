@@ -2,8 +2,8 @@
 NIL classifier's span label → KB types).
 
 Exactly; else the key it equals case aside; else the one key whose name it contains, or which contains
-it, case aside (both at least three characters long). So the labels other NERs and corpora give the same classes are understood by a map
-written for one corpus: scispaCy's ``CHEMICAL`` / ``DISEASE``, BioRED's ``ChemicalEntity`` /
+it, case aside (both at least three characters long). So the labels other NERs and corpora give the same
+classes are understood by a map written for one corpus: scispaCy's ``CHEMICAL`` / ``DISEASE``, BioRED's ``ChemicalEntity`` /
 ``DiseaseOrPhenotypicFeature`` and NCBI disease's ``SpecificDisease`` / ``DiseaseClass`` find BC5CDR's
 ``Chemical`` and ``Disease`` (without it they had no type: BC5CDR dev R@1 −0.75 pt and three times the NIL
 decisions, ``benchmarks/label_names.md``). A label that fits no key, or several (``ChemicalDisease``
