@@ -43,7 +43,6 @@ from ..retrieval.index import EntityIndex
 from ..retrieval.search import SubsetSearch
 from .config import LinkerPart
 from .label_names import LabelMap
-from .nil import span_label
 
 
 class LabelTypesRule(LinkerPart):
@@ -84,8 +83,7 @@ class LabelTypesRule(LinkerPart):
             raise ValueError("spacy_pel.rules.label_types.v1 is not set up (the linker does it when it loads its KB)")
         if not self.search_share:
             return
-        labels = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
-        for i, label in enumerate(labels):
+        for i, label in enumerate(batch.labels):
             searcher = self.searcher(label) if batch.open(i) else None
             if searcher is not None:
                 batch.within[i] = searcher
@@ -98,8 +96,7 @@ class LabelTypesRule(LinkerPart):
     def __call__(self, batch) -> None:
         if self.index is None:
             raise ValueError("spacy_pel.rules.label_types.v1 is not set up (the linker does it when it loads its KB)")
-        labels: List[str] = [span_label(doc, label) for doc, spans in zip(batch.docs, batch.spans) for _, _, label in spans]
-        for i, label in enumerate(labels):
+        for i, label in enumerate(batch.labels):
             allowed = self.allowed.for_label(label)
             # decided: one candidate; tied: takes its mention's; matched: a KB name chose the candidates, and
             # a name match outranks a type (with the alias table not deciding, typing those cost 1 pt R@1)

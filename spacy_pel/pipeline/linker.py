@@ -37,7 +37,7 @@ from .config import LinkerPart, LinkerSettings
 from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
 from .folder import LinkerFolder
 from .mentions import DocSpans, spans_at
-from .nil import TopScoreNil, nil_features, span_label
+from .nil import TopScoreNil, nil_features
 from .rules.batch import DECIDED_SCORE, CandidateBatch
 from .scoring import score_linker
 from .updating import Objective, Updater
@@ -294,9 +294,8 @@ class PELLinker(LinkerFolder, Pipe):
         scores, rows = batch.scores, batch.rows
         for i in wordless:  # whitespace / punctuation only: nothing to link
             scores[i], rows[i] = 0.0, -1
-        labels = [span_label(doc, label) for doc, sp in zip(docs, spans) for _, _, label in sp]
         span = None if span_probs is None else np.asarray([p for doc_probs in span_probs for p in doc_probs], np.float32)
-        features = nil_features(scores, rows, batch.by_rule(), labels, self.index, self.nil.label_types,
+        features = nil_features(scores, rows, batch.by_rule(), batch.labels, self.index, self.nil.label_types,
                                 texts if getattr(self.nil, "lexical", False) else None, span)
         confidence = self.nil(features)
         out, start = [], 0

@@ -67,13 +67,6 @@ def pair_products(features: np.ndarray) -> np.ndarray:
     return np.stack([features[:, i] * features[:, j] for i, j in map(term_columns, PAIRS)], axis=1)
 
 
-def span_label(doc, label) -> str:
-    """A span tuple's label as a string (spans carry the label's hash or its string)."""
-    if isinstance(label, str):
-        return label
-    return doc.vocab.strings[label] if label else ""
-
-
 def lexical_features(text: str, names: Iterable[str]) -> Tuple[float, float]:
     """``(chars, words)`` of a mention text against an entity's names (the best name for each)."""
     return _normalised_features(normalize(text), names)

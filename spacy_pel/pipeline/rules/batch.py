@@ -12,6 +12,13 @@ from ...retrieval.index import EntityIndex
 DECIDED_SCORE = 1.0  # the score a rule-decided mention's one candidate carries
 
 
+def span_label(doc, label) -> str:
+    """A span tuple's label as a string (spans carry the label's hash or its string)."""
+    if isinstance(label, str):
+        return label
+    return doc.vocab.strings[label] if label else ""
+
+
 @dataclass
 class CandidateBatch:
     """The mentions of a batch of docs with their retrieved candidates; rules edit it in place.
@@ -40,6 +47,7 @@ class CandidateBatch:
     matched: Set[int] = field(default_factory=set)
     within: Dict[int, Any] = field(default_factory=dict)
     _doc_texts: Optional[List[str]] = field(default=None, repr=False)
+    _labels: Optional[List[str]] = field(default=None, repr=False)
 
     @property
     def doc_texts(self) -> List[str]:
@@ -48,6 +56,13 @@ class CandidateBatch:
         if self._doc_texts is None:
             self._doc_texts = [doc.text if sp else "" for doc, sp in zip(self.docs, self.spans)]
         return self._doc_texts
+
+    @property
+    def labels(self) -> List[str]:
+        """Each mention's label as a string (flat over the docs), made once a batch."""
+        if self._labels is None:
+            self._labels = [span_label(doc, label) for doc, spans in zip(self.docs, self.spans) for _, _, label in spans]
+        return self._labels
 
     def open(self, i: int) -> bool:
         """Whether mention ``i`` is still to be encoded and retrieved (neither decided nor tied)."""
