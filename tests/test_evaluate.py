@@ -42,9 +42,12 @@ def test_groups_and_recall(kb_dir, tmp_path):
 
     write_docbin(docs, tmp_path / "gold.spacy")
     out = tmp_path / "m.json"
-    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--output", str(out)])
+    # --kb with --train: the linker's KB is read before the training corpus's ids are mapped through it
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--output", str(out),
+                                      "--train", str(tmp_path / "gold.spacy")])
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["counts"]["in_kb"] == 2 and "R@64" in result.output
+    assert json.loads(out.read_text())["counts"] == {"in_kb": 2, "absent": 1, "nil": 1, "seen": 2, "unseen": 0}
+    assert "R@64" in result.output
     assert "gold id absent from KB 1, NIL 1) — ids the KB lacks may be from an older KB release: `convert --id-map`" in result.output
     assert "--id-map" not in markdown({**report, "counts": {**report["counts"], "absent": 0}})  # nothing absent: no hint
 

@@ -50,6 +50,7 @@ def main(
                 fail(f"{path} is a folder; give a file name")
             require_writable_parent(path, "report")
     nlp, linker = load_pipeline(pipeline, kb, encoder)
+    linker.ensure_loaded()  # a linker made for --kb reads its KB at its first batch; its ids are needed before
     docs = read_docbin(nlp, corpus)
     if e2e:
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them
