@@ -1,6 +1,7 @@
 """Span labels named as other NERs and corpora name them: BC5CDR dev gold mentions linked by the pipeline
 with their labels as annotated (``Chemical``, ``Disease``), as scispaCy's BC5CDR NER names them
-(``CHEMICAL``, ``DISEASE``) and as BioRED does (``ChemicalEntity``, ``DiseaseOrPhenotypicFeature``).
+(``CHEMICAL``, ``DISEASE``), as BioRED does (``ChemicalEntity``, ``DiseaseOrPhenotypicFeature``) and as
+scispaCy's general models do (every span ``ENTITY``, a label no map names).
 The pipeline's label → KB types maps (the ``label_types`` rule's, the NIL classifier's) are keyed by
 BC5CDR's names; :mod:`spacy_pel.pipeline.label_names` lets a label find its key under another name.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import List
 
 import spacy
 import typer
@@ -25,7 +27,8 @@ from spacy_pel.pipeline.linker import find_linker
 from speed import bare_doc
 
 NAMINGS = {"as annotated (BC5CDR)": {}, "scispaCy's NER": {"Chemical": "CHEMICAL", "Disease": "DISEASE"},
-           "BioRED": {"Chemical": "ChemicalEntity", "Disease": "DiseaseOrPhenotypicFeature"}}
+           "BioRED": {"Chemical": "ChemicalEntity", "Disease": "DiseaseOrPhenotypicFeature"},
+           "scispaCy's general NER (ENTITY)": {"Chemical": "ENTITY", "Disease": "ENTITY"}}
 app = typer.Typer(add_completion=False)
 
 
@@ -50,19 +53,23 @@ def scores(linker, gold_docs, linked) -> dict:
 def main(pipeline: Path = typer.Option(..., help="a calibrated pipeline (training/pipeline_calibrated)"),
          dev: Path = typer.Option(ROOT / "corpus" / "bc5cdr_dev.spacy"), label: str = typer.Option("", help="the code measured"),
          append: bool = typer.Option(False), output: Path = typer.Option(HERE / "label_names", help="report path without suffix"),
-         notes: str = typer.Option("")):
+         notes: str = typer.Option(""),
+         naming: List[str] = typer.Option(list(NAMINGS), help="the namings measured (repeat the option)")):
     old = json.loads(output.with_suffix(".json").read_text()) if append and output.with_suffix(".json").exists() else {}
     nlp = spacy.load(pipeline)
     _, linker = find_linker(nlp)
     docs = read_docbin(nlp, dev)
     rows = old.get("rows", [])
-    for naming, renamed in NAMINGS.items():
-        given = []
+    unknown = sorted(set(naming) - set(NAMINGS))
+    if unknown:
+        raise typer.BadParameter(f"unknown naming(s) {unknown}; known: {list(NAMINGS)}")
+    for name in naming:
+        renamed, given = NAMINGS[name], []
         for doc in docs:
             copy = bare_doc(doc)
             copy.ents = [Span(copy, s.start, s.end, label=renamed.get(s.label_, s.label_)) for s in gold_spans(doc)]
             given.append(copy)
-        rows.append({"code": label, "labels": naming, **scores(linker, docs, list(nlp.pipe(given)))})
+        rows.append({"code": label, "labels": name, **scores(linker, docs, list(nlp.pipe(given)))})
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "pipeline": str(pipeline),
               "notes": notes or old.get("notes", ""), "rows": rows}
     output.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")

@@ -44,7 +44,9 @@ def test_features_show_rule_margin_and_type(kb_dir):
     assert f["margin"][2] == pytest.approx(linked.scores[2, 0] - linked.scores[2, 1])
     top_types = linker.index.entities.types[linked.rows[2, 0]]
     assert f["type"][2] == float("Disease" in top_types)
-    assert f["type"][1] == UNKNOWN_TYPE  # a label the classifier has no types for
+    # a label the map does not name: its best entity has a type the map names for some label (every
+    # entity of this KB does), so it fits as the annotated mentions it resembles do
+    assert f["type"][1] == 1.0
     assert (f["span"] == 1.0).all()  # mentions the pipeline was given: no span model doubts them
     # a span finder's probabilities reach the evidence, span by span
     probs = linker.candidates([doc], [[(s.start, s.end, s.label) for s in doc.ents]], span_probs=[[0.25, 0.5, 0.75]])[0]
@@ -60,8 +62,21 @@ def test_the_type_evidence_knows_a_label_named_otherwise(kb_dir):
     for label in ("Disease", "DISEASE", "DiseaseOrPhenotypicFeature", "Species"):
         doc = doc_with(nlp, [(9, 12, label, "NIL")])
         features[label] = linker.candidates([doc], [[(s.start, s.end, s.label) for s in doc.ents]])[0].features[0]
-    assert features["Disease"][type_column] != UNKNOWN_TYPE and features["Species"][type_column] == UNKNOWN_TYPE
+    assert features["Disease"][type_column] != UNKNOWN_TYPE and features["Species"][type_column] == 1.0
     assert (features["DISEASE"] == features["Disease"]).all() and (features["DiseaseOrPhenotypicFeature"] == features["Disease"]).all()
+
+
+@pytest.mark.parametrize("label_types,disease_span", [({"Chemical": ["Chemical"]}, UNKNOWN_TYPE),
+                                                      ({"Chemical": ["Chemical"], "Disease": ["Disease"]}, 1.0)])
+def test_a_label_the_map_does_not_name_fits_the_types_the_map_names(kb_dir, label_types, disease_span):
+    """scispaCy's general NER labels every span ENTITY: such a span is not held to be a misfit (0) nor
+    half of one (the unknown 0.5) when its best entity has a type the corpus annotated; other types stay unknown."""
+    nlp = linker_pipeline(kb_dir, nil={**CLASSIFIER, "label_types": label_types})
+    linker = nlp.get_pipe("pel_linker")
+    doc = doc_with(nlp, [(0, 2, "ENTITY", "D1"), (4, 6, "ENTITY", "D2")])
+    linked = linker.candidates([doc], [[(s.start, s.end, s.label) for s in doc.ents]])[0]
+    assert [linker.index.entities.types[r] for r in linked.rows[:, 0]] == [["Chemical"], ["Disease"]]
+    assert linked.features[:, FEATURES.index("type")].tolist() == [1.0, disease_span]
 
 
 def test_lexical_features_compare_the_text_with_the_closest_name():

@@ -9,7 +9,10 @@ rules have run):
 * ``rule`` — 1 when a rule chose the candidates by name (decided by the alias table, an abbreviation
   or a spelling variant, or restricted to the alias table's entities), else 0;
 * ``type`` — 1 when the best entity has a KB type that the span's label goes with (``label_types``,
-  learned from a gold corpus), 0 when it has none of them, 0.5 when the label is unknown;
+  learned from a gold corpus), 0 when it has none of them; for a label the map does not name
+  (scispaCy's ``ENTITY``), 1 when the best entity has a type the map names for any label, else 0.5
+  (unknown) — such a span is judged as the annotated ones it resembles, and an entity of a type the
+  corpus never annotated is neither favoured nor held against it;
 * ``chars`` — how close the mention's text is to the best entity's closest name, letter by letter:
   the cosine of their character 3-gram counts (normalised texts; the same measure as the
   ``char_ngrams`` rule, BioSyn's sparse view);
@@ -101,12 +104,15 @@ def nil_features(
     out[:, 1] = np.where(has, out[:, 0] - second, 0.0)
     out[:, 2] = np.asarray(by_rule, dtype=np.float32)
     allowed = LabelMap({label: set(types) for label, types in (label_types or {}).items()})
+    mapped = set().union(*allowed.values())
     for i, label in enumerate(labels):
         fits = allowed.for_label(label)
-        if fits is None or not has[i]:
+        if not has[i]:
             out[i, 3] = UNKNOWN_TYPE
-        else:
+        elif fits is not None:
             out[i, 3] = float(any(t in fits for t in index.entities.types[rows[i, 0]]))
+        else:  # a label the map does not name: a type the map names for some label fits, any other is unknown
+            out[i, 3] = 1.0 if mapped.intersection(index.entities.types[rows[i, 0]]) else UNKNOWN_TYPE
     if texts is not None:
         out[:, 4:6] = lexical_evidence(texts, rows[:, 0], has, index)
     out[:, 6] = 1.0 if span is None else span
