@@ -18,18 +18,7 @@ import math
 import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import (
-    Any,
-    Dict,
-    Mapping,
-    Optional,
-    Type,
-    TypeVar,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import Any, Dict, Mapping, Optional, Type, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from confection import Config
 
@@ -121,6 +110,13 @@ class SynonymsSection:
     # without a dev corpus (paths.dev = null): entities held out of the synonym stage, whose synonyms
     # select the model (each its entity among them and training.eval_kb_sample random KB entities)
     eval_entities: int = 1000
+
+
+@dataclass
+class AugmentSection:
+    # copies of this share of the training mentions with their words replaced by a name of a random KB
+    # entity of a gold type, in the same context (spacy_pel.training.entity_swaps; 0 = none, 1 = one each)
+    entity_swaps: float = 0.0
 
 
 @dataclass
@@ -291,6 +287,7 @@ class RetrieverConfig:
     synonyms: SynonymsSection = field(default_factory=SynonymsSection)
     training: RetrieverTraining = field(default_factory=RetrieverTraining)
     arborescence: ArborescenceSection = field(default_factory=ArborescenceSection)
+    augment: AugmentSection = field(default_factory=AugmentSection)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "RetrieverConfig":
@@ -311,6 +308,8 @@ class RetrieverConfig:
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
+        _check(out.augment.entity_swaps >= 0, f"{source} [augment] entity_swaps",
+               f"must be >= 0, not {out.augment.entity_swaps}")
         _check(out.synonyms.eval_entities >= 0, f"{source} [synonyms] eval_entities",
                f"must be >= 0, not {out.synonyms.eval_entities}")
         _check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",

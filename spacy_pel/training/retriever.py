@@ -59,6 +59,7 @@ from ..pipeline.updating import linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
+from .entity_swaps import Gold, entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
@@ -126,10 +127,19 @@ class Examples:
         return Examples([self.inputs[i] for i in idx], [self.gold[i] for i in idx])
 
 
-def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder) -> Tuple[Examples, Dict[str, int]]:
+def gold_items(docs) -> List[Gold]:
+    """``(doc text, start, end, gold id)`` of every gold mention of ``docs``."""
+    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for doc in docs for s in gold_spans(doc)]
+
+
+def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder, swaps: float = 0.0,
+                    seed: int = 0) -> Tuple[Examples, Dict[str, int]]:
     """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used
-    (:func:`~spacy_pel.pipeline.updating.linkable_mentions`, which ``pel_linker.update`` uses too)."""
-    items = ((doc.text, s.start_char, s.end_char, s.kb_id_) for doc in docs for s in gold_spans(doc))
+    (:func:`~spacy_pel.pipeline.updating.linkable_mentions`, which ``pel_linker.update`` uses too);
+    with ``swaps``, that share of them again with another entity's name in their place
+    (:mod:`.entity_swaps`)."""
+    items = gold_items(docs)
+    items += entity_swaps(items, index, swaps, seed)
     mentions, gold, skipped = linkable_mentions(items, index.lookup)
     return Examples(encoder.mention_inputs(mentions), gold), skipped
 
@@ -202,7 +212,8 @@ class RetrieverTask(Task):
             self.stages.append(Stage("synonyms", examples, cfg.synonyms.steps))
         self.skipped: Dict[str, int] = {}
         if p.train:
-            examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder)
+            examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder,
+                                                     cfg.augment.entity_swaps, self.seed)
             steps = t.max_steps or int(t.epochs * math.ceil(len(examples) / t.batch_size))
             self.stages.append(Stage("mentions", examples, steps))
         dev_docs = read_docbin(nlp, p.dev) if p.dev else []
