@@ -50,7 +50,6 @@ def main(
                 fail(f"{path} is a folder; give a file name")
             require_writable_parent(path, "report")
     nlp, linker = load_pipeline(pipeline, kb, encoder)
-    linker.ensure_loaded()  # a linker made for --kb reads its KB at its first batch; its ids are needed before
     docs = read_docbin(nlp, corpus)
     if e2e:
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them
@@ -66,7 +65,11 @@ def main(
                 + f"\n{report['docs']} documents (the {report['tokens']}'s tokens), {report['seconds']} s, "
                   f"{report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
-        train_ids = canonical_ids(linker, corpus_ids(read_docbin(nlp, train))) if train else None
+        train_ids = None
+        if train:
+            train_docs = read_docbin(nlp, train)
+            linker.ensure_loaded()  # a linker made for --kb reads its KB at its first batch; its ids are needed now
+            train_ids = canonical_ids(linker, corpus_ids(train_docs))
         rows, seconds = mention_table(linker, docs, progress=True)
         report = metrics(rows, seconds, linker.index.row, train_ids, linker.threshold if threshold is None else threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
