@@ -15,15 +15,13 @@ resumed run trains on the same examples.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import numpy as np
 
 from ..corpora import NIL, gold_ids
+from ..pipeline.updating import Gold
 from ..retrieval.index import EntityIndex
-
-Gold = Tuple[str, int, int, str]  # doc text, mention start, end, gold id(s)
-
 
 TRIES = 10  # random entities drawn for one swap before giving up on finding one with a running-text name
 

@@ -55,11 +55,11 @@ from ..kb import read_kb
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
-from ..pipeline.updating import linkable_mentions
+from ..pipeline.updating import Gold, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
-from .entity_swaps import Gold, entity_swaps
+from .entity_swaps import entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
