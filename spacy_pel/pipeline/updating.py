@@ -34,7 +34,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, 
 
 import numpy as np
 import torch
-from spacy.tokens import Span
+from spacy.tokens import Doc, Span
 from spacy.training import Example, validate_examples
 from spacy.util import registry
 
@@ -108,6 +108,11 @@ def linkable_mentions(items: Iterable[Gold], row: Mapping[str, int]) -> Tuple[Li
     return mentions, gold, skipped
 
 
+def doc_gold_mentions(doc: Doc) -> List[Gold]:
+    """``(doc text, start, end, gold id)`` of every gold mention of ``doc``."""
+    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(doc)]
+
+
 def example_mentions(examples: Iterable[Example], use_gold_ents: bool,
                      predicted_spans: Callable[..., Sequence[Span]]) -> Iterator[Gold]:
     """The reference's gold mentions (``use_gold_ents``), or the predicted spans (``predicted_spans(doc)``,
@@ -115,7 +120,7 @@ def example_mentions(examples: Iterable[Example], use_gold_ents: bool,
     for eg in examples:
         ref = eg.reference
         if use_gold_ents:
-            yield from ((ref.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(ref))
+            yield from doc_gold_mentions(ref)
             continue
         gold = {(s.start_char, s.end_char): s.kb_id_ for s in gold_spans(ref)}
         for s in predicted_spans(eg.predicted):

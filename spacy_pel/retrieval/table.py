@@ -190,6 +190,10 @@ class TypeColumn(Sequence[List[str]]):
         sets = [i for i, s in enumerate(self.sets) if wanted.intersection(s)]
         return np.flatnonzero(np.isin(self.of, sets))
 
+    def rows_typed_like(self, row: int) -> np.ndarray:
+        """The rows of the entities whose types are exactly ``row``'s, in order."""
+        return np.flatnonzero(self.of == self.of[row])
+
     def extend(self, types: Sequence[Sequence[str]]) -> None:
         new = [self._where.setdefault(tuple(t), len(self._where)) for t in types]
         self.sets.extend([list(t) for t in list(self._where)[len(self.sets) :]])

@@ -15,7 +15,7 @@ resumed run trains on the same examples.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -37,14 +37,14 @@ class EntitySwapper:
     def __init__(self, index: EntityIndex, seed: int = 0):
         self.index = index
         self.rng = np.random.default_rng(seed)
-        self._rows_of: Dict[int, np.ndarray] = {}
+        self._rows_of: Dict[Tuple[str, ...], np.ndarray] = {}
 
     def rows_typed_like(self, row: int) -> np.ndarray:
-        """The KB rows with exactly ``row``'s types (a disease's, not also a psychology heading's)."""
-        column = self.index.entities.types
-        key = int(column.of[row])
+        """The KB rows with exactly ``row``'s types (a disease's, not also a psychology heading's), found
+        once per type set."""
+        key = tuple(self.index.entities.types[row])
         if key not in self._rows_of:
-            self._rows_of[key] = np.flatnonzero(column.of == key)
+            self._rows_of[key] = self.index.entities.types.rows_typed_like(row)
         return self._rows_of[key]
 
     def swap(self, item: Gold) -> Gold | None:

@@ -48,14 +48,14 @@ import numpy as np
 import spacy
 import torch
 
-from ..corpora import gold_spans, read_docbin
+from ..corpora import read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..files import InputError
 from ..kb import read_kb
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
-from ..pipeline.updating import Gold, linkable_mentions
+from ..pipeline.updating import doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig, config_for_run
@@ -127,18 +127,13 @@ class Examples:
         return Examples([self.inputs[i] for i in idx], [self.gold[i] for i in idx])
 
 
-def gold_items(docs) -> List[Gold]:
-    """``(doc text, start, end, gold id)`` of every gold mention of ``docs``."""
-    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for doc in docs for s in gold_spans(doc)]
-
-
 def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder, swaps: float = 0.0,
                     seed: int = 0) -> Tuple[Examples, Dict[str, int]]:
     """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used
     (:func:`~spacy_pel.pipeline.updating.linkable_mentions`, which ``pel_linker.update`` uses too);
     with ``swaps``, that share of them again with another entity's name in their place
     (:mod:`.entity_swaps`)."""
-    items = gold_items(docs)
+    items = [g for doc in docs for g in doc_gold_mentions(doc)]
     items += entity_swaps(items, index, swaps, seed)
     mentions, gold, skipped = linkable_mentions(items, index.lookup)
     return Examples(encoder.mention_inputs(mentions), gold), skipped
