@@ -86,3 +86,82 @@ def test_deepen_keeps_the_pipelines_ranks_and_appends_what_it_lacks():
     assert out.rows.tolist() == [[2, 0, 3, 1]]
     assert out.scores[0].tolist() == pytest.approx([0.9, 0.8, 0.9, 0.6])
     assert out.confidence is first.confidence and out.features is first.features
+
+
+ERROR_KB = [
+    '{"id": "D1", "name": "lithium carbonate", "types": ["Chemical"]}',
+    '{"id": "D3", "name": "atrial flutter", "aliases": ["flutter"], "types": ["Disease"]}',
+    '{"id": "D6", "name": "ventricular flutter", "aliases": ["flutter"], "types": ["Disease"]}',
+    '{"id": "D7", "name": "KF 17837", "types": ["Chemical"]}',
+]
+
+
+@pytest.fixture
+def error_kb(tmp_path, tiny_encoder_dir):
+    from spacy_pel.retrieval.build import build_kb
+    from spacy_pel.retrieval.index import EntityIndex
+
+    (tmp_path / "kb.jsonl").write_text("\n".join(ERROR_KB) + "\n", encoding="utf8")
+    build_kb(tmp_path / "kb.jsonl", tmp_path / "kb", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
+    return EntityIndex.from_disk(tmp_path / "kb")
+
+
+def test_miss_causes_follow_the_kb_names_and_the_training_aliases(error_kb):
+    from spacy_pel.evaluation.errors import miss_cause
+
+    assert miss_cause("Lithium  Carbonate", ["D1"], error_kb) == "gold_name_unique"
+    assert miss_cause("flutter", ["D3"], error_kb) == "gold_name_shared"  # D6 is named so too
+    assert miss_cause("KF17837", ["D7"], error_kb) == "gold_name_unique"  # a code name without its space
+    assert miss_cause("flutter", ["D1"], error_kb) == "no_name"  # a name, but of other entities
+    assert miss_cause("lithium salt", ["D1"], error_kb) == "no_name"
+    assert miss_cause("Lithium salt", ["D1"], error_kb, {"lithium salt": {"D1"}}) == "training_alias"
+    assert miss_cause("lithium salt", ["D1"], error_kb, {"lithium salt": {"D7"}}) == "no_name"
+
+
+def test_mention_errors_pair_rows_with_their_mentions(error_kb):
+    from spacy_pel.evaluation.errors import mention_errors, summary, surface_ids
+
+    nlp = spacy.blank("en")
+    doc = nlp.make_doc("lithium carbonate and flutter and KF17837 and mystery and retired and aspirin")
+    doc.spans[GOLD_KEY] = [Span(doc, a, b, label="X", kb_id=k) for a, b, k in
+                           [(0, 2, "D1"), (3, 4, "D3"), (5, 6, "D7"), (7, 8, "NIL"), (9, 10, "GONE"), (11, 12, "NIL")]]
+    doc.user_data["pmid"] = "42"
+    rows = [(["D1"], ["D1", "D3"], [0.9, 0.1], 0.2, None),   # right, under the threshold: called NIL
+            (["D3"], ["D6", "D3"], [0.9, 0.8], 0.9, None),   # wrong entity, gold 2nd, ambiguous name
+            (["D7"], ["D7", "D1"], [0.9, 0.1], 0.9, None),   # right: no error
+            (["NIL"], ["D1"], [0.9], 0.9, None),             # a NIL mention linked
+            (["GONE"], ["D1"], [0.9], 0.9, None),            # gold absent from the KB: not the linker's error
+            (["NIL"], ["D1"], [0.9], 0.1, None)]             # NIL, called NIL: no error
+    errors = mention_errors(rows, [doc], error_kb, threshold=0.5, training=surface_ids([doc], error_kb.canonical),
+                            train_ids={"D3"})
+    assert [(e["kind"], e["text"]) for e in errors] == [("called_nil", "lithium carbonate"), ("wrong_entity", "flutter"),
+                                                        ("linked_nil", "mystery")]
+    called, wrong, linked = errors
+    assert called["predicted"] == "NIL" and called["first_candidate"] == "D1" and called["cause"] is None
+    assert wrong["cause"] == "gold_name_shared" and wrong["gold_rank"] == 2 and wrong["predicted"] == "D6"
+    assert wrong["gold_names"] == ["atrial flutter"] and wrong["first_candidate_name"] == "ventricular flutter"
+    assert wrong["seen"] is True and called["seen"] is False and "seen" not in linked
+    assert "carbonate and [[flutter]] and KF17837" in wrong["context"] and wrong["doc_id"] == "42"
+    assert summary(errors) == {"kinds": {"wrong_entity": 1, "called_nil": 1, "linked_nil": 1},
+                               "wrong_entity_causes": {"gold_name_unique": 0, "gold_name_shared": 1,
+                                                       "training_alias": 0, "no_name": 0}}
+    with pytest.raises(ValueError, match="rows and docs do not match"):
+        mention_errors(rows[:-1], [doc], error_kb)
+
+
+def test_errors_file_from_the_command_line(kb_dir, tmp_path):
+    nlp = spacy.blank("en")
+    docs = [gold_doc(nlp, [(0, 2, "D1"), (4, 6, "D2"), (7, 9, "NIL"), (10, 11, "D5")])]
+    write_docbin(docs, tmp_path / "gold.spacy")
+    out, errors = tmp_path / "m.json", tmp_path / "errors.jsonl"
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--output", str(out),
+                                      "--errors", str(errors), "--threshold", "2.0", "--train", str(tmp_path / "gold.spacy")])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in errors.read_text().splitlines()]
+    # threshold 2: every mention is called NIL — the three in-KB ones are errors (called NIL or wrong), the NIL one is not
+    assert sorted(e["text"] for e in lines) == ["Lithium carbonate", "a", "tricuspid regurgitation"]
+    assert all(e["predicted"] == "NIL" for e in lines)
+    report = json.loads(out.read_text())
+    assert sum(report["errors"]["kinds"].values()) == 3 and f"the errors, one per line: {errors}" in result.output
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--e2e", "--errors", str(errors)])
+    assert result.exit_code != 0 and "--errors lists gold mentions" in result.output and "Traceback" not in result.output

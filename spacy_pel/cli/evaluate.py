@@ -10,8 +10,10 @@ import typer
 from tqdm.auto import tqdm
 
 from ..corpora import bare_doc, corpus_ids, read_docbin
+from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import __doc__ as LIBRARY_DOC
 from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
+from ..files import write_jsonl
 from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
@@ -34,6 +36,9 @@ def main(
     threshold: Optional[float] = typer.Option(None, "--threshold", help="NIL threshold (default: the pipeline's)"),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report here"),
     md: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown table here"),
+    errors: Optional[Path] = typer.Option(None, "--errors", help="Write the mentions linked wrongly here (JSONL: "
+                                          "mention in context, gold and predicted entity, the gold's rank, and a "
+                                          "cause: a KB name of the gold or not, a training alias or not)"),
     title: str = typer.Option("spacy_pel evaluation", "--title"),
     e2e: bool = typer.Option(False, "--e2e", help="Run the pipeline on the raw text (its span finder) and score strict/partial P/R/F1"),
     corpus_tokens: bool = typer.Option(False, "--corpus-tokens", help="With --e2e: give the pipeline the corpus's tokens "
@@ -44,7 +49,9 @@ def main(
     require_pipeline_or_kb(pipeline, kb)
     require_file(corpus, "corpus")
     require_file(train, "training corpus")
-    for path in (output, md):
+    if errors is not None and e2e:
+        fail("--errors lists gold mentions linked wrongly: it goes without --e2e")
+    for path in (output, md, errors):
         if path is not None:
             if path.is_dir():
                 fail(f"{path} is a folder; give a file name")
@@ -65,15 +72,22 @@ def main(
                 + f"\n{report['docs']} documents (the {report['tokens']}'s tokens), {report['seconds']} s, "
                   f"{report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:
-        train_ids = None
+        train_ids = training = None
         if train:
             train_docs = read_docbin(nlp, train)
             linker.ensure_loaded()  # a linker made for --kb reads its KB at its first batch; its ids are needed now
             train_ids = canonical_ids(linker, corpus_ids(train_docs))
+            training = surface_ids(train_docs, linker.index.canonical)
         rows, seconds = mention_table(linker, docs, progress=True)
-        report = metrics(rows, seconds, linker.index.row, train_ids, linker.threshold if threshold is None else threshold)
+        threshold = linker.threshold if threshold is None else threshold
+        report = metrics(rows, seconds, linker.index.row, train_ids, threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
         text = markdown(report, title)
+        if errors:
+            found = mention_errors(rows, docs, linker.index, threshold, training, train_ids)
+            report["errors"] = summary(found)
+            text += summary_markdown(report["errors"]) + f"- the errors, one per line: {errors}\n"
+            write_jsonl(found, errors)
     typer.echo(text)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
