@@ -45,9 +45,10 @@ def add(case: str = typer.Option(..., help="the case's name in the report"),
         dev: Path = typer.Option(..., help="gold .spacy corpus"), train: Path = typer.Option(..., help="its training corpus"),
         kb: Path = typer.Option(None, help="link against this KB folder instead of the pipeline's (its name rows made in --work)"),
         work: Path = typer.Option(None, help="folder for the name rows of --kb"),
+        encoder: str = typer.Option(None, help="link with this encoder instead of the pipeline's (a --kb it built)"),
         errors_file: Path = typer.Option(None, help="also write the errors here (JSONL)"),
         output: Path = typer.Option(OUTPUT, help="report path without suffix")):
-    nlp, linker = load(pipeline, kb, work)
+    nlp, linker = load(pipeline, kb, work, {"components.pel_linker.encoder": encoder} if encoder else None)
     docs, train_docs = read_docbin(nlp, dev), read_docbin(nlp, train)
     linker.ensure_loaded()
     train_ids = canonical_ids(linker, corpus_ids(train_docs))
@@ -57,7 +58,7 @@ def add(case: str = typer.Option(..., help="the case's name in the report"),
     if errors_file:
         write_jsonl(errors, errors_file)
     wrong = [e for e in errors if e["kind"] == "wrong_entity"]
-    entry = {"case": case, "pipeline": str(pipeline), "kb": str(kb) if kb else None, "dev": str(dev), "train": str(train), "command": invocation(),
+    entry = {"case": case, "pipeline": str(pipeline), "kb": str(kb) if kb else None, "encoder": encoder, "dev": str(dev), "train": str(train), "command": invocation(),
              "in_kb": report["counts"]["in_kb"], "R@1": report["recall_in_kb"]["R@1"], "R@64": report["recall_in_kb"]["R@64"],
              "unseen R@1": report["recall_unseen"].get("R@1"), **summary(errors),
              "unseen_causes": dict(Counter(e["cause"] for e in wrong if not e.get("seen"))),
