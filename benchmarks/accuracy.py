@@ -62,14 +62,16 @@ def name_rules(pipeline: Path) -> List[str]:
 
 def names_for(pipeline: Path, kb: Path, work: Path) -> Path:
     """A name index for ``kb``: the pipeline's own, cut down to ``kb``'s entities where ``kb`` is part of
-    the pipeline's KB (OKB), else built with the pipeline's encoder (MEDIC)."""
+    the pipeline's KB (OKB) and encoded by the same entity tower, else built with ``kb``'s encoder (MEDIC)."""
     out = work / f"names_{kb.name}"
     if not (out / "meta.json").exists():
         rule = name_rules(pipeline)[0].split(".")
         own = NameIndex.from_disk(pipeline / rule[1] / NAMES_FOLDER)
+        target = EntityIndex.from_disk(kb)
         try:
-            own.for_kb(EntityIndex.from_disk(pipeline / rule[1] / "kb").entities.ids,
-                       EntityIndex.from_disk(kb).entities.ids).to_disk(out)
+            if own.fingerprint != target.fingerprint:  # another entity tower encoded kb: its own name rows
+                raise ValueError("another encoder")
+            own.for_kb(EntityIndex.from_disk(pipeline / rule[1] / "kb").entities.ids, target.entities.ids).to_disk(out)
         except ValueError:
             build_names(kb, out, progress=True)
     return out

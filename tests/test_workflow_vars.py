@@ -308,3 +308,20 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
     assert linker.vectors is mention_text_vectors and len(linker.index.entities) == 5
     assert linker.rules["aliases"].counts is None  # KB names only: no surface forms from annotated text
     assert "R@1" in (project / "metrics/mine/mine_dev_kb_only.md").read_text()
+    # transfer: that pipeline's encoder taught the catalogue again, then the pipeline retargeted to the KB it encoded
+    extra += ["--vars.transfer_from", "training/mine/pipeline_kb_only", "--vars.transfer_options",
+              " --synonyms.steps 2 --synonyms.eval_entities 1 --training.batch_size 2 --training.eval_every 2 "
+              "--training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2 --training.precision fp32"]
+    commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
+    assert workflows["transfer"][2:] == ["adapt_transfer", "build_kb_transfer", "build_names_transfer", "retarget",
+                                         "evaluate_transfer"]
+    for step in workflows["transfer"][2:]:
+        for line in commands[step]["script"]:
+            run_line(line)
+    taught = BiEncoder.from_pretrained(project / "training/mine/transfer_encoder")
+    assert taught.fingerprint() != adapted.fingerprint()  # taught again from the pipeline's encoder
+    moved = spacy.load(project / "training/mine/pipeline_transfer").get_pipe("pel_linker")
+    moved.ensure_loaded()
+    assert moved.index.fingerprint == taught.fingerprint() != linker.index.fingerprint
+    assert moved.vectors is mention_text_vectors  # the source pipeline's strategies kept
+    assert "R@1" in (project / "metrics/mine/mine_dev_transfer.md").read_text()

@@ -236,6 +236,17 @@ class EntityIndex:
     @classmethod
     def from_disk(cls, path: PathLike, precision: str = "auto") -> "EntityIndex":
         path = Path(path)
+        meta = cls.read_meta(path)
+        try:
+            return cls._read(path, meta, precision)
+        except FileNotFoundError as err:
+            missing = Path(err.filename).name if err.filename else str(err)
+            raise IncompleteKBError(f"KB folder {path} is incomplete: {missing} is missing; rebuild it with build_kb") from None
+
+    @staticmethod
+    def read_meta(path: PathLike) -> dict:
+        """A KB folder's ``meta.json`` (entity count, encoder fingerprint and source, index kind), checked."""
+        path = Path(path)
         if not (path / "meta.json").exists():
             raise FileNotFoundError(f"{path} is not a spacy_pel KB folder (no meta.json); build one with build_kb")
         try:
@@ -246,11 +257,7 @@ class EntityIndex:
             raise IncompleteKBError(f"KB folder {path} is damaged: meta.json is not a JSON object")
         if meta.get("format_version") not in READABLE_VERSIONS:
             raise InputError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
-        try:
-            return cls._read(path, meta, precision)
-        except FileNotFoundError as err:
-            missing = Path(err.filename).name if err.filename else str(err)
-            raise IncompleteKBError(f"KB folder {path} is incomplete: {missing} is missing; rebuild it with build_kb") from None
+        return meta
 
     @classmethod
     def _read(cls, path: Path, meta: dict, precision: str) -> "EntityIndex":

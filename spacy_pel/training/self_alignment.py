@@ -11,14 +11,21 @@ The run is :func:`~spacy_pel.training.retriever.run_retriever` over a retriever 
 (``configs/adapt.cfg``; ``None``: :data:`DEFAULTS`) with the KB as ``paths.kb`` and no corpus. Its
 resumable state is ``ENCODER.work/``, kept only when the KB file's content and the settings are the
 ones it was made from; the best encoder is written to ``ENCODER`` at the end.
+
+Started from an encoder this package saved (a trained retriever: ``--encoder
+PIPELINE/pel_linker/encoder``), the run continues that encoder in its own input formats: its word-piece
+lengths and pooling are kept unless the command line sets them. That is how a trained pipeline is
+taught a KB it was not trained on before linking against it (:mod:`spacy_pel.pipeline.retarget`).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from confection import Config
 
+from ..models.encoder import CONFIG_FILE
 from .adapt import WORK_SUFFIX, kb_stamp, nested, prepare_work, publish
 from .config import PathLike, RetrieverConfig, load_config
 from .retriever import run_retriever
@@ -35,6 +42,8 @@ DEFAULTS: Dict[str, Any] = {
     "training.train_entity_encoder": True, "training.precision": "auto", "training.batch_size": 32,
     "training.lr": 5e-5, "training.warmup": 0.1, "training.eval_every": 250, "training.eval_kb_sample": 5000,
 }
+# the input settings a saved start encoder keeps (unless the command line sets them)
+KEPT = ("mention_max_length", "entity_max_length", "mention_pooling")
 # settings that do not change what a resumed run computes
 UNSTAMPED = ("max_minutes", "resume", "device", "eval_every")
 
@@ -46,10 +55,22 @@ def retriever_adapt_config(config: Optional[PathLike], overrides: Optional[Mappi
     return Config(nested({**DEFAULTS, **dict(overrides or {})}))
 
 
+def kept_settings(base: str) -> Dict[str, Any]:
+    """The input settings of a start encoder this package saved, as overrides (none for a model name)."""
+    path = Path(str(base)) / CONFIG_FILE
+    if not path.exists():
+        return {}
+    saved = json.loads(path.read_text(encoding="utf8"))
+    return {f"encoder.{key}": saved[key] for key in KEPT if key in saved}
+
+
 def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Optional[Mapping[str, Any]] = None,
                     progress: bool = True) -> Dict[str, Any]:
     """Self-align in the retriever's formats as ``config`` + ``overrides`` say (``paths.kb`` and
-    ``paths.kb_format`` name the KB file); write the encoder to ``output``. Returns the loop's state."""
+    ``paths.kb_format`` name the KB file); write the encoder to ``output``. Returns the loop's state.
+    A saved start encoder keeps its input settings unless ``overrides`` set them (see the module doc)."""
+    base = retriever_adapt_config(config, overrides)["encoder"]["base"]
+    overrides = {**kept_settings(base), **dict(overrides or {})}
     raw = retriever_adapt_config(config, overrides)
     cfg = RetrieverConfig.from_config(raw, str(config or "adapt settings"))
     output = Path(output)

@@ -1,0 +1,31 @@
+"""``python -m spacy_pel retarget``: the command line over :mod:`spacy_pel.pipeline.retarget`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..pipeline.retarget import __doc__ as LIBRARY_DOC
+from ..pipeline.retarget import retarget
+from ._errors import cli_errors, require_dir, require_writable_parent
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+@cli_errors
+def main(
+    pipeline: Path = typer.Argument(..., help="A saved spaCy pipeline with pel_linker"),
+    kb: Path = typer.Option(..., "--kb", help="The KB folder to link against (from build-kb)"),
+    output: Path = typer.Option(..., "--output", "-o", help="Pipeline folder to write"),
+    names: Optional[Path] = typer.Option(None, "--names", help="The KB's name rows (from build-names), for a pipeline with a name-rows rule"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the one that built the KB, from its meta.json)"),
+):
+    """Write a trained pipeline that links against another KB."""
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_dir(kb, "KB folder", "meta.json")
+    require_dir(names, "name rows", "meta.json")
+    require_writable_parent(output, "output")
+    _, overrides = retarget(pipeline, kb, output, names, encoder)
+    typer.echo(f"wrote {output}: " + ", ".join(f"{k} = {v}" for k, v in overrides.items()))

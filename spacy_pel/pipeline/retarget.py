@@ -1,0 +1,58 @@
+"""A trained pipeline linking against another KB (``python -m spacy_pel retarget``).
+
+The pipeline keeps its rules, maps and NIL strategy; its ``pel_linker`` gets the new KB folder, the
+encoder that encoded it (the KB's own, recorded in its ``meta.json``, unless another is given) and,
+when it has a name-rows rule, the new KB's name rows. A KB never trained on links better when the
+pipeline's encoder is first taught that KB's synonyms (``python -m spacy_pel adapt KB --encoder
+PIPELINE/pel_linker/encoder``: KB self-alignment from the trained retriever, then ``build-kb`` and
+``build-names`` with it; ``benchmarks/retarget.md``). The NIL threshold was calibrated with the old
+KB: calibrate again on a corpus of the new one with NIL mentions (``python -m spacy_pel calibrate``).
+
+The written pipeline is self-contained: the KB, encoder and name rows are saved in it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import spacy
+from spacy.language import Language
+
+from ..files import InputError, PathLike, atomic_dir
+from ..retrieval.index import EntityIndex
+from .linker import find_linker
+from .rules.name_rows import NAME as NAME_ROWS
+
+
+def linker_overrides(pipeline: PathLike, kb: PathLike, names: Optional[PathLike] = None,
+                     encoder: Optional[str] = None) -> Dict[str, str]:
+    """The config overrides that point a saved pipeline's ``pel_linker`` at ``kb`` (see the module doc)."""
+    config = spacy.util.load_config(Path(pipeline) / "config.cfg")
+    linkers = [name for name, comp in config["components"].items() if comp.get("factory") == "pel_linker"]
+    if not linkers:
+        raise InputError(f"{pipeline}: the pipeline has no pel_linker")
+    name = linkers[0]
+    source = encoder or EntityIndex.read_meta(kb).get("encoder_source")
+    if not source:
+        raise InputError(f"{kb}: its meta.json does not say which encoder built it; give that encoder")
+    overrides = {f"components.{name}.kb": str(kb), f"components.{name}.encoder": str(source)}
+    rules = [key for key, rule in config["components"][name].get("rules", {}).items() if rule.get("@misc") == NAME_ROWS]
+    if rules and names is None:
+        raise InputError(f"{pipeline}: its name-rows rule needs the new KB's name rows "
+                         f"(python -m spacy_pel build-names {kb} --output NAMES, then --names NAMES)")
+    for key in rules:
+        overrides[f"components.{name}.rules.{key}.names"] = str(names)
+    return overrides
+
+
+def retarget(pipeline: PathLike, kb: PathLike, output: PathLike, names: Optional[PathLike] = None,
+             encoder: Optional[str] = None) -> Tuple[Language, Dict[str, str]]:
+    """Write ``pipeline`` linking against ``kb`` to ``output`` (atomically); returns the pipeline and
+    the config overrides it was loaded with. A KB, encoder and name rows that do not belong together
+    are refused here (their fingerprints), not at the first document."""
+    overrides = linker_overrides(pipeline, kb, names, encoder)
+    nlp = spacy.load(pipeline, config=overrides)
+    find_linker(nlp)[1].ensure_loaded()
+    with atomic_dir(output) as tmp:
+        nlp.to_disk(tmp)
+    return nlp, overrides

@@ -1,0 +1,87 @@
+"""``python -m spacy_pel retarget``: a trained pipeline linking against another KB."""
+import shutil
+
+import pytest
+import spacy
+from spacy.tokens import Span
+from typer.testing import CliRunner
+
+from spacy_pel.cli import app
+from spacy_pel.files import InputError
+from spacy_pel.pipeline.linker import find_linker
+from spacy_pel.pipeline.retarget import retarget
+from spacy_pel.retrieval.build import build_kb
+from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.retrieval.names import EncoderMismatchError, build_names
+
+OTHER_KB = [
+    '{"id": "H1", "name": "heart failure", "aliases": ["cardiac failure"], "types": ["Disease"]}',
+    '{"id": "H2", "name": "hypertension", "aliases": ["high blood pressure"], "types": ["Disease"]}',
+    '{"id": "H3", "name": "metformin", "types": ["Chemical"]}',
+]
+
+
+@pytest.fixture
+def saved_pipeline(kb_dir, tmp_path):
+    """A pipeline over the conftest KB with the alias table and the name-rows rule, saved."""
+    names = tmp_path / "names"
+    build_names(kb_dir, names, progress=False)
+    rules = {"aliases": {"@misc": "spacy_pel.rules.alias_table.v1"},
+             "names": {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names), "mode": "names"}}
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "rules": rules, "top_k": 3})
+    find_linker(nlp)[1].ensure_loaded()
+    nlp.to_disk(tmp_path / "pipeline")
+    return tmp_path / "pipeline"
+
+
+@pytest.fixture
+def other_kb(tmp_path, other_tiny_bert):
+    """Another KB, encoded by another encoder (as an encoder adapted on it would be), and its name rows."""
+    from spacy_pel.models.encoder import BiEncoder
+
+    encoder = tmp_path / "other_encoder"
+    BiEncoder.from_pretrained(str(other_tiny_bert)).save(encoder)
+    (tmp_path / "other.jsonl").write_text("\n".join(OTHER_KB) + "\n", encoding="utf8")
+    kb = tmp_path / "other_kb"
+    build_kb(tmp_path / "other.jsonl", kb, format="jsonl", encoder=str(encoder), progress=False)
+    build_names(kb, tmp_path / "other_names", progress=False)
+    return kb, tmp_path / "other_names", encoder
+
+
+def link(nlp, text, spans):
+    doc = nlp.make_doc(text)
+    doc.ents = [Span(doc, a, b, label="Disease") for a, b in spans]
+    return [e.kb_id_ for e in nlp(doc).ents]
+
+
+def test_the_retargeted_pipeline_links_the_new_kb_and_holds_it(saved_pipeline, other_kb, tmp_path, monkeypatch):
+    kb, names, encoder = other_kb
+    retarget(saved_pipeline, kb, tmp_path / "out", names)
+    shutil.move(str(kb), tmp_path / "gone_kb")  # the written pipeline holds its KB, encoder and name rows
+    shutil.move(str(names), tmp_path / "gone_names")
+    shutil.move(str(encoder), tmp_path / "gone_encoder")
+    monkeypatch.chdir(tmp_path.parent)
+    nlp = spacy.load(tmp_path / "out")
+    linker = find_linker(nlp)[1]
+    linker.ensure_loaded()
+    assert list(linker.index.entities.ids) == ["H1", "H2", "H3"]
+    assert linker.encoder.fingerprint() == EntityIndex.from_disk(tmp_path / "gone_kb").fingerprint
+    assert set(nlp.config["components"]["pel_linker"]["rules"]) == {"aliases", "names"}  # the rules kept
+    # KB names decide: the alias table of the new KB's names, the name rows of its synonyms
+    assert link(nlp, "cardiac failure and hypertension", [(0, 2), (3, 4)]) == ["H1", "H2"]
+
+
+def test_refused_without_name_rows_or_with_rows_of_another_encoder(saved_pipeline, other_kb, kb_dir, tmp_path):
+    kb, names, _ = other_kb
+    with pytest.raises(InputError, match="build-names"):
+        retarget(saved_pipeline, kb, tmp_path / "out", None)
+    with pytest.raises(EncoderMismatchError):  # the first KB's name rows: another entity tower
+        retarget(saved_pipeline, kb, tmp_path / "out", tmp_path / "names")
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    result = CliRunner().invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0 and "build-names" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "--names", str(names),
+                                      "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "config.cfg").exists()
