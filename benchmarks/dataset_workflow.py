@@ -36,7 +36,8 @@ def figures(values: Dict[str, str]) -> dict:
     """The evaluation reports' headline figures, where the workflows wrote them."""
     out = {}
     base = ROOT / f"metrics{values['subdir']}" / f"{values['corpus']}_dev"
-    for name, path in (("linking", base.with_suffix(".json")), ("e2e", Path(f"{base}_e2e.json"))):
+    for name, path in (("linking", base.with_suffix(".json")), ("e2e", Path(f"{base}_e2e.json")),
+                       ("transfer", Path(f"{base}_transfer.json"))):
         if path.exists():
             out[name] = json.loads(path.read_text())
     return out
@@ -64,6 +65,18 @@ def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (co
     out.with_suffix(".md").write_text(markdown(report, values), encoding="utf8")
 
 
+def gold_mention_table(e: dict, title: str) -> List[str]:
+    """An evaluation report's recall@k (unseen R@1 where the workflow gave a training corpus) as markdown."""
+    rk, un = e.get("recall_in_kb", {}), e.get("recall_unseen", {})
+    lines = [f"## Gold mentions ({title})", "", "| measure | value |", "|---|---:|",
+             f"| in-KB mentions | {e.get('counts', {}).get('in_kb', '–')} |"]
+    lines += [f"| {k} | {v:.4f} |" for k, v in rk.items() if k.startswith("R@")]
+    lines += [f"| unseen-entity {k} | {v:.4f} |" for k, v in un.items() if k == "R@1"]
+    if "mentions_per_s" in e:
+        lines.append(f"| mentions/s (evaluate) | {e['mentions_per_s']:,.0f} |")
+    return lines + [""]
+
+
 def markdown(r: dict, values: Dict[str, str]) -> str:
     m = r["machine"]
     lines = [f"# The workflows on {values['corpus_title']} + {values['kb_title']} (preset `{r['preset']}`)", "",
@@ -73,16 +86,10 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
              + (f" --output {r['output']}" if r.get("output") else "") + "` "
              f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`, timed step by step).", ""]
     f = r.get("figures", {})
-    if "linking" in f:
-        e = f["linking"]
-        rk, un = e.get("recall_in_kb", {}), e.get("recall_unseen", {})
-        lines += ["## Gold mentions (the calibrated pipeline of `all`)", "", "| measure | value |", "|---|---:|",
-                  f"| in-KB mentions | {e.get('counts', {}).get('in_kb', '–')} |"]
-        lines += [f"| {k} | {v:.4f} |" for k, v in rk.items() if k.startswith("R@")]
-        lines += [f"| unseen-entity {k} | {v:.4f} |" for k, v in un.items() if k == "R@1"]
-        if "mentions_per_s" in e:
-            lines.append(f"| mentions/s (evaluate) | {e['mentions_per_s']:,.0f} |")
-        lines.append("")
+    for key, title in (("linking", "the calibrated pipeline of `all`"),
+                       ("transfer", f"the pipeline of `transfer`: {values['transfer_from']} retargeted")):
+        if key in f:
+            lines += gold_mention_table(f[key], title)
     if "e2e" in f:
         lines += ["## End to end from raw text (`e2e`)", "", "```json", json.dumps({k: v for k, v in f["e2e"].items()
                                                                                      if not isinstance(v, list)}, indent=1)[:3000], "```", ""]
