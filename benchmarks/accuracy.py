@@ -36,8 +36,8 @@ from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  
 from spacy_pel.evaluation.nil import calibrate  # noqa: E402
 from spacy_pel.pipeline import nil as nil_strategies  # noqa: E402
 from spacy_pel.pipeline.linker import find_linker  # noqa: E402
-from spacy_pel.pipeline.name_rows import NAME as NAME_ROWS  # noqa: E402
 from spacy_pel.pipeline.name_rows import NAMES_FOLDER  # noqa: E402
+from spacy_pel.pipeline.retarget import name_row_rules  # noqa: E402
 from spacy_pel.retrieval.build import build_kb  # noqa: E402
 from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
 from spacy_pel.retrieval.names import NameIndex, build_names  # noqa: E402
@@ -53,19 +53,12 @@ NIL_RUNS = [("top score, free threshold", "top_score", None), ("top score, ≤ 1
 CLASSIFIER_RUNS = ("NIL classifier", "NIL classifier with pairwise terms")  # the runs above whose weights and OKB row are shown
 
 
-def name_rules(pipeline: Path) -> List[str]:
-    """Config paths of the pipeline's name-row rules (``spacy_pel.rules.name_rows.v1``)."""
-    config = spacy.util.load_config(pipeline / "config.cfg")
-    return [f"components.{c}.rules.{key}" for c, comp in config["components"].items() if comp.get("factory") == "pel_linker"
-            for key, rule in comp.get("rules", {}).items() if rule.get("@misc") == NAME_ROWS]
-
-
 def names_for(pipeline: Path, kb: Path, work: Path) -> Path:
     """A name index for ``kb``: the pipeline's own, cut down to ``kb``'s entities where ``kb`` is part of
     the pipeline's KB (OKB) and encoded by the same entity tower, else built with ``kb``'s encoder (MEDIC)."""
     out = work / f"names_{kb.name}"
     if not (out / "meta.json").exists():
-        rule = name_rules(pipeline)[0].split(".")
+        rule = name_row_rules(pipeline)[0].split(".")
         own = NameIndex.from_disk(pipeline / rule[1] / NAMES_FOLDER)
         target = EntityIndex.from_disk(kb)
         try:
@@ -83,7 +76,7 @@ def load(pipeline: Path, kb: Optional[Path] = None, work: Optional[Path] = None,
     config = dict(settings or {})
     if kb:
         config["components.pel_linker.kb"] = str(kb)
-        for rule in name_rules(pipeline):
+        for rule in name_row_rules(pipeline):
             config[f"{rule}.names"] = str(names_for(pipeline, kb, work))
     nlp = spacy.load(pipeline, config=config)
     return nlp, find_linker(nlp)[1]
