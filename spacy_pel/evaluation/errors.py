@@ -23,13 +23,14 @@ the predicted entities, and the mention in its context.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 from spacy.tokens import Doc
 
-from ..corpora import NIL, gold_ids, gold_spans
+from ..corpora import NIL, gold_spans
 from ..kb.entity import normalize
+from ..pipeline.aliases import mention_counts
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import compact_key
 from .linking import row_confidence
@@ -40,14 +41,9 @@ CONTEXT_CHARS = 60
 
 
 def surface_ids(docs: Iterable[Doc], canonical: Callable[[str], str]) -> Dict[str, Set[str]]:
-    """Normalised gold mention text → the primary ids it is linked to in ``docs``."""
-    found: Dict[str, Set[str]] = defaultdict(set)
-    for doc in docs:
-        for span in gold_spans(doc):
-            ids = {canonical(i) for i in gold_ids(span.kb_id_) if i != NIL}
-            if ids:
-                found[normalize(span.text)].update(ids)
-    return dict(found)
+    """Normalised gold mention text → the primary ids it is linked to in ``docs`` (the alias table's
+    :func:`~spacy_pel.pipeline.aliases.mention_counts`, ids mapped by ``canonical``)."""
+    return {key: {canonical(i) for i in ids} for key, ids in mention_counts(docs).items()}
 
 
 def name_rows(index: EntityIndex, text: str) -> Set[int]:
