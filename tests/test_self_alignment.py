@@ -3,13 +3,16 @@ import json
 
 import numpy as np
 import pytest
+import spacy
 import torch
+from spacy.tokens import Span
 
+from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.kb import Entity, read_kb
 from spacy_pel.models.encoder import BiEncoder, Mention
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training import retriever as retriever_module
-from spacy_pel.training.config import RetrieverConfig
+from spacy_pel.training.config import ConfigError, RetrieverConfig
 from spacy_pel.training.self_alignment import DEFAULTS, adapt_retriever, retriever_adapt_config
 from spacy_pel.training.synonyms import split_synonyms, synonym_pairs
 
@@ -114,3 +117,29 @@ def test_a_saved_start_encoder_keeps_its_input_lengths(synonym_kb, tiny_encoder_
     adapt_retriever(None, tmp_path / "b", settings(synonym_kb, start, **{"synonyms.steps": 2, "encoder.entity_max_length": 24}),
                     progress=False)
     assert BiEncoder.from_pretrained(tmp_path / "b").config.entity_max_length == 24  # the command line wins
+
+
+def test_replayed_training_mentions_join_the_synonym_batches(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+    """``synonyms.replay``: the mentions of a training corpus whose gold is in the KB share every batch of
+    the synonym stage; with ``training.epochs 0`` no mention stage follows."""
+    nlp = spacy.blank("en")
+    docs = []
+    for text, a, b, kb_id in [("Lithium salt toxicity was seen.", 0, 2, "E0"), ("He had high fever.", 2, 4, "E9"),
+                              ("Bevacizumab caused harm.", 0, 1, "X7")]:  # X7: not in the KB, not replayed
+        doc = nlp.make_doc(text)
+        doc.spans[GOLD_KEY] = [Span(doc, a, b, label="X", kb_id=kb_id)]
+        doc.ents = list(doc.spans[GOLD_KEY])
+        docs.append(doc)
+    write_docbin(docs, tmp_path / "train.spacy")
+    extra = {"paths.train": str(tmp_path / "train.spacy"), "synonyms.replay": 0.25, "training.epochs": 0,
+             "synonyms.steps": 6}
+    cfg = RetrieverConfig.from_config(retriever_adapt_config(None, settings(synonym_kb, tiny_encoder_dir, **extra)))
+    task = retriever_module.RetrieverTask(cfg)
+    assert [(s.name, s.steps, s.replayed, s.replay_per_batch) for s in task.stages] == [("synonyms", 6, 2, 2)]
+    batch = next(iter(task.batches(0)))
+    assert [sorted(g) for g in batch.examples.gold[-2:]] in ([[0], [9]], [[9], [0]])  # both replayed mentions
+    state = adapt_retriever(None, tmp_path / "a", settings(synonym_kb, tiny_encoder_dir, **extra), progress=False)
+    assert state["step"] == 6
+    with pytest.raises(ConfigError, match="replay"):  # no corpus to replay
+        RetrieverConfig.from_config(retriever_adapt_config(None, settings(synonym_kb, tiny_encoder_dir,
+                                                                          **{"synonyms.replay": 0.25})))

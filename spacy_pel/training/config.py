@@ -110,6 +110,11 @@ class SynonymsSection:
     # without a dev corpus (paths.dev = null): entities held out of the synonym stage, whose synonyms
     # select the model (each its entity among them and training.eval_kb_sample random KB entities)
     eval_entities: int = 1000
+    # with paths.train: this share of every synonym-stage batch are mentions of the training corpus
+    # (those linked to an entity of this KB), replayed so that a trained retriever taught a new KB keeps
+    # what mention training taught it (the mention stage still follows as training.epochs/max_steps
+    # say; epochs = 0: none)
+    replay: float = 0.0
 
 
 @dataclass
@@ -312,6 +317,10 @@ class RetrieverConfig:
                f"must be >= 0, not {out.augment.entity_swaps}")
         _check(out.synonyms.eval_entities >= 0, f"{source} [synonyms] eval_entities",
                f"must be >= 0, not {out.synonyms.eval_entities}")
+        _check(0.0 <= out.synonyms.replay < 1.0, f"{source} [synonyms] replay",
+               f"must be within [0, 1), not {out.synonyms.replay}")
+        _check(not out.synonyms.replay or (bool(out.paths.train) and out.synonyms.steps > 0), f"{source} [synonyms] replay",
+               "replays the mentions of paths.train during synonyms.steps; both are needed")
         _check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",
                "a training corpus is needed unless synonyms.steps > 0 (KB synonyms alone)")
         _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")

@@ -20,7 +20,9 @@ Two modes for the entity tower (``[training] train_entity_encoder``):
 
 KB synonym pre-alignment (``[synonyms] steps``) treats KB synonyms as mentions of their entity,
 before the mention steps (or alone, with ``paths.train = null``); the encoder at the end of that
-stage is also saved as ``DIR/after_synonyms``. ``[training] objective = "arborescence"`` trains the
+stage is also saved as ``DIR/after_synonyms``. ``[synonyms] replay`` mixes that share of the training
+corpus's mentions into every synonym batch (the ``transfer`` workflow: a trained retriever learns a new
+KB's synonyms without forgetting its mentions). ``[training] objective = "arborescence"`` trains the
 mention steps with arboEL's arborescence positives (:mod:`spacy_pel.training.arborescence`).
 
 ``[training] entity_space = "centred"`` (frozen tower only) trains against ``normalize(e - μ)``, ``μ``
@@ -40,9 +42,8 @@ encoder) replaces the batch mean at evaluation: ``normalize(normalize(m) - μ_m)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import spacy
@@ -62,6 +63,7 @@ from .config import PathLike, RetrieverConfig, config_for_run
 from .entity_swaps import entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
+from .stages import Batch, Examples, Stage, replaying
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
 
 CENTRE_FILE = "entity_centre.npy"
@@ -113,20 +115,6 @@ class CentredRecallEvaluator(RecallEvaluator):
         return {"dev_r1": float(np.mean([p in g for p, g in zip(pred, self.gold)]))}
 
 
-@dataclass
-class Examples:
-    """Training examples: encoded mention inputs and the KB rows that are gold for each."""
-
-    inputs: List[Tuple[List[int], Tuple[int, int]]]
-    gold: List[Set[int]]
-
-    def __len__(self) -> int:
-        return len(self.gold)
-
-    def subset(self, idx) -> "Examples":
-        return Examples([self.inputs[i] for i in idx], [self.gold[i] for i in idx])
-
-
 def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder, swaps: float = 0.0,
                     seed: int = 0) -> Tuple[Examples, Dict[str, int]]:
     """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used
@@ -145,20 +133,6 @@ def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: i
     examples, and one held-out query for each of ``held_out`` entities none of whose synonyms is trained on."""
     train, queries = split_synonyms(index.entities, held_out, seed)
     return Examples(*pair_inputs(encoder, sample_pairs(train, limit, seed))), Examples(*pair_inputs(encoder, queries))
-
-
-@dataclass
-class Stage:
-    name: str  # "synonyms" or "mentions"
-    examples: Examples
-    steps: int
-
-
-@dataclass
-class Batch:
-    stage: str
-    idx: np.ndarray  # example indices within the stage
-    examples: Examples
 
 
 class RetrieverTask(Task):
@@ -209,8 +183,11 @@ class RetrieverTask(Task):
         if p.train:
             examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder,
                                                      cfg.augment.entity_swaps, self.seed)
+            if cfg.synonyms.replay:
+                self.stages[0] = replaying(self.stages[0], examples, cfg.synonyms.replay, t.batch_size)
             steps = t.max_steps or int(t.epochs * math.ceil(len(examples) / t.batch_size))
-            self.stages.append(Stage("mentions", examples, steps))
+            if steps:
+                self.stages.append(Stage("mentions", examples, steps))
         dev_docs = read_docbin(nlp, p.dev) if p.dev else []
         dev = corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder)[0] if p.dev else held
         self.evaluator = RecallEvaluator(dev.inputs, dev.gold, self.index, reencode_entities=self.train_entities,
@@ -271,13 +248,10 @@ class RetrieverTask(Task):
         first = 0
         self.budget.start()  # the budget counts training steps, not loading
         for stage in self.stages:
-            per_epoch = max(1, math.ceil(len(stage.examples) / bs))
             for step in range(max(start, first), first + stage.steps):
                 if self.budget.spent():
                     return
-                epoch, offset = divmod(step - first, per_epoch)
-                order = np.random.default_rng(self.seed + 1000 * epoch + len(stage.name)).permutation(len(stage.examples))
-                idx = order[offset * bs : (offset + 1) * bs]
+                idx = stage.batch(step - first, bs, self.seed)
                 yield Batch(stage.name, idx, stage.examples.subset(idx))
             first += stage.steps
 
