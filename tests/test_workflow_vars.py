@@ -17,6 +17,7 @@ import bioc
 import pytest
 import spacy
 import torch
+from confection import Config
 from spacy.cli import app as spacy_app
 from spacy.cli._util import parse_config_overrides as cli_overrides  # what spacy_pel.train reads its overrides with
 from typer.testing import CliRunner
@@ -309,7 +310,8 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
     assert linker.rules["aliases"].counts is None  # KB names only: no surface forms from annotated text
     assert "R@1" in (project / "metrics/mine/mine_dev_kb_only.md").read_text()
     # transfer: that pipeline's encoder taught the catalogue again, then the pipeline retargeted to the KB it encoded
-    extra += ["--vars.transfer_from", "training/mine/pipeline_kb_only", "--vars.transfer_options",
+    extra += ["--vars.transfer_from", "training/mine/pipeline_kb_only", "--vars.transfer_corpus", "corpus/mine_train.spacy",
+              "--vars.transfer_options",
               " --synonyms.steps 2 --synonyms.eval_entities 1 --training.batch_size 2 --training.eval_every 2 "
               "--training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2 --training.precision fp32"]
     commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
@@ -319,6 +321,8 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
         for line in commands[step]["script"]:
             run_line(line)
     taught = BiEncoder.from_pretrained(project / "training/mine/transfer_encoder")
+    run = Config().from_disk(project / "training/mine/transfer_encoder.work/config.cfg")
+    assert (run["paths"]["train"], run["synonyms"]["replay"]) == ("corpus/mine_train.spacy", 0.25)  # its mentions replayed
     assert taught.fingerprint() != adapted.fingerprint()  # taught again from the pipeline's encoder
     moved = spacy.load(project / "training/mine/pipeline_transfer").get_pipe("pel_linker")
     moved.ensure_loaded()

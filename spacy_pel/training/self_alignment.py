@@ -38,7 +38,7 @@ DEFAULTS: Dict[str, Any] = {
     "loss.name": "ce_cosine", "loss.scale": 20.0,
     "negatives.kind": "shared", "negatives.count": 4, "negatives.hard_fraction": 0.5,
     "negatives.refresh_every": 100, "negatives.pool": 20000,
-    "synonyms.steps": 1000, "synonyms.pairs": 0, "synonyms.eval_entities": 1000,
+    "synonyms.steps": 1000, "synonyms.pairs": 0, "synonyms.eval_entities": 1000, "synonyms.replay": 0.0,
     "training.train_entity_encoder": True, "training.precision": "auto", "training.batch_size": 32,
     "training.lr": 5e-5, "training.warmup": 0.1, "training.eval_every": 250, "training.eval_kb_sample": 5000,
 }
