@@ -11,6 +11,9 @@ markdown from the JSON.
         --train corpus/bc5cdr_train.spacy --work training/bench/retarget/plain --minutes 0
     python benchmarks/retarget.py run --case "BC5CDR pipeline → MEDIC, adapted 10 min" … --work training/bench/retarget/a10 \\
         --minutes 10 --options " --synonyms.steps 200 --training.lr 0.00002"
+
+(``--options`` takes any adapt setting: `` --paths.train corpus/bc5cdr_train.spacy --synonyms.replay 0.25
+--training.epochs 0`` replays the pipeline's training mentions, as the workflow does.)
 """
 from __future__ import annotations
 
