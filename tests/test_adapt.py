@@ -1,5 +1,6 @@
 """KB self-alignment (spacy_pel.training.adapt), its pair losses and the shared negatives."""
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -107,9 +108,19 @@ def test_adapt_trains_one_tower_writes_it_as_both_and_resumes(synonym_kb, tiny_e
     # a KB built with the base encoder is refused for the adapted one
     with pytest.raises(ValueError, match="built with entity encoder"):
         EntityIndex.build(read_kb(synonym_kb), base).check_encoder(adapted)
-    # more steps resume from the work folder: only the new steps run
-    again = adapt(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 8}), progress=False)
-    assert again["step"] == 8 and [h["step"] for h in again["history"]] == [3, 6, 8]
+
+
+
+def test_adapt_resumes_a_run_its_time_budget_stopped(synonym_kb, tiny_encoder_dir, tmp_path, caplog):
+    out = tmp_path / "adapted"
+    cut = adapt(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 60, "training.eval_every": 30,
+                                                                     "training.max_minutes": 0.001}), progress=False)
+    assert 0 < cut["step"] < 60
+    with caplog.at_level(logging.WARNING, logger="spacy_pel.training.adapt"):
+        state = adapt(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 60, "training.eval_every": 30}),
+                      progress=False)
+    assert "starting over" not in caplog.text  # the budget is not an input: the work folder is kept
+    assert state["step"] == 60 and state["history"][: len(cut["history"])] == cut["history"]  # continued, its log kept
 
 
 def test_adapt_starts_over_when_the_kb_changes(synonym_kb, tiny_encoder_dir, tmp_path):

@@ -1,5 +1,6 @@
 """KB self-alignment in the retriever's formats (spacy_pel.training.self_alignment, .synonyms)."""
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -82,12 +83,15 @@ def test_shuffled_positives_do_not_pull_synonyms_together(synonym_kb, tiny_encod
     assert margin(adapted, entities, pairs) < margin(base, entities, pairs) + 0.1
 
 
-def test_adapt_resumes_and_starts_over_when_the_kb_changes(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+def test_adapt_resumes_and_starts_over_when_the_kb_changes(synonym_kb, tiny_encoder_dir, tmp_path, caplog):  # noqa: F811
     out = tmp_path / "adapted"
-    first = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir), progress=False)
-    assert [h["step"] for h in first["history"]] == [15, 30] and "dev_r1" in first["history"][0]
-    more = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir, **{"synonyms.steps": 45}), progress=False)
-    assert [h["step"] for h in more["history"]] == [15, 30, 45]  # resumed: only the new steps ran
+    cut = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir, **{"training.max_minutes": 0.001}),
+                          progress=False)
+    assert 0 < cut["step"] < 30  # stopped by the time budget, evaluated where it stopped
+    with caplog.at_level(logging.WARNING, logger="spacy_pel.training.adapt"):
+        first = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir), progress=False)
+    assert "starting over" not in caplog.text and first["step"] == 30 and "dev_r1" in first["history"][0]
+    assert first["history"][: len(cut["history"])] == cut["history"]  # resumed: the cut run's log goes on
     with open(synonym_kb, "a", encoding="utf8") as f:
         f.write(json.dumps({"id": "E99", "name": "gout", "aliases": ["podagra"]}) + "\n")
     again = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir), progress=False)
@@ -119,7 +123,7 @@ def test_a_saved_start_encoder_keeps_its_input_lengths(synonym_kb, tiny_encoder_
     assert BiEncoder.from_pretrained(tmp_path / "b").config.entity_max_length == 24  # the command line wins
 
 
-def test_replayed_training_mentions_join_the_synonym_batches(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+def test_replayed_training_mentions_join_the_synonym_batches(synonym_kb, tiny_encoder_dir, tmp_path, caplog):  # noqa: F811
     """``synonyms.replay``: the mentions of a training corpus whose gold is in the KB share every batch of
     the synonym stage; with ``training.epochs 0`` no mention stage follows."""
     nlp = spacy.blank("en")
@@ -139,7 +143,13 @@ def test_replayed_training_mentions_join_the_synonym_batches(synonym_kb, tiny_en
     batch = next(iter(task.batches(0)))
     assert [sorted(g) for g in batch.examples.gold[-2:]] in ([[0], [9]], [[9], [0]])  # both replayed mentions
     state = adapt_retriever(None, tmp_path / "a", settings(synonym_kb, tiny_encoder_dir, **extra), progress=False)
-    assert state["step"] == 6
+    assert [h["step"] for h in state["history"]] == [6]
+    with caplog.at_level(logging.WARNING, logger="spacy_pel.training.adapt"):
+        adapt_retriever(None, tmp_path / "a", settings(synonym_kb, tiny_encoder_dir, **extra), progress=False)
+        assert not caplog.records  # the same inputs: the work folder is kept
+        write_docbin(docs[1:], tmp_path / "train.spacy")  # another corpus under the same name: the old work is discarded
+        adapt_retriever(None, tmp_path / "a", settings(synonym_kb, tiny_encoder_dir, **extra), progress=False)
+        assert "starting over" in caplog.text
     with pytest.raises(ConfigError, match="replay"):  # no corpus to replay
         RetrieverConfig.from_config(retriever_adapt_config(None, settings(synonym_kb, tiny_encoder_dir,
                                                                           **{"synonyms.replay": 0.25})))

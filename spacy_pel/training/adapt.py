@@ -26,7 +26,7 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -244,15 +244,20 @@ def inputs_stamp(cfg: AdaptConfig) -> Dict[str, Any]:
     return kb_stamp(cfg.kb.path, cfg.kb.format, settings)
 
 
-def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, Any]:
-    """``settings`` and the content hash of the KB files ``kb`` (in ``format``) they train on."""
+def files_sha256(paths: Iterable[Path]) -> str:
+    """One content hash of the files ``paths`` (their names and bytes, in order)."""
     h = hashlib.sha256()
-    for path in kb_files(kb, format):
+    for path in paths:
         h.update(path.name.encode())
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
-    return {"kb_sha256": h.hexdigest(), "settings": settings}
+    return h.hexdigest()
+
+
+def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """``settings`` and the content hash of the KB files ``kb`` (in ``format``) they train on."""
+    return {"kb_sha256": files_sha256(kb_files(kb, format)), "settings": settings}
 
 
 def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:

@@ -9,8 +9,8 @@ select the model by their synonyms' recall@1.
 
 The run is :func:`~spacy_pel.training.retriever.run_retriever` over a retriever config
 (``configs/adapt.cfg``; ``None``: :data:`DEFAULTS`) with the KB as ``paths.kb`` and no corpus. Its
-resumable state is ``ENCODER.work/``, kept only when the KB file's content and the settings are the
-ones it was made from; the best encoder is written to ``ENCODER`` at the end.
+resumable state is ``ENCODER.work/``, kept only when the KB file's content (and a training corpus's)
+and the settings are the ones it was made from; the best encoder is written to ``ENCODER`` at the end.
 
 Started from an encoder this package saved (a trained retriever: ``--encoder
 PIPELINE/pel_linker/encoder``), the run continues that encoder in its own input formats: its word-piece
@@ -26,7 +26,7 @@ from typing import Any, Dict, Mapping, Optional
 from confection import Config
 
 from ..models.encoder import CONFIG_FILE
-from .adapt import WORK_SUFFIX, kb_stamp, nested, prepare_work, publish
+from .adapt import WORK_SUFFIX, files_sha256, kb_stamp, nested, prepare_work, publish
 from .config import PathLike, RetrieverConfig, load_config
 from .retriever import run_retriever
 
@@ -78,7 +78,10 @@ def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Opt
     settings = {section: dict(values) for section, values in raw.items()}
     for key in UNSTAMPED:
         settings.get("training", {}).pop(key, None)
-    prepare_work(work, kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings), cfg.training.resume)
+    stamp = kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings)
+    if cfg.paths.train and Path(cfg.paths.train).is_file():  # a replayed corpus (synonyms.replay) or a mention stage: its content counts too
+        stamp["train_sha256"] = files_sha256([Path(cfg.paths.train)])
+    prepare_work(work, stamp, cfg.training.resume)
     raw.to_disk(work / "config.cfg")
     state = run_retriever(cfg, work, progress)
     publish(work, output, state)
