@@ -110,10 +110,7 @@ class SynonymsSection:
     # without a dev corpus (paths.dev = null): entities held out of the synonym stage, whose synonyms
     # select the model (each its entity among them and training.eval_kb_sample random KB entities)
     eval_entities: int = 1000
-    # with paths.train: this share of every synonym-stage batch are mentions of the training corpus
-    # (those linked to an entity of this KB), replayed so that a trained retriever taught a new KB keeps
-    # what mention training taught it (the mention stage still follows as training.epochs/max_steps
-    # say; epochs = 0: none)
+    # share of each synonym batch given to paths.train's mentions, replayed (training/stages.py; epochs 0: no mention stage)
     replay: float = 0.0
 
 
@@ -313,14 +310,12 @@ class RetrieverConfig:
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
-        _check(out.augment.entity_swaps >= 0, f"{source} [augment] entity_swaps",
-               f"must be >= 0, not {out.augment.entity_swaps}")
-        _check(out.synonyms.eval_entities >= 0, f"{source} [synonyms] eval_entities",
-               f"must be >= 0, not {out.synonyms.eval_entities}")
-        _check(0.0 <= out.synonyms.replay < 1.0, f"{source} [synonyms] replay",
-               f"must be within [0, 1), not {out.synonyms.replay}")
-        _check(not out.synonyms.replay or (bool(out.paths.train) and out.synonyms.steps > 0), f"{source} [synonyms] replay",
-               "replays the mentions of paths.train during synonyms.steps; both are needed")
+        for where, value in (("augment] entity_swaps", out.augment.entity_swaps),
+                             ("synonyms] eval_entities", out.synonyms.eval_entities)):
+            _check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
+        r = out.synonyms.replay
+        _check(0.0 <= r < 1.0 and (not r or (bool(out.paths.train) and out.synonyms.steps > 0)), f"{source} [synonyms] replay",
+               f"{r}: needs paths.train (the corpus replayed), synonyms.steps > 0 and a share within [0, 1)")
         _check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",
                "a training corpus is needed unless synonyms.steps > 0 (KB synonyms alone)")
         _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
