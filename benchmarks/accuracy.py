@@ -53,18 +53,19 @@ NIL_RUNS = [("top score, free threshold", "top_score", None), ("top score, ≤ 1
 CLASSIFIER_RUNS = ("NIL classifier", "NIL classifier with pairwise terms")  # the runs above whose weights and OKB row are shown
 
 
-def names_for(pipeline: Path, kb: Path, work: Path) -> Path:
-    """A name index for ``kb``: the pipeline's own, cut down to ``kb``'s entities where ``kb`` is part of
-    the pipeline's KB (OKB) and encoded by the same entity tower, else built with ``kb``'s encoder (MEDIC)."""
+def names_for(pipeline: Path, kb: Path, work: Path, rule: str) -> Path:
+    """A name index for ``kb`` and the name-rows rule at config path ``rule``: the pipeline's own, cut down
+    to ``kb``'s entities where ``kb`` is part of the pipeline's KB (OKB) and encoded by the same entity
+    tower, else built with ``kb``'s encoder (MEDIC)."""
     out = work / f"names_{kb.name}"
     if not (out / "meta.json").exists():
-        rule = name_row_rules(pipeline)[0].split(".")
-        own = NameIndex.from_disk(pipeline / rule[1] / NAMES_FOLDER)
+        linker = pipeline / rule.split(".")[1]  # the linker's folder: its KB and name rows
+        own = NameIndex.from_disk(linker / NAMES_FOLDER)
         target = EntityIndex.from_disk(kb)
         try:
             if own.fingerprint != target.fingerprint:  # another entity tower encoded kb: its own name rows
                 raise ValueError("another encoder")
-            own.for_kb(EntityIndex.from_disk(pipeline / rule[1] / "kb").entities.ids, target.entities.ids).to_disk(out)
+            own.for_kb(EntityIndex.from_disk(linker / "kb").entities.ids, target.entities.ids).to_disk(out)
         except ValueError:
             build_names(kb, out, progress=True)
     return out
@@ -77,7 +78,7 @@ def load(pipeline: Path, kb: Optional[Path] = None, work: Optional[Path] = None,
     if kb:
         config["components.pel_linker.kb"] = str(kb)
         for rule in name_row_rules(pipeline):
-            config[f"{rule}.names"] = str(names_for(pipeline, kb, work))
+            config[f"{rule}.names"] = str(names_for(pipeline, kb, work, rule))
     nlp = spacy.load(pipeline, config=config)
     return nlp, find_linker(nlp)[1]
 

@@ -13,7 +13,7 @@ The written pipeline is self-contained: the KB, encoder and name rows are saved 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import spacy
 from spacy.language import Language
@@ -24,31 +24,33 @@ from .linker import find_linker
 from .rules.name_rows import NAME as NAME_ROWS
 
 
-def linker_name(pipeline: PathLike) -> str:
-    """The name of a saved pipeline's ``pel_linker`` (read from its config)."""
+def saved_linker(pipeline: PathLike) -> Tuple[str, Dict[str, Any]]:
+    """The name and config section of a saved pipeline's ``pel_linker`` (its ``config.cfg``, read once)."""
     config = spacy.util.load_config(Path(pipeline) / "config.cfg")
     linkers = [name for name, comp in config["components"].items() if comp.get("factory") == "pel_linker"]
     if not linkers:
         raise InputError(f"{pipeline}: the pipeline has no pel_linker")
-    return linkers[0]
+    return linkers[0], config["components"][linkers[0]]
+
+
+def _name_row_paths(name: str, linker: Dict[str, Any]) -> List[str]:
+    return [f"components.{name}.rules.{key}" for key, rule in linker.get("rules", {}).items() if rule.get("@misc") == NAME_ROWS]
 
 
 def name_row_rules(pipeline: PathLike) -> List[str]:
     """Config paths of a saved pipeline's name-rows rules (``components.pel_linker.rules.names``)."""
-    name = linker_name(pipeline)
-    rules = spacy.util.load_config(Path(pipeline) / "config.cfg")["components"][name].get("rules", {})
-    return [f"components.{name}.rules.{key}" for key, rule in rules.items() if rule.get("@misc") == NAME_ROWS]
+    return _name_row_paths(*saved_linker(pipeline))
 
 
 def linker_overrides(pipeline: PathLike, kb: PathLike, names: Optional[PathLike] = None,
                      encoder: Optional[str] = None) -> Dict[str, str]:
     """The config overrides that point a saved pipeline's ``pel_linker`` at ``kb`` (see the module doc)."""
-    name = linker_name(pipeline)
+    name, linker = saved_linker(pipeline)
     source = encoder or EntityIndex.read_meta(kb).get("encoder_source")
     if not source:
         raise InputError(f"{kb}: its meta.json does not say which encoder built it; give that encoder")
     overrides = {f"components.{name}.kb": str(kb), f"components.{name}.encoder": str(source)}
-    rules = name_row_rules(pipeline)
+    rules = _name_row_paths(name, linker)
     if rules and names is None:
         raise InputError(f"{pipeline}: its name-rows rule needs the new KB's name rows "
                          f"(python -m spacy_pel build-names {kb} --output NAMES, then --names NAMES)")
