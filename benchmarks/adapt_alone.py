@@ -5,6 +5,11 @@
               shared negatives half hard; the workflow's ``adapt_minutes`` budget); skipped when it exists;
               then the same run continued to ``--long-minutes`` (its resumable state copied to
               ``training/adapted_long.work`` and resumed there: the same 1,000-step schedule, further along);
+   and (session 35) the same budget with silver mentions: ``silver`` finds the names of exactly one
+              chemical or disease MeSH entity in the raw text of BC5CDR train and NCBI disease train (their
+              annotations unused) and writes them as linked mentions in context, half of them renamed by
+              another synonym of their entity; ``adapt`` replays them as half of every batch
+              (``--paths.train corpus/silver_mesh.spacy --synonyms.replay 0.5``, mentions in 64 pieces);
 2. ``eval``   base MiniLM and the adapted encoder with :mod:`subset_eval` (BC5CDR dev gold mentions vs the
               dev gold entities + 50,000 random MeSH records, encoded by each encoder's own entity tower),
               in two inputs: the mention's text alone (``[CLS] [M_s] mention [M_e] [SEP]``, what ``adapt``
@@ -26,7 +31,15 @@ from subset_eval import SAMPLE, SubsetEval
 BASE = "base MiniLM (no training)"
 ADAPTED = "adapted on MeSH (no mention training)"
 LONG = "adapted on MeSH, longer (no mention training)"
-ENCODERS = {BASE: "all-MiniLM-L6-v2", ADAPTED: "training/adapted", LONG: "training/adapted_long"}
+SILVER = "adapted on MeSH + silver mentions from raw text (no annotation)"
+ENCODERS = {BASE: "all-MiniLM-L6-v2", ADAPTED: "training/adapted", LONG: "training/adapted_long",
+            SILVER: "training/adapted_silver"}
+SILVER_CORPUS = "corpus/silver_mesh.spacy"
+SILVER_COMMAND = (f"python -m spacy_pel silver {SHARED / 'bc5cdr' / 'CDR_TrainingSet.PubTator.txt'} "
+                  f"{SHARED / 'ncbi-disease' / 'NCBItrainset_corpus.txt'} --kb {SHARED / 'mesh'} --format mesh "
+                  f"--types 'Chemicals and Drugs' --types Diseases --swap 0.5 --skip-bad-lines -o {SILVER_CORPUS}")
+SILVER_OPTIONS = (f" --config configs/adapt.cfg --paths.train {SILVER_CORPUS} --synonyms.replay 0.5 --training.epochs 0"
+                  " --encoder.mention_max_length 64")
 INPUTS = {"mention text only": False, "mention in context (64 pieces)": True}
 
 
@@ -57,18 +70,23 @@ def markdown(r: dict) -> str:
         a = r["adapt_long"]
         lines += ["", f"The longer run: `{a['command']}` ({a['minutes']} min this time, resuming the 15-min run's state; "
                   f"{a['steps']} steps in {a['train_minutes']} min of training in all; held-out synonym R@1 {a['held_out_r1']})."]
+    if r.get("adapt_silver"):
+        a, c = r["adapt_silver"], r.get("silver", {})
+        lines += ["", f"The silver run: `{c.get('command', '')}` ({c.get('minutes', '?')} min; {c.get('mentions', '?')} mentions "
+                  f"of {c.get('entities', '?')} entities in {c.get('docs', '?')} abstracts), then `{a['command']}` ({a['minutes']} min; "
+                  f"{a['steps']} steps; held-out synonym R@1 {a['held_out_r1']})."]
     if r.get("notes"):
         lines += ["", r["notes"]]
     return "\n".join(lines) + "\n"
 
 
-def adapt(report: dict, key: str, output: str, minutes: float, start_from: str = "") -> None:
+def adapt(report: dict, key: str, output: str, minutes: float, start_from: str = "", options: str = "") -> None:
     """Run ``adapt`` into ``output`` (resuming ``start_from``'s state when given) unless it is done."""
     if (ROOT / output / "pel_encoder.json").exists() and key in report:
         return
     if start_from and not (ROOT / f"{output}.work").exists():
         shutil.copytree(ROOT / f"{start_from}.work", ROOT / f"{output}.work")
-    command = f"python -m spacy_pel adapt {SHARED / 'mesh'} --format mesh -o {output} --max-minutes {minutes}"
+    command = f"python -m spacy_pel adapt {SHARED / 'mesh'} --format mesh -o {output} --max-minutes {minutes}{options}"
     minutes = run_timed(command)
     log = json.loads((ROOT / output / "adapt_log.json").read_text())
     report[key] = {"command": command, "minutes": minutes, "steps": log["step"],
@@ -83,9 +101,15 @@ def main(minutes: float = typer.Option(15.0, help="adapt's time budget"),
     report["machine"] = {**machine(), "lscpu_model": lscpu_model()}
     if notes:
         report["notes"] = notes
-    if not (ROOT / "training" / "adapted" / "pel_encoder.json").exists():
+    done = {enc for inp in INPUTS for enc in report["results"].get(inp, {})}
+    if ADAPTED not in done or LONG not in done:
         adapt(report, "adapt", "training/adapted", minutes)
-    adapt(report, "adapt_long", "training/adapted_long", long_minutes, start_from="training/adapted")
+    if LONG not in done:
+        adapt(report, "adapt_long", "training/adapted_long", long_minutes, start_from="training/adapted")
+    if SILVER not in done:
+        if not (ROOT / SILVER_CORPUS).exists():
+            report["silver"] = {"command": SILVER_COMMAND, "minutes": run_timed(SILVER_COMMAND)}
+        adapt(report, "adapt_silver", ENCODERS[SILVER], minutes, options=SILVER_OPTIONS)
     out.write_text(json.dumps(report, indent=2), encoding="utf8")
     for inp, context in INPUTS.items():
         evaluation = None

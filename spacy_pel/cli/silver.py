@@ -1,0 +1,62 @@
+"""``python -m spacy_pel silver``: the command line over :mod:`spacy_pel.training.silver`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import spacy
+import typer
+
+from ..corpora import write_docbin
+from ..files import BadLines
+from ..kb import READERS, read_kb
+from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
+from ..training.silver import __doc__ as LIBRARY_DOC
+from ._errors import cli_errors, fail, require_writable_parent
+
+app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+
+
+@app.command()
+@cli_errors
+def main(
+    texts: List[Path] = typer.Argument(..., help="Raw text: .txt files (one document a line) or corpora in any "
+                                       "format convert reads (their annotations are not used)"),
+    kb: Path = typer.Option(..., "--kb", help="KB file or folder (as build-kb reads it)"),
+    format: str = typer.Option("jsonl", "--format", help=f"KB format: {', '.join(READERS)}"),
+    output: Path = typer.Option(..., "--output", "-o", help=".spacy corpus to write"),
+    types: Optional[List[str]] = typer.Option(None, "--types", help="Keep entities of these KB types only "
+                                              "(repeat the option; default: every entity)"),
+    swap: float = typer.Option(0.0, "--swap", help="Share of the mentions written with another name of their entity"),
+    max_per_entity: int = typer.Option(50, "--max-per-entity", help="Mentions kept per entity at most (0 = all): "
+                                       "a frequent generic name (disease) does not crowd out the rest"),
+    label: str = typer.Option(LABEL, "--label", help="Span label of the mentions"),
+    seed: int = typer.Option(0, "--seed"),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip a corpus's malformed annotation lines "
+                                        "(counted and shown) instead of stopping at the first"),
+):
+    """Find the names of exactly one KB entity in raw text and write them as linked mentions, in their
+    context: training data for `adapt --paths.train` from a KB and unannotated text."""
+    if format not in READERS:
+        fail(f"unknown KB format {format!r}; known: {', '.join(READERS)}")
+    for path in texts:
+        if not path.is_file():
+            fail(f"text not found: {path}")
+    if not kb.exists():
+        fail(f"KB not found: {kb}")
+    if max_per_entity < 0:
+        fail("--max-per-entity must be 0 or more")
+    if not 0 <= swap <= 1:
+        fail("--swap must be in [0, 1]")
+    require_writable_parent(output, "output")
+    nlp = spacy.blank("en")
+    matcher = NameMatcher(read_kb(kb, format), types or None, stop_words=nlp.Defaults.stop_words)
+    if not matcher.keys:
+        fail(f"no entity of the types {', '.join(types or [])} in {kb}" if types else f"no name to match in {kb}")
+    stats = SilverStats()
+    bad_lines = BadLines() if skip_bad_lines else None
+    all_texts = (text for path in texts for text in raw_texts(nlp, path, bad_lines))
+    written = write_docbin(silver_docs(nlp, all_texts, matcher, swap, seed, stats, label, max_per_entity), output)
+    skipped = {"skipped_lines": bad_lines.count, "skipped_examples": bad_lines.examples} if bad_lines else {}
+    typer.echo(json.dumps({**stats.to_dict(), "written": written, "output": str(output), **skipped}, indent=2))
