@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import spacy
 import typer
 
 from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_timed
+from spacy_pel.corpora import gold_spans, read_docbin
 from subset_eval import SAMPLE, SubsetEval
 
 BASE = "base MiniLM (no training)"
@@ -80,6 +82,13 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def corpus_counts(path) -> dict:
+    """Docs, mentions and distinct entities of a ``.spacy`` corpus."""
+    docs = read_docbin(spacy.blank("en"), path)
+    ids = [s.kb_id_ for d in docs for s in gold_spans(d)]
+    return {"docs": len(docs), "mentions": len(ids), "entities": len(set(ids))}
+
+
 def adapt(report: dict, key: str, output: str, minutes: float, start_from: str = "", options: str = "") -> None:
     """Run ``adapt`` into ``output`` (resuming ``start_from``'s state when given) unless it is done."""
     if (ROOT / output / "pel_encoder.json").exists() and key in report:
@@ -109,6 +118,7 @@ def main(minutes: float = typer.Option(15.0, help="adapt's time budget"),
     if SILVER not in done:
         if not (ROOT / SILVER_CORPUS).exists():
             report["silver"] = {"command": SILVER_COMMAND, "minutes": run_timed(SILVER_COMMAND)}
+        report.setdefault("silver", {"command": SILVER_COMMAND}).update(corpus_counts(ROOT / SILVER_CORPUS))
         adapt(report, "adapt_silver", ENCODERS[SILVER], minutes, options=SILVER_OPTIONS)
     out.write_text(json.dumps(report, indent=2), encoding="utf8")
     for inp, context in INPUTS.items():

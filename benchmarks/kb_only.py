@@ -6,7 +6,9 @@ they can run: ``adapt`` on MEDIC, ``build-kb`` and ``build-names`` with the adap
 that beside base MiniLM, every combination of
 
 * encoder: base MiniLM, or ``python -m spacy_pel adapt MEDIC --format medic -o training/adapted_medic
-  --max-minutes M`` (configs/adapt.cfg);
+  --max-minutes M`` (configs/adapt.cfg), or (session 35) the same with silver mentions replayed: MEDIC's
+  unambiguous names found by ``python -m spacy_pel silver`` in the raw text of NCBI disease train and
+  BC5CDR train, their annotations unused (``--paths.train corpus/silver_medic.spacy --synonyms.replay 0.5``);
 * mention input: in 64 word pieces of context (``spacy_pel.vectors.per_mention.v1``) or the mention's
   words alone (``spacy_pel.vectors.mention_text.v1``, what ``adapt`` trains on);
 * linker: the retriever alone (``configs/linker.cfg``: no rules, no name rows) or the KB-only rules
@@ -32,7 +34,17 @@ from _common import HERE, ROOT, SHARED, lscpu_model, machine, machine_line, run_
 
 MEDIC = SHARED / "ncbi-disease" / "medic_06Jul2012.txt"
 DEV, TRAIN = "corpus/ncbi_dev.spacy", "corpus/ncbi_train.spacy"
-ENCODERS = {"base MiniLM": ("all-MiniLM-L6-v2", "kbs/medic_base"), "adapted on MEDIC": ("training/adapted_medic", "kbs/medic_adapted_bench")}
+SILVER_MEDIC = "adapted on MEDIC + silver mentions (raw text)"
+ENCODERS = {"base MiniLM": ("all-MiniLM-L6-v2", "kbs/medic_base"), "adapted on MEDIC": ("training/adapted_medic", "kbs/medic_adapted_bench"),
+            SILVER_MEDIC: ("training/adapted_medic_silver", "kbs/medic_silver_bench")}
+# session 35: MEDIC's unambiguous names found in the raw text of NCBI disease train and BC5CDR train (their
+# annotations unused), half renamed by another synonym, replayed as half of every adapt batch in 64 pieces
+SILVER_CORPUS = "corpus/silver_medic.spacy"
+SILVER = (f"python -m spacy_pel silver {SHARED / 'ncbi-disease' / 'NCBItrainset_corpus.txt'} "
+          f"{SHARED / 'bc5cdr' / 'CDR_TrainingSet.PubTator.txt'} --kb {MEDIC} --format medic --swap 0.5 --skip-bad-lines "
+          f"-o {SILVER_CORPUS}")
+SILVER_OPTIONS = (f" --config configs/adapt.cfg --paths.train {SILVER_CORPUS} --synonyms.replay 0.5 --training.epochs 0"
+                  " --encoder.mention_max_length 64")
 INPUTS = {"in context (64 pieces)": "spacy_pel.vectors.per_mention.v1", "mention text only": "spacy_pel.vectors.mention_text.v1"}
 LINKERS = {"retriever alone": "configs/linker.cfg", "KB-only rules + name rows": "configs/linker_rules.cfg"}
 OUT = HERE / "kb_only.json"
@@ -83,6 +95,9 @@ def main(minutes: float = typer.Option(15.0, help="adapt's time budget on MEDIC"
     if notes:
         report["notes"] = notes
     run(report, "adapt", f"python -m spacy_pel adapt {MEDIC} --format medic -o training/adapted_medic --max-minutes {minutes}")
+    run(report, "silver", SILVER)
+    run(report, "adapt (silver)", f"python -m spacy_pel adapt {MEDIC} --format medic -o {ENCODERS[SILVER_MEDIC][0]} "
+                                  f"--max-minutes {minutes}{SILVER_OPTIONS}")
     for name, (encoder, kb) in ENCODERS.items():
         run(report, f"build-kb ({name})", f"python -m spacy_pel build-kb --kb {MEDIC} --format medic --encoder {encoder} --output {kb}")
         run(report, f"build-names ({name})", f"python -m spacy_pel build-names {kb} --output {kb}_names")
