@@ -59,7 +59,7 @@ BC5CDR_MESH = {
     "final_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder training/retriever/best "
                  "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
     "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --device auto"],
-    "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto "
+    "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto --encoder.base all-MiniLM-L6-v2 "
               "--encoder.mention_max_length 32 --paths.kb kbs/mesh --training.epochs 3 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
     "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh_final --paths.encoder "
