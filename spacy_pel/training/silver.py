@@ -80,7 +80,7 @@ class NameMatcher:
             self.names[entity.id] = running_text_names(names) or [entity.name]
             for name in names:
                 key = self.key(name, max_case_folded)
-                if key[1] and not (key[1] in stop_words) and len(key[1].split()) <= max_tokens:
+                if key[1] and key[1].lower() not in stop_words and len(key[1].split()) <= max_tokens:
                     owners.setdefault(key, set()).add(entity.id)
         self.keys = {key: next(iter(ids)) for key, ids in owners.items() if len(ids) == 1}
         self.max_case_folded = max_case_folded
