@@ -294,19 +294,24 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
               "--training.precision fp32"]
     fetch_and_convert(project, extra)
     commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
-    assert workflows["kb_only"] == ["fetch_assets", "convert", "adapt", "build_kb_adapted", "build_names_adapted",
+    assert workflows["kb_only"] == ["fetch_assets", "convert", "silver", "adapt", "build_kb_adapted", "build_names_adapted",
                                     "pipeline_kb_only", "evaluate_kb_only"]
     monkeypatch.chdir(project)
     for step in workflows["kb_only"][2:]:
         for line in commands[step]["script"]:
             run_line(line)
+    silver = read_docbin(spacy.blank("en"), project / "corpus/mine_catalogue_silver.spacy")  # the catalogue's names in the text
+    assert silver and all(s.kb_id_ in {f"D{i}" for i in range(1, 6)} for d in silver for s in d.ents)
+    adapt_run = Config().from_disk(project / "training/mine/adapted.work/config.cfg")
+    assert (adapt_run["paths"]["train"], adapt_run["synonyms"]["replay"]) == ("corpus/mine_catalogue_silver.spacy", 0.5)
     adapted = BiEncoder.from_pretrained(project / "training/mine/adapted")
     base = BiEncoder.from_pretrained(tiny_encoder_dir)
     assert any(not torch.equal(a, b) for a, b in zip(adapted.entity_model.state_dict().values(),
                                                      base.entity_model.state_dict().values()))  # both towers learned
     EntityIndex.from_disk(project / "kbs/catalogue_adapted").check_encoder(adapted)  # encoded by the adapted towers
     linker = spacy.load(project / "training/mine/pipeline_kb_only").get_pipe("pel_linker")
-    assert linker.vectors is mention_text_vectors and len(linker.index.entities) == 5
+    assert linker.vectors is not mention_text_vectors and linker.cfg.context_window == 64  # in context: silver taught it
+    assert len(linker.index.entities) == 5
     assert linker.rules["aliases"].counts is None  # KB names only: no surface forms from annotated text
     assert "R@1" in (project / "metrics/mine/mine_dev_kb_only.md").read_text()
     # transfer: that pipeline's encoder taught the catalogue again, then the pipeline retargeted to the KB it encoded
@@ -327,5 +332,5 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
     moved = spacy.load(project / "training/mine/pipeline_transfer").get_pipe("pel_linker")
     moved.ensure_loaded()
     assert moved.index.fingerprint == taught.fingerprint() != linker.index.fingerprint
-    assert moved.vectors is mention_text_vectors  # the source pipeline's strategies kept
+    assert moved.vectors is linker.vectors and moved.cfg.context_window == 64  # the source pipeline's strategies kept
     assert "R@1" in (project / "metrics/mine/mine_dev_transfer.md").read_text()
