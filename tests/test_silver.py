@@ -104,6 +104,8 @@ def test_the_command_writes_a_corpus_and_refuses_bad_input_in_one_line(tmp_path)
                           ([str(text), "--kb", str(kb), "-o", str(out), "--swap", "2"], "--swap must be in")):
         result = CliRunner().invoke(silver_cli.app, args)
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
-    text.write_text("Nothing the KB names.\n", encoding="utf8")  # no mention found: an error, and no empty corpus left
+    text.write_text("Nothing the KB names.\n", encoding="utf8")  # no mention found: an error, and nothing written
     result = CliRunner().invoke(silver_cli.app, [str(text), "--kb", str(kb), "-o", str(tmp_path / "none.spacy")])
     assert result.exit_code == 2 and "no name of" in result.output and not (tmp_path / "none.spacy").exists()
+    result = CliRunner().invoke(silver_cli.app, [str(text), "--kb", str(kb), "-o", str(out)])  # over an earlier corpus
+    assert result.exit_code == 2 and [s.kb_id_ for d in read_docbin(NLP, out) for s in gold_spans(d)] == ["D3"]  # kept

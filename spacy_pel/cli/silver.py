@@ -57,9 +57,9 @@ def main(
     stats = SilverStats()
     bad_lines = BadLines() if skip_bad_lines else None
     all_texts = (text for path in texts for text in raw_texts(nlp, path, bad_lines))
-    written = write_docbin(silver_docs(nlp, all_texts, matcher, swap, seed, stats, label, max_per_entity), output)
-    if not stats.mentions:
-        output.unlink(missing_ok=True)
-        fail(f"no name of {kb} found in the text of {', '.join(map(str, texts))}: nothing to write")
+    docs = list(silver_docs(nlp, all_texts, matcher, swap, seed, stats, label, max_per_entity))  # a DocBin holds them all anyway
+    if not stats.mentions:  # checked before writing: an earlier corpus at OUTPUT is kept
+        fail(f"no name of {kb} found in the text of {', '.join(map(str, texts))}: nothing written")
+    written = write_docbin(docs, output)
     skipped = {"skipped_lines": bad_lines.count, "skipped_examples": bad_lines.examples} if bad_lines else {}
     typer.echo(json.dumps({**stats.to_dict(), "written": written, "output": str(output), **skipped}, indent=2))
