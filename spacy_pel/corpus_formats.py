@@ -96,17 +96,17 @@ def _keep_labels(doc: Doc, keep: set, stats: ConversionStats) -> None:
     for span in spans:
         if span.label_ not in keep:
             stats.left_out_by_label[span.label_] = stats.left_out_by_label.get(span.label_, 0) + 1
-    _set_gold_spans(doc, [s for s in spans if s.label_ in keep])
+    set_gold_spans(doc, [s for s in spans if s.label_ in keep])
 
 
 def _map_gold_ids(doc: Doc, id_map: Dict[str, str], stats: ConversionStats) -> None:
     """Rewrite the gold ids of ``doc`` (a ``.spacy`` input) through ``id_map``."""
-    _set_gold_spans(doc, [Span(doc, s.start, s.end, label=s.label_,
+    set_gold_spans(doc, [Span(doc, s.start, s.end, label=s.label_,
                                kb_id=ID_SEP.join(map_ids(gold_ids(s.kb_id_), id_map, stats.remapped)))
                           for s in gold_spans(doc)])
 
 
-def _set_gold_spans(doc: Doc, spans: List[Span]) -> None:
+def set_gold_spans(doc: Doc, spans: List[Span]) -> None:
     """``spans`` as the gold mentions of ``doc`` (a ``.spacy`` input), and the non-overlapping ones as its ents."""
     doc.spans[GOLD_KEY] = spans
     doc.ents = filter_spans(spans)

@@ -32,8 +32,8 @@ from typing import Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import GOLD_KEY, PathLike
-from ..corpus_formats import corpus_docs
+from ..corpora import PathLike
+from ..corpus_formats import corpus_docs, set_gold_spans
 from ..files import BadLines
 from ..kb import Entity, normalize
 from .entity_swaps import running_text_names
@@ -150,8 +150,7 @@ def silver_doc(nlp: Language, text: str, matcher: NameMatcher, swap: float, rng:
         stats.entities[entity] += 1
     if not kept:
         return None
-    doc.spans[GOLD_KEY] = kept
-    doc.ents = kept
+    set_gold_spans(doc, kept)
     stats.mentions += len(kept)
     stats.docs_with_mentions += 1
     return doc
