@@ -61,6 +61,23 @@ def test_add_with_other_encoder_refused(kb_dir, other_tiny_bert, tmp_path):
     assert len(EntityIndex.from_disk(kb_dir)) == 5
 
 
+def test_refusal_names_the_setting_that_differs(kb_dir, tiny_encoder_dir, other_tiny_bert):
+    index = EntityIndex.from_disk(kb_dir)
+    built_with = BiEncoder.from_pretrained(tiny_encoder_dir)
+    assert json.loads((kb_dir / "meta.json").read_text())["encoder_entity_settings"] == built_with.entity_settings()
+    index.check_encoder(built_with)  # the encoder that built it passes
+    longer = built_with.config.entity_max_length * 2
+    with pytest.raises(EncoderMismatchError, match=rf"its entity_max_length is {longer}, the KB's "
+                                                   rf"{built_with.config.entity_max_length} \(--encoder.entity_max_length"):
+        index.check_encoder(BiEncoder.from_pretrained(tiny_encoder_dir, entity_max_length=longer))
+    with pytest.raises(EncoderMismatchError, match="settings agree, so the entity tower's weights"):
+        index.check_encoder(BiEncoder.from_pretrained(other_tiny_bert, entity_max_length=built_with.config.entity_max_length))
+    # a KB written before the settings were recorded is still refused, without naming a setting
+    index.entity_settings = {}
+    with pytest.raises(EncoderMismatchError, match="weights, vocabulary or settings differ"):
+        index.check_encoder(BiEncoder.from_pretrained(tiny_encoder_dir, entity_max_length=longer))
+
+
 def test_failed_write_keeps_old_kb(kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):
     new = tmp_path / "new.jsonl"
     new.write_text('{"id": "N1", "name": "famotidine"}\n')

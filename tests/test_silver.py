@@ -11,7 +11,7 @@ from spacy_pel.cli import silver as silver_cli
 from spacy_pel.corpora import gold_spans, read_docbin
 from spacy_pel.kb import Entity
 from spacy_pel.pipeline.updating import doc_gold_mentions
-from spacy_pel.training.silver import NameMatcher, SilverStats, raw_texts, silver_doc, silver_docs
+from spacy_pel.training.silver import NameMatcher, SilverStats, raw_texts, short_form_matches, silver_doc, silver_docs
 
 NLP = spacy.blank("en")
 ENTITIES = [
@@ -46,6 +46,26 @@ def test_the_longest_name_wins_and_punctuation_never_edges_a_mention():
 
 def test_types_keep_only_those_entities():
     assert matches("Eskalith for atrial fibrillation", matcher(types=["Disease"])) == [("atrial fibrillation", "D1")]
+
+
+def test_short_forms_defined_for_a_match_link_its_entity_after_the_definition():
+    text = "AF before. Atrial Flutter (AF) and auricular fibrillation. Later AF, AFX and (AF) again; fever (XY) too."
+    doc = NLP.make_doc(text)
+    names = matcher()(doc)
+    assert [(doc[s:e].text, entity) for s, e, entity in names] == [
+        ("Atrial Flutter", "D2"), ("auricular fibrillation", "D1"), ("fever", "D3")]
+    # "AF" names two KB entities, so only the definition decides: D2 here, from the parenthesis on, whole words
+    # only ("AFX" is not one); no "XY": its letters do not fit "fever"
+    assert [(doc[s:e].text, entity, s) for s, e, entity in short_form_matches(doc, names)] == [
+        ("AF", "D2", 6), ("AF", "D2", 13), ("AF", "D2", 18)]
+    stats = SilverStats()
+    silver = silver_doc(NLP, text, matcher(short_forms=True), 0.0, random.Random(0), stats)
+    assert stats.short_forms == 3 and [(s.text, s.kb_id_) for s in gold_spans(silver)].count(("AF", "D2")) == 3
+    plain = silver_doc(NLP, text, matcher(), 0.0, random.Random(0), SilverStats())
+    assert "AF" not in [s.text for s in gold_spans(plain)]  # off by default
+    # a definition whose long form is not exactly a match teaches nothing
+    other = NLP.make_doc("the fibrillation of atria (FA) and FA")
+    assert short_form_matches(other, matcher()(other)) == []
 
 
 def test_silver_mentions_sit_where_the_names_are_and_link_their_entity():

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import spacy
 import typer
+from tqdm.auto import tqdm
 
 from ..corpora import write_docbin
 from ..files import BadLines
@@ -31,6 +32,9 @@ def main(
     swap: float = typer.Option(0.0, "--swap", help="Share of the mentions written with another name of their entity"),
     max_per_entity: int = typer.Option(50, "--max-per-entity", help="Mentions kept per entity at most (0 = all): "
                                        "a frequent generic name (disease) does not crowd out the rest"),
+    short_forms: bool = typer.Option(False, "--short-forms/--no-short-forms", help="Also take an abbreviation the text "
+                                     "defines for a matched name (dilated cardiomyopathy (DCM)) as a mention of its "
+                                     "entity, wherever it occurs after the definition"),
     label: str = typer.Option(LABEL, "--label", help="Span label of the mentions"),
     seed: int = typer.Option(0, "--seed"),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip a corpus's malformed annotation lines "
@@ -51,12 +55,14 @@ def main(
         fail("--swap must be in [0, 1]")
     require_writable_parent(output, "output")
     nlp = spacy.blank("en")
-    matcher = NameMatcher(read_kb(kb, format), types or None, stop_words=nlp.Defaults.stop_words)
+    matcher = NameMatcher(read_kb(kb, format), types or None, stop_words=nlp.Defaults.stop_words,
+                          short_forms=short_forms)
     if not matcher.keys:
         fail(f"no entity of the types {', '.join(types or [])} in {kb}" if types else f"no name to match in {kb}")
     stats = SilverStats()
     bad_lines = BadLines() if skip_bad_lines else None
-    all_texts = (text for path in texts for text in raw_texts(nlp, path, bad_lines))
+    all_texts = tqdm((text for path in texts for text in raw_texts(nlp, path, bad_lines)), desc="silver",
+                     unit=" docs", smoothing=0.05, disable=None)  # None: no bar when stderr is no terminal
     docs = list(silver_docs(nlp, all_texts, matcher, swap, seed, stats, label, max_per_entity))  # a DocBin holds them all anyway
     if not stats.mentions:  # checked before writing: an earlier corpus at OUTPUT is kept
         fail(f"no name of {kb} found in the text of {', '.join(map(str, texts))}: nothing written")

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -36,10 +36,25 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# the settings that, with the entity tower's weights and the vocabulary, decide an entity's vector
+ENTITY_SETTINGS = ("entity_max_length", "similarity")
 
 
 class EncoderMismatchError(ValueError):
     """A KB built with one entity encoder was used with another."""
+
+
+def mismatch_reason(recorded: Mapping[str, object], encoder: "BiEncoder") -> str:
+    """Why ``encoder`` is not the entity encoder that recorded ``recorded`` (its :meth:`BiEncoder.entity_settings`):
+    the settings that differ, with the option that gives the encoder the recorded value, or else the weights."""
+    given = encoder.entity_settings()
+    differ = [k for k in ENTITY_SETTINGS if k in recorded and recorded[k] != given[k]]
+    if differ:
+        return "; ".join(f"its {k} is {given[k]!r}, the KB's {recorded[k]!r} (--encoder.{k} {recorded[k]} gives it "
+                         "the KB's)" for k in differ)
+    if recorded:
+        return "the settings agree, so the entity tower's weights or vocabulary differ"
+    return "the entity tower's weights, vocabulary or settings differ"
 
 
 @dataclass
@@ -219,13 +234,16 @@ class BiEncoder(torch.nn.Module):
     def fingerprint(self) -> str:
         """A hash of everything that decides an entity's vector: weights, vocabulary, input format."""
         h = hashlib.sha256()
-        side = {k: v for k, v in asdict(self.config).items() if k in ("entity_max_length", "similarity")}
-        h.update(json.dumps(side, sort_keys=True).encode())
+        h.update(json.dumps(self.entity_settings(), sort_keys=True).encode())
         h.update(json.dumps(sorted(self.tokenizer.get_vocab().items())).encode())
         for name, tensor in sorted(self.entity_model.state_dict().items()):
             h.update(name.encode())
             h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
         return h.hexdigest()[:32]
+
+    def entity_settings(self) -> Dict[str, object]:
+        """The settings part of :meth:`fingerprint` (a KB records them, so a refusal can name the one that differs)."""
+        return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
 
     def runtime_model(self, model: torch.nn.Module):
         """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and

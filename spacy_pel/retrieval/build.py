@@ -309,6 +309,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             fingerprint=fingerprint,
             encoder_source=str(encoder),
             kind=index,
+            entity_settings=enc.entity_settings(),
         )
         encoded = len(entities) - resume["reused_entities"]
     t_index = time.perf_counter()

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..files import InputError, atomic_dir
 from ..kb import Entity
-from ..models.encoder import BiEncoder, EncoderMismatchError
+from ..models.encoder import BiEncoder, EncoderMismatchError, mismatch_reason
 from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, SubsetSearch, VectorFile
 from .table import EntityTable
 
@@ -78,6 +78,7 @@ class EntityIndex:
         searcher=None,
         precision: str = "auto",
         rows_from=None,
+        entity_settings: Optional[Mapping[str, object]] = None,
     ):
         if embeddings.ndim != 2 or len(entities) != len(embeddings):
             raise ValueError(f"{len(entities)} entities but vectors of shape {embeddings.shape}")
@@ -90,6 +91,7 @@ class EntityIndex:
         # page cache rather than in this process's memory, as memory-mapped pages would), else the array
         self.rows_from = rows_from if rows_from is not None else InMemoryVectors(self.embeddings)
         self.metric, self.fingerprint, self.encoder_source, self.kind = metric, fingerprint, encoder_source, kind
+        self.entity_settings = dict(entity_settings or {})  # the encoder's entity-side settings (empty: not recorded)
         self.row = self.entities.id_rows()  # id → row (a Mapping; primary ids only)
         if searcher is None and kind == "flat":
             searcher = FlatSearch.from_array(embeddings, precision)
@@ -121,6 +123,7 @@ class EntityIndex:
             fingerprint=encoder.fingerprint(),
             encoder_source=encoder_source or encoder.config.base,
             kind=kind,
+            entity_settings=encoder.entity_settings(),
         )
 
     def check_encoder(self, encoder: BiEncoder) -> None:
@@ -129,8 +132,8 @@ class EntityIndex:
         if fingerprint != self.fingerprint:
             raise EncoderMismatchError(
                 f"this KB was built with entity encoder {self.fingerprint} ({self.encoder_source or 'unknown'}), "
-                f"but the encoder given has fingerprint {fingerprint}. Rebuild the KB with this encoder "
-                "(python -m spacy_pel.build_kb) or use the encoder that built it."
+                f"but the encoder given has fingerprint {fingerprint}: {mismatch_reason(self.entity_settings, encoder)}. "
+                "Rebuild the KB with this encoder (python -m spacy_pel.build_kb) or use the encoder that built it."
             )
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
@@ -165,6 +168,7 @@ class EntityIndex:
             fingerprint=self.fingerprint,
             encoder_source=self.encoder_source,
             kind=self.kind,
+            entity_settings=self.entity_settings,
         )
 
     # ------------------------------------------------------------------ searching
@@ -222,6 +226,7 @@ class EntityIndex:
             "index": self.kind,
             "encoder_fingerprint": self.fingerprint,
             "encoder_source": self.encoder_source,
+            **({"encoder_entity_settings": self.entity_settings} if self.entity_settings else {}),
             **({"nprobe": self.searcher.nprobe, "refine": self.searcher.refine} if self.kind == "ivfpq" else {}),
         }
 
@@ -283,4 +288,5 @@ class EntityIndex:
             kind=kind,
             searcher=index,
             rows_from=VectorFile(path / "embeddings.npy"),
+            entity_settings=meta.get("encoder_entity_settings"),
         )

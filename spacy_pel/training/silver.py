@@ -19,6 +19,11 @@ With ``swap``, that share of the mentions is written with another name of the sa
 trained on it learns to map a surface form it cannot copy from the KB row. The result is a ``.spacy``
 corpus like ``convert``'s, every mention labelled ``label``, for ``adapt --paths.train SILVER
 --synonyms.replay SHARE`` (or ``train``).
+
+With ``short_forms``, an abbreviation the text defines for a matched name (``dilated cardiomyopathy
+(DCM)``, found as the linker's abbreviation rule finds it) is a mention of that name's entity wherever it
+occurs after the definition, the parenthesis included: abbreviations are a large share of real mentions
+and, being short and ambiguous, seldom a unique KB name.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from ..corpora import PathLike
 from ..corpus_formats import corpus_docs, set_gold_spans
 from ..files import BadLines
 from ..kb import Entity, normalize
+from ..pipeline.abbreviations import definitions
 from .entity_swaps import running_text_names
 
 LABEL = "ENTITY"
@@ -53,11 +59,13 @@ class SilverStats:
     swapped: int = 0
     unaligned: int = 0
     capped: int = 0
+    short_forms: int = 0
     entities: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict:
         return {"docs": self.docs, "docs_with_mentions": self.docs_with_mentions, "mentions": self.mentions,
-                "swapped": self.swapped, "unaligned": self.unaligned, "capped": self.capped, "distinct_entities": len(self.entities)}
+                "short_forms": self.short_forms, "swapped": self.swapped, "unaligned": self.unaligned,
+                "capped": self.capped, "distinct_entities": len(self.entities)}
 
 
 def _edge(token) -> bool:
@@ -69,7 +77,7 @@ class NameMatcher:
     """The names of exactly one KB entity, matched in tokenised text (see the module doc)."""
 
     def __init__(self, entities: Iterable[Entity], types: Optional[Collection[str]] = None,
-                 max_case_folded: int = 4, max_tokens: int = 8, stop_words: Collection[str] = ()):
+                 max_case_folded: int = 4, max_tokens: int = 8, stop_words: Collection[str] = (), short_forms: bool = False):
         keep = None if types is None else set(types)
         owners: Dict[Tuple[bool, str], set] = {}
         self.names: Dict[str, List[str]] = {}
@@ -85,6 +93,7 @@ class NameMatcher:
         self.keys = {key: next(iter(ids)) for key, ids in owners.items() if len(ids) == 1}
         self.max_case_folded = max_case_folded
         self.max_tokens = max_tokens
+        self.short_forms = short_forms
 
     @staticmethod
     def key(text: str, max_case_folded: int) -> Tuple[bool, str]:
@@ -113,6 +122,25 @@ class NameMatcher:
         return out
 
 
+def short_form_matches(doc: Doc, matches: List[Tuple[int, int, str]]) -> List[Tuple[int, int, str]]:
+    """``(start token, end token, entity id)`` of the short forms ``doc`` defines for a match: in ``long form
+    (SF)`` where the long form is exactly a match, each later occurrence of SF (a whole word, its tokens
+    not already part of a match) is a mention of that match's entity."""
+    by_chars = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])): entity for a, b, entity in matches}
+    taken = {i for a, b, _ in matches for i in range(a, b)}
+    out = []
+    for short, (_, begin, end) in definitions(doc.text).items():
+        entity = by_chars.get((begin, end))
+        if entity is None:
+            continue
+        for found in re.finditer(rf"(?<!\w){re.escape(short)}(?!\w)", doc.text[end:]):
+            span = doc.char_span(end + found.start(), end + found.end())
+            if span is not None and not taken.intersection(range(span.start, span.end)):
+                out.append((span.start, span.end, entity))
+                taken.update(range(span.start, span.end))
+    return sorted(out)
+
+
 def silver_doc(nlp: Language, text: str, matcher: NameMatcher, swap: float, rng: random.Random,
                stats: SilverStats, label: str = LABEL, max_per_entity: int = 0) -> Optional[Doc]:
     """``text`` with its matched names as linked mentions (a ``swap`` share renamed), or None without
@@ -120,7 +148,12 @@ def silver_doc(nlp: Language, text: str, matcher: NameMatcher, swap: float, rng:
     source = nlp.make_doc(text)
     stats.docs += 1
     pieces, spans, at, cursor, taken = [], [], 0, 0, Counter()
-    for start, end, entity in matcher(source):
+    matches = matcher(source)
+    if matcher.short_forms:
+        shorts = short_form_matches(source, matches)
+        stats.short_forms += len(shorts)
+        matches = sorted(matches + shorts)
+    for start, end, entity in matches:
         if max_per_entity and stats.entities[entity] + taken[entity] >= max_per_entity:
             stats.capped += 1
             continue
