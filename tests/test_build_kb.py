@@ -68,7 +68,7 @@ def test_refusal_names_the_setting_that_differs(kb_dir, tiny_encoder_dir, other_
     index.check_encoder(built_with)  # the encoder that built it passes
     longer = built_with.config.entity_max_length * 2
     with pytest.raises(EncoderMismatchError, match=rf"its entity_max_length is {longer}, the KB's "
-                                                   rf"{built_with.config.entity_max_length} \(--encoder.entity_max_length"):
+                                                   rf"{built_with.config.entity_max_length} \(a training command's --encoder.entity_max_length"):
         index.check_encoder(BiEncoder.from_pretrained(tiny_encoder_dir, entity_max_length=longer))
     with pytest.raises(EncoderMismatchError, match="settings agree, so the entity tower's weights"):
         index.check_encoder(BiEncoder.from_pretrained(other_tiny_bert, entity_max_length=built_with.config.entity_max_length))

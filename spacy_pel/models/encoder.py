@@ -50,8 +50,8 @@ def mismatch_reason(recorded: Mapping[str, object], encoder: "BiEncoder") -> str
     given = encoder.entity_settings()
     differ = [k for k in ENTITY_SETTINGS if k in recorded and recorded[k] != given[k]]
     if differ:
-        return "; ".join(f"its {k} is {given[k]!r}, the KB's {recorded[k]!r} (--encoder.{k} {recorded[k]} gives it "
-                         "the KB's)" for k in differ)
+        return "; ".join(f"its {k} is {given[k]!r}, the KB's {recorded[k]!r} (a training command's --encoder.{k} "
+                         f"{recorded[k]} sets the KB's)" for k in differ)
     if recorded:
         return "the settings agree, so the entity tower's weights or vocabulary differ"
     return "the entity tower's weights, vocabulary or settings differ"
