@@ -130,6 +130,25 @@ def test_default_vars_render_the_bc5cdr_mesh_commands():
     assert not paths_are_single(commands)
 
 
+def test_the_silver_preset_adapts_from_base_minilm_and_starts_the_rest_from_its_output():
+    commands, workflows = render(ROOT, args_file(ROOT / "configs" / "datasets" / "bc5cdr_mesh_silver.args"))
+    all_steps = workflows["all"]
+    assert workflows["all_silver"] == all_steps[:2] + ["silver", "adapt"] + all_steps[2:]
+    assert commands["silver"]["script"] == [
+        "python -m spacy_pel silver corpus/bc5cdr_train.spacy --kb assets/mesh --format mesh -o corpus/bc5cdr_mesh_silver_silver.spacy "
+        "--swap 0.5 --types 'Chemicals and Drugs' --types Diseases"]
+    adapt = shlex.split(commands["adapt"]["script"][0])
+    assert adapt[adapt.index("--encoder") + 1] == "all-MiniLM-L6-v2" and adapt[adapt.index("-o") + 1] == "training/silver/adapted"
+    assert adapt[adapt.index("--paths.train") + 1] == "corpus/bc5cdr_mesh_silver_silver.spacy"
+    assert "--encoder training/silver/adapted --output kbs/mesh_silver " in commands["build_kb"]["script"][0]
+    train = shlex.split(commands["train"]["script"][0])
+    # the adapted encoder's own entity length: train_pb_random.cfg's 64 would change its KB vectors (refused)
+    assert train[train.index("--encoder.base") + 1] == "training/silver/adapted" and train[-2:] == ["--encoder.entity_max_length", "32"]
+    # without the preset, adapt starts from vars.encoder, whatever it is set to
+    assert "--encoder foo " in render(ROOT, ["--vars.encoder", "foo"])[0]["adapt"]["script"][0]
+    assert not paths_are_single(commands)
+
+
 def test_the_ncbi_medic_set_reaches_every_dataset_step():
     commands, _ = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_medic.args"))
     rendered = json.dumps({k: (commands[k]["script"], commands[k]["deps"], commands[k]["outputs"]) for k in DATASET_STEPS})
