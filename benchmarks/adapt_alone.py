@@ -34,14 +34,24 @@ BASE = "base MiniLM (no training)"
 ADAPTED = "adapted on MeSH (no mention training)"
 LONG = "adapted on MeSH, longer (no mention training)"
 SILVER = "adapted on MeSH + silver mentions from raw text (no annotation)"
+SILVER_BC5 = "adapted on MeSH + silver mentions from BC5CDR train's text only (no annotation)"
 ENCODERS = {BASE: "all-MiniLM-L6-v2", ADAPTED: "training/adapted", LONG: "training/adapted_long",
-            SILVER: "training/adapted_silver"}
-SILVER_CORPUS = "corpus/silver_mesh.spacy"
-SILVER_COMMAND = (f"python -m spacy_pel silver {SHARED / 'bc5cdr' / 'CDR_TrainingSet.PubTator.txt'} "
-                  f"{SHARED / 'ncbi-disease' / 'NCBItrainset_corpus.txt'} --kb {SHARED / 'mesh'} --format mesh "
-                  f"--types 'Chemicals and Drugs' --types Diseases --swap 0.5 --skip-bad-lines -o {SILVER_CORPUS}")
-SILVER_OPTIONS = (f" --config configs/adapt.cfg --paths.train {SILVER_CORPUS} --synonyms.replay 0.5 --training.epochs 0"
-                  " --encoder.mention_max_length 64")
+            SILVER: "training/adapted_silver", SILVER_BC5: "training/adapted_silver_bc5"}
+BC5CDR_TRAIN, NCBI_TRAIN = SHARED / "bc5cdr" / "CDR_TrainingSet.PubTator.txt", SHARED / "ncbi-disease" / "NCBItrainset_corpus.txt"
+# encoder → (report key, silver corpus, its raw text): session 35's text held NCBI disease train too, session 36's
+# (the all_silver workflow's) BC5CDR train only
+SILVER_RUNS = {SILVER: ("silver", "corpus/silver_mesh.spacy", f"{BC5CDR_TRAIN} {NCBI_TRAIN}"),
+               SILVER_BC5: ("silver_bc5", "corpus/silver_mesh_bc5.spacy", f"{BC5CDR_TRAIN}")}
+
+
+def silver_command(corpus: str, texts: str) -> str:
+    return (f"python -m spacy_pel silver {texts} --kb {SHARED / 'mesh'} --format mesh "
+            f"--types 'Chemicals and Drugs' --types Diseases --swap 0.5 --skip-bad-lines -o {corpus}")
+
+
+def silver_options(corpus: str) -> str:
+    return (f" --config configs/adapt.cfg --paths.train {corpus} --synonyms.replay 0.5 --training.epochs 0"
+            " --encoder.mention_max_length 64")
 INPUTS = {"mention text only": False, "mention in context (64 pieces)": True}
 
 
@@ -72,11 +82,12 @@ def markdown(r: dict) -> str:
         a = r["adapt_long"]
         lines += ["", f"The longer run: `{a['command']}` ({a['minutes']} min this time, resuming the 15-min run's state; "
                   f"{a['steps']} steps in {a['train_minutes']} min of training in all; held-out synonym R@1 {a['held_out_r1']})."]
-    if r.get("adapt_silver"):
-        a, c = r["adapt_silver"], r.get("silver", {})
-        lines += ["", f"The silver run: `{c.get('command', '')}` ({c.get('minutes', '?')} min; {c.get('mentions', '?')} mentions "
-                  f"of {c.get('entities', '?')} entities in {c.get('docs', '?')} abstracts), then `{a['command']}` ({a['minutes']} min; "
-                  f"{a['steps']} steps; held-out synonym R@1 {a['held_out_r1']})."]
+    for enc, (key, _, _) in SILVER_RUNS.items():
+        if r.get(f"adapt_{key}"):
+            a, c = r[f"adapt_{key}"], r.get(key, {})
+            lines += ["", f"{enc}: `{c.get('command', '')}` ({c.get('minutes', '?')} min; {c.get('mentions', '?')} mentions "
+                      f"of {c.get('entities', '?')} entities in {c.get('docs', '?')} abstracts), then `{a['command']}` "
+                      f"({a['minutes']} min; {a['steps']} steps; held-out synonym R@1 {a['held_out_r1']})."]
     if r.get("notes"):
         lines += ["", r["notes"]]
     return "\n".join(lines) + "\n"
@@ -115,11 +126,13 @@ def main(minutes: float = typer.Option(15.0, help="adapt's time budget"),
         adapt(report, "adapt", "training/adapted", minutes)
     if LONG not in done:
         adapt(report, "adapt_long", "training/adapted_long", long_minutes, start_from="training/adapted")
-    if SILVER not in done:
-        if not (ROOT / SILVER_CORPUS).exists():
-            report["silver"] = {"command": SILVER_COMMAND, "minutes": run_timed(SILVER_COMMAND)}
-        report.setdefault("silver", {"command": SILVER_COMMAND}).update(corpus_counts(ROOT / SILVER_CORPUS))
-        adapt(report, "adapt_silver", ENCODERS[SILVER], minutes, options=SILVER_OPTIONS)
+    for enc, (key, corpus, texts) in SILVER_RUNS.items():
+        if enc not in done:
+            command = silver_command(corpus, texts)
+            if not (ROOT / corpus).exists():
+                report[key] = {"command": command, "minutes": run_timed(command)}
+            report.setdefault(key, {"command": command}).update(corpus_counts(ROOT / corpus))
+            adapt(report, f"adapt_{key}", ENCODERS[enc], minutes, options=silver_options(corpus))
     out.write_text(json.dumps(report, indent=2), encoding="utf8")
     for inp, context in INPUTS.items():
         evaluation = None
