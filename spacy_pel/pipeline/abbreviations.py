@@ -86,6 +86,11 @@ def definitions(text: str) -> Dict[str, Tuple[str, int, int]]:
     return found
 
 
+def whole_word(short: str) -> "re.Pattern[str]":
+    """``short`` where it stands as a word of its own: no letter, digit or underscore beside it."""
+    return re.compile(rf"(?<!\w){re.escape(short)}(?!\w)")
+
+
 def abbreviations(text: str) -> Dict[str, str]:
     """``{short form: long form}`` for each ``long form (SF)`` in ``text`` (the first definition wins)."""
     return {short: long for short, (long, _, _) in definitions(text).items()}

@@ -16,14 +16,13 @@ least ``floor``: an occurrence the model is sure is no mention stays out (``VHL`
 """
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy.tokens import Doc
 
 from ..kb import normalize
-from .abbreviations import abbreviations
+from .abbreviations import abbreviations, whole_word
 
 Found = List[Tuple[int, int, int]]  # (start, end, label id) of one doc, as the span finder gives them
 
@@ -61,7 +60,7 @@ def propagate(doc: Doc, found: Found, support: Optional[Callable[[int, int], flo
     wanted: Dict[Tuple[str, ...], int] = {}
     for short, long in abbreviations(doc.text).items():
         label = normal.get(normalize(long))
-        where = re.search(rf"(?<!\w){re.escape(short)}(?!\w)", doc.text)
+        where = whole_word(short).search(doc.text)
         span = doc.char_span(where.start(), where.end()) if label is not None and where else None
         if span is not None:  # the short form's tokens, as this doc's tokenizer cut them
             wanted.setdefault(_key(doc, span.start, span.end), label)

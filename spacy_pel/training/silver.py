@@ -41,7 +41,7 @@ from ..corpora import PathLike
 from ..corpus_formats import corpus_docs, set_gold_spans
 from ..files import BadLines
 from ..kb import Entity, normalize
-from ..pipeline.abbreviations import definitions
+from ..pipeline.abbreviations import definitions, whole_word
 from .entity_swaps import running_text_names
 
 LABEL = "ENTITY"
@@ -126,14 +126,17 @@ def short_form_matches(doc: Doc, matches: List[Tuple[int, int, str]]) -> List[Tu
     """``(start token, end token, entity id)`` of the short forms ``doc`` defines for a match: in ``long form
     (SF)`` where the long form is exactly a match, each later occurrence of SF (a whole word, its tokens
     not already part of a match) is a mention of that match's entity."""
+    defined = definitions(doc.text)
+    if not defined:  # most documents: nothing more to index
+        return []
     by_chars = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])): entity for a, b, entity in matches}
     taken = {i for a, b, _ in matches for i in range(a, b)}
     out = []
-    for short, (_, begin, end) in definitions(doc.text).items():
+    for short, (_, begin, end) in defined.items():
         entity = by_chars.get((begin, end))
         if entity is None:
             continue
-        for found in re.finditer(rf"(?<!\w){re.escape(short)}(?!\w)", doc.text[end:]):
+        for found in whole_word(short).finditer(doc.text[end:]):
             span = doc.char_span(end + found.start(), end + found.end())
             if span is not None and not taken.intersection(range(span.start, span.end)):
                 out.append((span.start, span.end, entity))
