@@ -52,6 +52,20 @@ def link(pipeline: str, corpus: str) -> List[dict]:
             for (d, text), (gold, cands, _, _, feats) in zip(spans, rows)]
 
 
+def arrays(rows: List[dict]):
+    """The six features, and per mention: gold NIL, gold id in the KB, best candidate right, document number."""
+    return (np.array([r["features"] for r in rows], np.float64), np.array([r["gold"] == [NIL] for r in rows]),
+            np.array([r["in_kb"] for r in rows]), np.array([r["best"] in r["gold"] for r in rows]), np.array([r["doc"] for r in rows]))
+
+
+def write_report(rows: List[dict], is_nil: np.ndarray, doc: np.ndarray, runs: dict, notes: str, output: str, render) -> None:
+    """``benchmarks/<output>.json`` and its markdown by ``render``."""
+    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "mentions": len(rows),
+              "nil_mentions": int(is_nil.sum()), "held_out_nil": int(is_nil[doc >= HELD_OUT[0]].sum()), "runs": runs, "notes": notes}
+    (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
+    (HERE / f"{output}.md").write_text(render(report), encoding="utf8")
+
+
 def candidates(rows: List[dict], aliases: Dict[str, Dict[str, int]]) -> Dict[str, np.ndarray]:
     """The candidate features of the module doc, one column each."""
     prior: Counter = Counter()
@@ -73,15 +87,20 @@ def candidates(rows: List[dict], aliases: Dict[str, Dict[str, int]]) -> Dict[str
     }
 
 
-def held_out_f1(x: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, correct: np.ndarray, doc: np.ndarray) -> dict:
-    """Fit on the FIT docs (features and pairwise products, standardised), threshold there, measure on HELD_OUT."""
+def pair_terms(x: np.ndarray) -> np.ndarray:
+    """The features and their pairwise products, as ``classifier_pairs`` fits them."""
     n = x.shape[1]
-    terms = np.hstack([x, np.stack([x[:, i] * x[:, j] for i in range(n) for j in range(i, n)], 1)])
+    return np.hstack([x, np.stack([x[:, i] * x[:, j] for i in range(n) for j in range(i, n)], 1)])
+
+
+def standardise(x: np.ndarray, train: np.ndarray) -> np.ndarray:
+    mean, scale = x[train].mean(0), x[train].std(0)
+    return (x - mean) / np.where(scale > 1e-9, scale, 1.0)
+
+
+def measure(confidence: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, correct: np.ndarray, doc: np.ndarray) -> dict:
+    """The threshold chosen on the FIT docs (≤ MAX_R1_LOSS), NIL P/R/F1 and the in-KB R@1 it costs on HELD_OUT."""
     fit, held = (doc >= FIT[0]) & (doc < FIT[1]), (doc >= HELD_OUT[0]) & (doc < HELD_OUT[1])
-    train = fit & (in_kb | is_nil)
-    mean, scale = terms[train].mean(0), terms[train].std(0)
-    z = (terms - mean) / np.where(scale > 1e-9, scale, 1.0)
-    confidence = LogisticRegression(C=1.0, max_iter=5000).fit(z[train], ~is_nil[train]).predict_proba(z)[:, 1]
     threshold = nil_curve(confidence[fit], is_nil[fit], correct[fit], MAX_R1_LOSS)["threshold"]
     said, gold = confidence[held] < threshold, is_nil[held]
     tp = float((said & gold).sum())
@@ -90,12 +109,20 @@ def held_out_f1(x: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, correct: n
     return {"p": round(p, 4), "r": round(r, 4), "f": round(2 * p * r / max(p + r, 1e-12), 4), "in_kb_r1_loss": round(lost, 4)}
 
 
-def markdown(report: dict) -> str:
-    lines = ["# NIL evidence beyond the six features: OKB C10", "", machine_line(report["machine"]) + ".", "",
+def held_out_f1(x: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, correct: np.ndarray, doc: np.ndarray) -> dict:
+    """Fit on the FIT docs (features and pairwise products, standardised), threshold there, measure on HELD_OUT."""
+    train = (doc >= FIT[0]) & (doc < FIT[1]) & (in_kb | is_nil)
+    z = standardise(pair_terms(x), train)
+    confidence = LogisticRegression(C=1.0, max_iter=5000).fit(z[train], ~is_nil[train]).predict_proba(z)[:, 1]
+    return measure(confidence, is_nil, in_kb, correct, doc)
+
+
+def markdown(report: dict, title: str = "NIL evidence beyond the six features", column: str = "evidence") -> str:
+    lines = [f"# {title}: OKB C10", "", machine_line(report["machine"]) + ".", "",
              f"Reproduce: `{report['command']}`. {report['mentions']} gold mentions of docs 0-499 "
              f"({report['nil_mentions']} NIL, {report['held_out_nil']} of them in docs 250-499); fitted on docs 0-249, "
              "threshold there at ≤ 1 pt in-KB R@1 loss, measured on docs 250-499 (module doc).", "",
-             "| evidence | held-out NIL P | R | F1 | in-KB R@1 loss |", "|---|---:|---:|---:|---:|"]
+             f"| {column} | held-out NIL P | R | F1 | in-KB R@1 loss |", "|---|---:|---:|---:|---:|"]
     for name, m in report["runs"].items():
         lines.append(f"| {name} | {m['p']:.3f} | {m['r']:.3f} | **{m['f']:.4f}** | {m['in_kb_r1_loss']:.4f} |")
     if report.get("notes"):
@@ -109,20 +136,12 @@ def main(pipeline: str = typer.Option(..., help="the OKB C10 pipeline, uncalibra
          output: str = typer.Option(..., help="report name in benchmarks/"), notes: str = typer.Option("")):
     rows = link(pipeline, corpus)
     extra = candidates(rows, json.loads((ROOT / aliases).read_text(encoding="utf8")))
-    base = np.array([r["features"] for r in rows], np.float64)
-    is_nil = np.array([r["gold"] == [NIL] for r in rows])
-    in_kb = np.array([r["in_kb"] for r in rows])
-    correct = np.array([r["best"] in r["gold"] for r in rows])
-    doc = np.array([r["doc"] for r in rows])
+    base, is_nil, in_kb, correct, doc = arrays(rows)
     sets = {f"the six ({', '.join(FEATURES)}): classifier_pairs": []} | {f"+ {k}": [k] for k in extra}
     sets |= {"+ prior, coherent, text_seen": ["prior", "coherent", "text_seen"], "+ all seven": list(extra)}
     runs = {name: held_out_f1(np.hstack([base] + [extra[k][:, None] for k in keys]), is_nil, in_kb, correct, doc)
             for name, keys in sets.items()}
-    report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "command": invocation(), "mentions": len(rows),
-              "nil_mentions": int(is_nil.sum()), "held_out_nil": int(is_nil[doc >= HELD_OUT[0]].sum()), "runs": runs, "notes": notes}
-    (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")
-    (HERE / f"{output}.md").write_text(markdown(report), encoding="utf8")
-
+    write_report(rows, is_nil, doc, runs, notes, output, markdown)
 
 if __name__ == "__main__":
     typer.run(main)
