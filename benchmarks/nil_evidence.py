@@ -98,6 +98,11 @@ def standardise(x: np.ndarray, train: np.ndarray) -> np.ndarray:
     return (x - mean) / np.where(scale > 1e-9, scale, 1.0)
 
 
+def fitting_rows(doc: np.ndarray, in_kb: np.ndarray, is_nil: np.ndarray) -> np.ndarray:
+    """The mentions a NIL model is fitted on: the FIT docs' NIL and in-KB ones (not those whose id the KB lacks)."""
+    return (doc >= FIT[0]) & (doc < FIT[1]) & (in_kb | is_nil)
+
+
 def measure(confidence: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, correct: np.ndarray, doc: np.ndarray) -> dict:
     """The threshold chosen on the FIT docs (≤ MAX_R1_LOSS), NIL P/R/F1 and the in-KB R@1 it costs on HELD_OUT."""
     fit, held = (doc >= FIT[0]) & (doc < FIT[1]), (doc >= HELD_OUT[0]) & (doc < HELD_OUT[1])
@@ -111,7 +116,7 @@ def measure(confidence: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, corre
 
 def held_out_f1(x: np.ndarray, is_nil: np.ndarray, in_kb: np.ndarray, correct: np.ndarray, doc: np.ndarray) -> dict:
     """Fit on the FIT docs (features and pairwise products, standardised), threshold there, measure on HELD_OUT."""
-    train = (doc >= FIT[0]) & (doc < FIT[1]) & (in_kb | is_nil)
+    train = fitting_rows(doc, in_kb, is_nil)
     z = standardise(pair_terms(x), train)
     confidence = LogisticRegression(C=1.0, max_iter=5000).fit(z[train], ~is_nil[train]).predict_proba(z)[:, 1]
     return measure(confidence, is_nil, in_kb, correct, doc)

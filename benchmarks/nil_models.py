@@ -17,7 +17,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import MLPClassifier
 
-from nil_evidence import FIT, arrays, link, markdown, measure, pair_terms, standardise, write_report
+from nil_evidence import arrays, fitting_rows, link, markdown, measure, pair_terms, standardise, write_report
 
 
 def models(x: np.ndarray, train: np.ndarray, kb_side: np.ndarray) -> dict:
@@ -41,9 +41,9 @@ def main(pipeline: str = typer.Option(..., help="the OKB C10 pipeline, uncalibra
          output: str = typer.Option(..., help="report name in benchmarks/"), notes: str = typer.Option("")):
     rows = link(pipeline, corpus)
     x, is_nil, in_kb, correct, doc = arrays(rows)
-    train = (doc >= FIT[0]) & (doc < FIT[1]) & (in_kb | is_nil)
-    runs = {name: measure(c, is_nil, in_kb, correct, doc) for name, c in models(x, train, ~is_nil).items()}
+    runs = {name: measure(c, is_nil, in_kb, correct, doc) for name, c in models(x, fitting_rows(doc, in_kb, is_nil), ~is_nil).items()}
     write_report(rows, is_nil, doc, runs, notes, output, partial(markdown, title="NIL models over the six features", column="model"))
+
 
 if __name__ == "__main__":
     typer.run(main)
