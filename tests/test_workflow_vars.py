@@ -133,7 +133,12 @@ def test_default_vars_render_the_bc5cdr_mesh_commands():
 def test_the_silver_preset_adapts_from_base_minilm_and_starts_the_rest_from_its_output():
     commands, workflows = render(ROOT, args_file(ROOT / "configs" / "datasets" / "bc5cdr_mesh_silver.args"))
     all_steps = workflows["all"]
-    assert workflows["all_silver"] == all_steps[:2] + ["silver", "adapt"] + all_steps[2:]
+    # all's steps, silver and adapt first, the KB encoded by a step that depends on adapt's output (weasel re-runs
+    # it, and so train, when adapt is re-run, e.g. with another --vars.adapt_minutes)
+    assert workflows["all_silver"] == all_steps[:2] + ["silver", "adapt", "build_kb_silver"] + all_steps[3:]
+    assert all_steps[2] == "build_kb" and commands["build_kb_silver"]["script"] == commands["build_kb"]["script"]
+    assert commands["build_kb_silver"]["deps"] == ["assets/mesh", "training/silver/adapted"] == commands["adapt"]["deps"][:1] + commands["adapt"]["outputs"]
+    assert commands["build_kb_silver"]["outputs"] == commands["build_kb"]["outputs"] == ["kbs/mesh_silver"]
     assert commands["silver"]["script"] == [
         "python -m spacy_pel silver corpus/bc5cdr_train.spacy --kb assets/mesh --format mesh -o corpus/bc5cdr_mesh_silver_silver.spacy "
         "--swap 0.5 --types 'Chemicals and Drugs' --types Diseases"]
