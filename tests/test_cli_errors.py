@@ -196,6 +196,11 @@ def corpus(tmp_path: Path) -> Path:
         (aliases.app, ["{missing}", "-o", "{out}"], "corpus not found"),
         (okb.app, ["--kb", "{missing}", "--remove", "C10", "--corpus", "{corpus}", "-o", "{out}"], "KB folder not found"),
         (calibrate.app, ["{missing}", "{corpus}", "-o", "{out}"], "pipeline not found"),
+        (calibrate.app, ["{missing}", "{corpus}", "-o", "{out}", "--nil", "bogus"], "--nil 'bogus' is not one of"),
+        (evaluate.app, ["{corpus}", "--pipeline", "{kb}", "--kb", "{kb}"], "not both"),
+        (evaluate.app, ["{corpus}", "--pipeline", "{kb}", "--encoder", "x"], "--encoder goes with --kb"),
+        (discover.app, ["{corpus}", "{out}", "--pipeline", "{kb}", "--kb", "{kb}"], "not both"),
+        (visualize.app, ["{corpus}", "{out}", "--pipeline", "{kb}", "--kb", "{kb}"], "not both"),
     ],
 )
 def test_other_commands_one_line_before_loading(tmp_path, kb_dir, monkeypatch, app, args, fragment):

@@ -210,6 +210,14 @@ def test_pipeline_discovery_links_as_the_linker_and_clusters_only_its_nil_mentio
     # a floor below their similarity puts all four NIL mentions in one cluster
     discover(nlp, docs, k=3, linking="pipeline", mention_threshold=apart - 0.01)
     assert [[e.kb_id_ for e in doc.ents] for doc in docs] == [["D1", "NIL:0", "NIL:0"]] * 2
+    # a NIL classifier's threshold is a probability, not an edge floor: by default ("auto") discovery keeps the
+    # linker's decisions; clustering inference asks for a floor of its own instead of calling every mention NIL
+    auto = discover(nlp, docs, k=3, mention_threshold=(apart + 1) / 2)
+    assert auto == counts and [[e.kb_id_ for e in doc.ents] for doc in docs] == [["D1", "NIL:0", "NIL:1"]] * 2
+    with pytest.raises(ValueError, match="probability"):
+        discover(nlp, docs, k=3, linking="cluster")
+    nlp.add_pipe("pel_discovery")  # the component's default is auto too
+    assert [e.kb_id_ for e in nlp(docs[0]).ents][0] == "D1"
 
 
 def test_a_constant_feature_and_its_products_are_left_out_of_the_fit():

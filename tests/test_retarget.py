@@ -78,6 +78,15 @@ def test_refused_without_name_rows_or_with_rows_of_another_encoder(saved_pipelin
         retarget(saved_pipeline, kb, tmp_path / "out", None)
     with pytest.raises(EncoderMismatchError):  # the first KB's name rows: another entity tower
         retarget(saved_pipeline, kb, tmp_path / "out", tmp_path / "names")
+    # name rows of the same entity tower, but of another KB (two of its three records): one line, not a traceback
+    (tmp_path / "part.jsonl").write_text("\n".join(OTHER_KB[:2]) + "\n", encoding="utf8")
+    build_kb(tmp_path / "part.jsonl", tmp_path / "part_kb", format="jsonl", encoder=str(other_kb[2]), progress=False)
+    build_names(tmp_path / "part_kb", tmp_path / "part_names", progress=False)
+    with pytest.raises(InputError, match="another KB"):
+        retarget(saved_pipeline, kb, tmp_path / "out", tmp_path / "part_names")
+    result = CliRunner().invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "--names", str(tmp_path / "part_names"),
+                                      "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "another KB" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()  # nothing half-written
     result = CliRunner().invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "-o", str(tmp_path / "out")])
     assert result.exit_code != 0 and "build-names" in result.output and "Traceback" not in result.output

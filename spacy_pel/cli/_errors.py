@@ -121,10 +121,16 @@ def require_dir(path: Optional[Path], what: str, marker: Optional[str] = None) -
         fail(f"{what} {path} has no {marker}: is it the right folder?")
 
 
-def require_pipeline_or_kb(pipeline: Optional[Path], kb: Optional[Path]) -> None:
-    """The commands that link take a saved pipeline or a KB folder: one of them, and each a real folder."""
+def require_pipeline_or_kb(pipeline: Optional[Path], kb: Optional[Path], encoder: Optional[str] = None) -> None:
+    """The commands that link take a saved pipeline or a KB folder (with an encoder): one of them, and each a
+    real folder. A pipeline links with its own KB and encoder, so neither is taken beside it."""
     if pipeline is None and kb is None:
         fail("give --pipeline or --kb")
+    if pipeline is not None and kb is not None:
+        fail("give --pipeline or --kb, not both: a pipeline links against its own KB (python -m spacy_pel retarget "
+             "gives it another)")
+    if pipeline is not None and encoder is not None:
+        fail("--encoder goes with --kb: a pipeline links with its own encoder")
     require_dir(pipeline, "pipeline", "config.cfg")
     require_dir(kb, "KB folder", "meta.json")
 

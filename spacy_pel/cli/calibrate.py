@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
+from ..evaluation.nil import NIL_STRATEGIES, calibrate
 from ..evaluation.nil import __doc__ as LIBRARY_DOC
-from ..evaluation.nil import calibrate
-from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -34,6 +34,7 @@ def main(
 ):
     """Fit the NIL decision (threshold, and the classifier with --nil classifier) with the best NIL F1
     and write it into the pipeline's config; with --e2e, the threshold with the best strict end-to-end F1."""
+    require_one_of(nil, NIL_STRATEGIES, "--nil")
     if e2e and max_r1_loss is not None:
         fail("--e2e bounds nothing: leave out --max-r1-loss")
     require_dir(pipeline, "pipeline", "config.cfg")

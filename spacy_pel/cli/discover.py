@@ -10,7 +10,7 @@ from spacy.tokens import Span
 from spacy.util import filter_spans
 
 from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
-from ..discovery.cluster import DISCOVERED_KEY, discover, gold_cluster_scores
+from ..discovery.cluster import DISCOVERED_KEY, LINKING, discover, gold_cluster_scores, resolve_linking
 from ..discovery.cluster import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
 from ._errors import (
@@ -40,27 +40,34 @@ def main(
         None, "--mention-threshold", help="Floor for mention–mention edges (default: --threshold)"
     ),
     mention_margin: float = typer.Option(
-        0.0, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger"
+        0.3, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger "
+        "(0.3: tuned on BC5CDR dev, benchmarks/discovery.md; 0: arboEL's)"
     ),
     linking: str = typer.Option(
-        "cluster", "--linking", help="cluster: clustering inference; pipeline: the linker's own decisions (rules, NIL "
-        "strategy), and only the mentions it calls NIL clustered among themselves (give --mention-threshold)"
+        "auto", "--linking", help="cluster: clustering inference; pipeline: the linker's own decisions (rules, NIL "
+        "strategy), and only the mentions it calls NIL clustered among themselves (give --mention-threshold); auto: "
+        "cluster when the linker's NIL confidence is its best score, else pipeline (a NIL classifier's threshold is a "
+        "probability, not an edge floor)"
     ),
 ):
     """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
     kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
     all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
     (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them)."""
-    require_pipeline_or_kb(pipeline, kb)
+    require_pipeline_or_kb(pipeline, kb, encoder)
     require_file(corpus, "corpus")
     if k < 1:
         fail(f"--k must be at least 1, not {k}")
     if mention_margin < 0:
         fail(f"--mention-margin must be at least 0, not {mention_margin}")
-    if linking not in ("cluster", "pipeline"):
-        fail(f"--linking must be cluster or pipeline, not {linking}")
+    if linking not in LINKING:
+        fail(f"--linking must be one of {', '.join(LINKING)}, not {linking}")
     require_writable_parent(output, "output")
     nlp, linker = load_pipeline(pipeline, kb, encoder)
+    try:
+        linking = resolve_linking(linker, linking, threshold)
+    except ValueError as err:
+        fail(str(err))
     docs = read_docbin(nlp, corpus)
     for doc in docs:
         gold = list(gold_spans(doc))

@@ -46,7 +46,7 @@ def main(
                                        "text is; figures before session 22 were measured this way"),
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
-    require_pipeline_or_kb(pipeline, kb)
+    require_pipeline_or_kb(pipeline, kb, encoder)
     require_file(corpus, "corpus")
     require_file(train, "training corpus")
     if errors is not None and e2e:

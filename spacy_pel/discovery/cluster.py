@@ -25,6 +25,7 @@ from spacy.tokens import Doc, Span
 from ..corpora import NIL, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
 from ..pipeline.mentions import doc_spans, spans_at
+from ..pipeline.nil import TopScoreNil
 from ..retrieval.index import EntityIndex
 
 NIL_PREFIX = NIL + ":"
@@ -209,6 +210,23 @@ def pipeline_nil_clusters(
     return entity_for_mention, components
 
 
+LINKING = ("auto", "cluster", "pipeline")
+
+
+def resolve_linking(linker: PELLinker, linking: str, threshold: Optional[float] = None) -> str:
+    """``"auto"`` → ``"cluster"`` when the linker's NIL confidence is its best score (its threshold is then
+    a cosine floor for the graph's edges), else ``"pipeline"``: a NIL classifier's threshold is a
+    probability, and as an edge floor it would make (nearly) every mention NIL. ``"cluster"`` with such a
+    linker needs an explicit ``threshold``."""
+    score_confidence = isinstance(linker.nil, TopScoreNil)
+    if linking == "auto":
+        return "cluster" if score_confidence else "pipeline"
+    if linking == "cluster" and threshold is None and not score_confidence and linker.threshold is not None:
+        raise ValueError(f"{linker.name}'s NIL threshold {linker.threshold} is its NIL classifier's probability, not a "
+                         "similarity: give clustering inference an edge floor (threshold), or link with 'pipeline' (or 'auto')")
+    return linking
+
+
 def discover(
     nlp_or_linker: Union[Language, PELLinker],
     docs: Sequence[Doc],
@@ -217,11 +235,12 @@ def discover(
     threshold: Optional[float] = None,
     mention_threshold: Optional[float] = None,
     mention_margin: float = 0.0,
-    linking: str = "cluster",
+    linking: str = "auto",
 ) -> Dict[str, int]:
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
     together, then set each span's ``kb_id_`` to its entity's id or its ``NIL:<n>`` cluster id (fresh
-    spans replace the old). ``linking``:
+    spans replace the old). ``linking`` (``"auto"``: the first where the linker's NIL confidence is its best
+    score, else the second; :func:`resolve_linking`):
 
     * ``cluster`` — clustering inference: mention vectors from the ``pel_linker``'s encoder and
       :func:`cluster` with ``threshold`` (default: the linker's NIL threshold; ``-inf`` for none),
@@ -232,10 +251,11 @@ def discover(
 
     Returns the counts ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
     """
-    if linking not in ("cluster", "pipeline"):
-        raise ValueError(f"linking must be 'cluster' or 'pipeline', not {linking!r}")
+    if linking not in LINKING:
+        raise ValueError(f"linking must be one of {', '.join(LINKING)}, not {linking!r}")
     linker = _linker(nlp_or_linker)
     linker.ensure_loaded()
+    linking = resolve_linking(linker, linking, threshold)
     docs = list(docs)
     spans = [[(s.start, s.end, s.label) for s in doc_spans(doc, spans_key)] for doc in docs]
     keys = [  # (doc index, start char, end char, label): unique and sortable

@@ -172,7 +172,7 @@ class NameIndex:
                 f"this name index was built with entity encoder {self.fingerprint}, but the encoder given has "
                 f"fingerprint {encoder.fingerprint()}; rebuild it (python -m spacy_pel build-names KB_DIR)")
         if len(ids) != self.entities or ids_digest(ids) != self.ids_sha256:
-            raise ValueError(f"this name index was built for another KB ({self.entities} entities, ids "
+            raise InputError(f"this name index was built for another KB ({self.entities} entities, ids "
                              f"{self.ids_sha256[:12]}…), not this one ({len(ids)} entities); rebuild it")
 
     def for_kb(self, old_ids: Sequence[str], new_ids: Sequence[str]) -> "NameIndex":
