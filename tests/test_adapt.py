@@ -165,3 +165,9 @@ def test_adapt_cli_one_line_errors_and_a_run(synonym_kb, tiny_encoder_dir, tmp_p
     ok = runner.invoke(app, args)
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output[ok.output.index("{"):])["step"] == 2
+    # the retriever objective with no held-out entity to select on: no best score, printed as strict JSON (null, not NaN)
+    ok = runner.invoke(app, ["adapt", str(synonym_kb), "-o", str(tmp_path / "enc2"), "--encoder", str(tiny_encoder_dir),
+                             "--max-steps", "1", "--synonyms.eval_entities", "0", "--negatives.pool", "6"])
+    assert ok.exit_code == 0, ok.output
+    report = json.loads(ok.output[ok.output.index("{"):], parse_constant=lambda c: pytest.fail(f"{c} in the report"))
+    assert report["step"] == 1 and report["best"] is None

@@ -1,8 +1,12 @@
 import numpy as np
+import pytest
 import spacy
+from typer.testing import CliRunner
 
+from spacy_pel.cli import app
 from spacy_pel.corpora import GOLD_KEY, read_docbin, write_docbin
 from spacy_pel.evaluation.okb import make_okb, removed_ids
+from spacy_pel.files import InputError
 from spacy_pel.kb import Entity
 from spacy_pel.retrieval.index import EntityIndex
 
@@ -37,3 +41,13 @@ def test_make_okb_cuts_kb_and_relabels(kb_dir, tmp_path):
     (doc,) = read_docbin(nlp, tmp_path / "okb" / "dev.spacy")
     assert [s.kb_id_ for s in doc.spans[GOLD_KEY]] == ["D1", "D2", "NIL"]
     assert [e.kb_id_ for e in doc.ents] == ["D1", "D2", "NIL"]
+
+
+def test_a_branch_that_matches_nothing_is_refused_before_anything_is_written(kb_dir, tmp_path):
+    with pytest.raises(InputError, match="no entity is under Z99"):
+        make_okb(kb_dir, ["Z99"], [], tmp_path / "okb")
+    assert not (tmp_path / "okb").exists()
+    write_docbin([spacy.blank("en")("a b")], tmp_path / "dev.spacy")
+    result = CliRunner().invoke(app, ["okb", "--kb", str(kb_dir), "--remove", "Z99", "--corpus", str(tmp_path / "dev.spacy"),
+                                      "-o", str(tmp_path / "okb")])
+    assert result.exit_code == 2 and "nothing would be removed" in result.output and "Traceback" not in result.output

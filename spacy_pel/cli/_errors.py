@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
+import math
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -169,3 +171,19 @@ def echo_skipped(report: dict) -> None:
     typer.secho(f"skipped {count} malformed line(s){more}:", err=True, fg="yellow")
     for example in shown:
         typer.echo(f"  {example}", err=True)
+
+
+def strict_json(data):
+    """``data`` with NaN and infinite floats as ``None`` (strict JSON: what ``jq`` and ``json.loads`` read)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    return data
+
+
+def echo_json(data) -> None:
+    """Print a command's report on stdout as indented strict JSON (:func:`strict_json`)."""
+    typer.echo(json.dumps(strict_json(data), indent=2))

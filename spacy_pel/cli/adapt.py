@@ -1,7 +1,6 @@
 """``python -m spacy_pel adapt``: the command line over :mod:`spacy_pel.training.adapt`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +11,7 @@ from ..kb import READERS
 from ..training.adapt import adapt
 from ..training.self_alignment import __doc__ as LIBRARY_DOC
 from ..training.self_alignment import adapt_retriever
-from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._errors import cli_errors, echo_json, fail, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 OBJECTIVES = ("retriever", "names")
@@ -56,4 +55,4 @@ def main(
             overrides[key] = value
     state = (adapt if names else adapt_retriever)(config, output, overrides)
     keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities")
-    typer.echo(json.dumps({k: state[k] for k in keys if k in state}, indent=2))
+    echo_json({k: state[k] for k in keys if k in state})

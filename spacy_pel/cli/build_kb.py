@@ -1,7 +1,6 @@
 """``python -m spacy_pel build-kb``: the command line over :mod:`spacy_pel.retrieval.build`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +12,7 @@ from ..retrieval.build import CHUNK, build_kb
 from ..retrieval.build import __doc__ as LIBRARY_DOC
 from ..retrieval.index import INDEX_KINDS
 from ..retrieval.ray_build import RayBuildError
-from ._errors import cli_errors, echo_skipped, fail, ray_options
+from ._errors import cli_errors, echo_json, echo_skipped, fail, ray_options
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -53,4 +52,4 @@ def main(
     except RayBuildError as err:
         fail(str(err))
     echo_skipped(report)
-    typer.echo(json.dumps(report, indent=2))
+    echo_json(report)

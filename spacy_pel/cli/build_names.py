@@ -1,7 +1,6 @@
 """``python -m spacy_pel build-names``: the command line over :mod:`spacy_pel.retrieval.names`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +10,7 @@ from ..retrieval.build import CHUNK
 from ..retrieval.names import INPUTS, MAX_LENGTH, build_names
 from ..retrieval.names import __doc__ as LIBRARY_DOC
 from ..retrieval.ray_build import RayBuildError
-from ._errors import cli_errors, fail, ray_options, require_writable_parent
+from ._errors import cli_errors, echo_json, fail, ray_options, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -43,4 +42,4 @@ def main(
                              force=force, ray=ray_options(ray, address, workers, cpus_per_worker))
     except RayBuildError as err:
         fail(str(err))
-    typer.echo(json.dumps(report, indent=2))
+    echo_json(report)

@@ -1,7 +1,6 @@
 """``python -m spacy_pel bulk``: the command line over :mod:`spacy_pel.bulk.run`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +8,7 @@ import typer
 
 from ..bulk.run import __doc__ as LIBRARY_DOC
 from ..bulk.run import link_corpus
-from ._errors import cli_errors, fail, require_dir, require_writable_parent
+from ._errors import cli_errors, echo_json, fail, require_dir, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -42,4 +41,4 @@ def main(
         fail(f"output {output} is a file, not a folder")
     summary = link_corpus(input, output, pipeline, address=address, workers=workers, batch_size=batch_size,
                           cpus_per_worker=cpus_per_worker, num_cpus=num_cpus, progress=progress)
-    typer.echo(json.dumps(summary, indent=2))
+    echo_json(summary)

@@ -1,7 +1,6 @@
 """``python -m spacy_pel calibrate``: the command line over :mod:`spacy_pel.evaluation.nil`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +8,7 @@ import typer
 
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
 from ..evaluation.nil import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
+from ._errors import cli_errors, echo_json, fail, require_dir, require_file, require_one_of, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -42,4 +41,4 @@ def main(
     require_writable_parent(output, "output")
     if plot is not None:
         require_writable_parent(plot, "plot")
-    typer.echo(json.dumps(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss, e2e=e2e), indent=2))
+    echo_json(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss, e2e=e2e))

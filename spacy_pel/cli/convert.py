@@ -2,7 +2,6 @@
 DocBin with linked gold entities."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
@@ -13,6 +12,7 @@ from ..corpus_formats import FORMATS, convert_corpora
 from ..id_map import read_id_map
 from ._errors import (
     cli_errors,
+    echo_json,
     echo_skipped,
     fail,
     require_file,
@@ -64,7 +64,7 @@ def main(
         mapping = read_id_map(id_map)
     stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format, labels=labels or None,
                             id_map=mapping)
-    typer.echo(json.dumps(stats, indent=2))
+    echo_json(stats)
     if stats["relations_skipped"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(stats["relations_skipped"].items()))
         typer.echo(f"left out relation lines (not mentions): {kinds}", err=True)
@@ -72,7 +72,7 @@ def main(
     if stats["remapped"]:
         typer.echo(f"{sum(stats['remapped'].values())} mention(s) of {len(stats['remapped'])} old id(s) rewritten by the id map", err=True)
     if stats["unaligned"]:
-        typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow")
+        typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow", err=True)
 
 
 if __name__ == "__main__":

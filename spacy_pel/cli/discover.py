@@ -1,7 +1,6 @@
 """``python -m spacy_pel discover``: the command line over :mod:`spacy_pel.discovery.cluster`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -15,6 +14,7 @@ from ..discovery.cluster import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
+    echo_json,
     fail,
     require_file,
     require_pipeline_or_kb,
@@ -81,4 +81,4 @@ def main(
                    "linking": linking})
     report["gold"] = gold_cluster_scores(docs)
     write_docbin(docs, output)
-    typer.echo(json.dumps(report, indent=2))
+    echo_json(report)

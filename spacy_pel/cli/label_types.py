@@ -13,7 +13,7 @@ from ..corpora import read_docbin
 from ..files import atomic_write
 from ..pipeline.label_map import learn_label_types, read_label_types, write_linker_config
 from ..retrieval.index import EntityIndex
-from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+from ._errors import cli_errors, echo_json, fail, require_dir, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=__doc__)
 LEARN = "learn"
@@ -55,7 +55,7 @@ def main(
         docs = [d for c in corpora for d in read_docbin(nlp, c)]
         label_types, report = learn_label_types(docs, EntityIndex.from_disk(kb), coverage, min_share)
     atomic_write(output, lambda tmp: tmp.write_text(json.dumps(label_types, indent=2) + "\n", encoding="utf8"))
-    typer.echo(json.dumps({"label_types": label_types, "report": report}, indent=2))
+    echo_json({"label_types": label_types, "report": report})
     if config is not None:
         write_linker_config(config, label_types, config_out)
         typer.echo(f"{config} with this map → {config_out}", err=True)

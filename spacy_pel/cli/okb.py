@@ -1,7 +1,6 @@
 """``python -m spacy_pel okb``: the command line over :mod:`spacy_pel.evaluation.okb`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List
 
@@ -9,7 +8,7 @@ import typer
 
 from ..evaluation.okb import __doc__ as LIBRARY_DOC
 from ..evaluation.okb import make_okb
-from ._errors import cli_errors, require_dir, require_file, require_writable_parent
+from ._errors import cli_errors, echo_json, require_dir, require_file, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -27,4 +26,4 @@ def main(
     for path in corpus:
         require_file(path, "corpus")
     require_writable_parent(output, "output")
-    typer.echo(json.dumps(make_okb(kb, remove, corpus, output), indent=2))
+    echo_json(make_okb(kb, remove, corpus, output))

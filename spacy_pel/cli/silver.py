@@ -1,7 +1,6 @@
 """``python -m spacy_pel silver``: the command line over :mod:`spacy_pel.training.silver`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,7 +13,7 @@ from ..files import BadLines
 from ..kb import READERS, read_kb
 from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
 from ..training.silver import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, fail, require_writable_parent
+from ._errors import cli_errors, echo_json, fail, require_writable_parent
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 
@@ -68,4 +67,4 @@ def main(
         fail(f"no name of {kb} found in the text of {', '.join(map(str, texts))}: nothing written")
     written = write_docbin(docs, output)
     skipped = {"skipped_lines": bad_lines.count, "skipped_examples": bad_lines.examples} if bad_lines else {}
-    typer.echo(json.dumps({**stats.to_dict(), "written": written, "output": str(output), **skipped}, indent=2))
+    echo_json({**stats.to_dict(), "written": written, "output": str(output), **skipped})

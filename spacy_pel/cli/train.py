@@ -1,7 +1,6 @@
 """``python -m spacy_pel train``: the command line over :mod:`spacy_pel.training.retriever`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
@@ -13,7 +12,7 @@ from spacy.cli._util import (
 from ..training.config_files import read_config
 from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.retriever import train
-from ._errors import cli_errors, require_file
+from ._errors import cli_errors, echo_json, require_file
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 T = TypeVar("T")
@@ -45,4 +44,4 @@ def main(
 ):
     """Train the retriever. Override settings as in spaCy: --training.max_steps 100 --paths.train x."""
     state = run_config(train, ctx, config, output)
-    typer.echo(json.dumps({k: state[k] for k in ("step", "best", "best_step", "train_seconds")}, indent=2))
+    echo_json({k: state[k] for k in ("step", "best", "best_step", "train_seconds")})

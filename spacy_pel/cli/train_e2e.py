@@ -1,14 +1,13 @@
 """``python -m spacy_pel train-e2e``: the command line over :mod:`spacy_pel.training.joint`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from ..training.joint import __doc__ as LIBRARY_DOC
 from ..training.joint import train_e2e_seeds
-from ._errors import cli_errors
+from ._errors import cli_errors, echo_json
 from .train import run_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
@@ -27,4 +26,4 @@ def main(
     states = run_config(lambda c, o, v: train_e2e_seeds(c, o, seeds, v), ctx, config, output)
     keys = ("step", "best", "best_step", "train_seconds", "span_report")
     summaries = [{k: state[k] for k in keys} for state in states]
-    typer.echo(json.dumps(summaries[0] if seeds == 1 else summaries, indent=2))
+    echo_json(summaries[0] if seeds == 1 else summaries)

@@ -1,7 +1,6 @@
 """``python -m spacy_pel train-reranker``: the command line over :mod:`spacy_pel.training.reranker`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -10,7 +9,7 @@ import typer
 from ..retrieval.build import load_encoder
 from ..training.config_files import RerankerFile, train_reranker_from_config
 from ..training.reranker import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, require_file
+from ._errors import cli_errors, echo_json, require_file
 from .train import read_typed_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
@@ -49,4 +48,4 @@ def main(
     require_file(Path(cfg.paths.train), "training corpus")
     load_encoder(cfg.paths.encoder, precision="fp32")  # a missing encoder: one line, before any output folder is made
     report = train_reranker_from_config(cfg, raw, output, resume=not restart)
-    typer.echo(json.dumps(report, indent=2))
+    echo_json(report)

@@ -1,7 +1,6 @@
 """``python -m spacy_pel train-spans``: the command line over :mod:`spacy_pel.training.span_scorer`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -10,7 +9,7 @@ import typer
 from ..retrieval.build import load_encoder
 from ..training.config_files import SpanScorerFile, train_spans_from_config
 from ..training.span_scorer import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors
+from ._errors import cli_errors, echo_json
 from .train import read_typed_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
@@ -39,4 +38,4 @@ def main(
     cfg, raw = read_typed_config(SpanScorerFile, ctx, config, flags)
     enc = load_encoder(cfg.paths.encoder, precision="fp32")  # a missing encoder: one line, before any work
     report = train_spans_from_config(cfg, raw, output, resume=resume, encoder=enc)
-    typer.echo(json.dumps(report, indent=2))
+    echo_json(report)

@@ -15,6 +15,7 @@ import spacy
 from spacy.tokens import Span
 
 from ..corpora import GOLD_KEY, ID_SEP, NIL, gold_ids, read_docbin, write_docbin
+from ..files import InputError
 from ..kb import Entity
 from ..retrieval.index import EntityIndex
 
@@ -56,6 +57,9 @@ def relabel(docs, removed: Set[str]) -> Dict[str, int]:
 def make_okb(kb: Path, branches: Sequence[str], corpora: Sequence[Path], output: Path) -> dict:
     index = EntityIndex.from_disk(kb)
     removed = removed_ids(index.entities, branches)
+    if not removed:
+        raise InputError(f"{kb}: no entity is under {', '.join(branches)} (MeSH tree-number prefixes such as C10, or "
+                         "whole KB types): nothing would be removed")
     keep = [i for i, e in enumerate(index.entities) if e.id not in removed]
     index.subset(keep).to_disk(output / "kb")
     report = {"branches": list(branches), "kb_entities": len(index), "removed_entities": len(removed), "corpora": {}}
