@@ -185,6 +185,7 @@ def corpus(tmp_path: Path) -> Path:
     [
         (evaluate.app, ["{missing}", "--kb", "{kb}"], "corpus not found"),
         (evaluate.app, ["{corpus}", "--kb", "{missing}"], "KB folder not found"),
+        (evaluate.app, ["{corpus}", "--kb", "{kb}", "--encoder", "nosuchdir/"], "encoder folder not found: nosuchdir/"),
         (evaluate.app, ["{corpus}", "--pipeline", "{kb}"], "has no config.cfg"),
         (evaluate.app, ["{corpus}", "--kb", "{kb}", "--train", "{missing}"], "training corpus not found"),
         (evaluate.app, ["{corpus}"], "give --pipeline or --kb"),

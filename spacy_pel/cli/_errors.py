@@ -21,6 +21,7 @@ from confection import ConfigValidationError
 
 from ..files import InputError
 from ..models.encoder import EncoderMismatchError
+from ..retrieval.build import check_encoder_source
 from ..retrieval.ray_build import RayOptions
 
 EXIT_USAGE = 2  # as click's own usage errors
@@ -135,6 +136,8 @@ def require_pipeline_or_kb(pipeline: Optional[Path], kb: Optional[Path], encoder
         fail("--encoder goes with --kb: a pipeline links with its own encoder")
     require_dir(pipeline, "pipeline", "config.cfg")
     require_dir(kb, "KB folder", "meta.json")
+    if encoder is not None:
+        check_encoder_source(encoder)
 
 
 def require_one_of(value: str, choices: Iterable[str], option: str) -> None:

