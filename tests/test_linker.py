@@ -422,8 +422,9 @@ def test_loading_a_pipeline_without_nil_threshold_says_so(kb_dir, tmp_path):
     nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
     nlp.initialize()
     nlp.to_disk(tmp_path / "p")
-    with pytest.warns(UserWarning, match="no NIL threshold.*calibrate"):
+    with pytest.warns(UserWarning, match="no NIL threshold.*calibrate") as caught:
         spacy.load(tmp_path / "p")
+    assert [Path(w.filename).name for w in caught] == [Path(__file__).name]  # the user's line, not spaCy's
     import warnings
 
     with warnings.catch_warnings():

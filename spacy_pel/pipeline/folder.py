@@ -4,6 +4,7 @@
 one it was saved from is not read: it loads from the config's path on first use."""
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 from typing import Dict, Optional
@@ -17,6 +18,18 @@ from .folder_bytes import folder_from_bytes, folder_to_bytes
 SOURCES_FILE = "sources.json"
 NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
                 "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
+
+
+LIBRARIES = ("spacy", "spacy_pel", "thinc", "srsly", "confection")
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` of a warning that names the user's line (e.g. their ``spacy.load``) instead of the
+    library frames it went through."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in LIBRARIES:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class LinkerFolder:
@@ -46,7 +59,7 @@ class LinkerFolder:
         path = Path(path)
         saved = srsly.read_json(path / SOURCES_FILE) if (path / SOURCES_FILE).exists() else {}
         if self.cfg.threshold is None:
-            warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=2)
+            warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=caller_level())
 
         def wanted(key: str, folder: Path, configured: Optional[str], data_name: str) -> bool:
             return folder.exists() and data_name not in exclude and configured in (None, saved.get(key))
