@@ -14,3 +14,16 @@ def test_markup_in_ids_labels_and_text_is_escaped():
     assert "<script>" not in html and "<i>Chem" not in html and "<b>and" not in html
     assert "&lt;script&gt;" in html  # shown, not run
     assert 'href="https://meshb.nlm.nih.gov/record/ui?ui=D014859"' in html  # ordinary ids still link
+
+
+def test_ids_link_to_their_kb_by_form_and_others_to_nothing():
+    doc = spacy.blank("en").make_doc("a b c d e")
+    ids = ["MESH:D014859", "OMIM:255800", "HP:0001250", "PROD-42", "D014859|D001241"]
+    doc.ents = [Span(doc, i, i + 1, label="X", kb_id=kb_id) for i, kb_id in enumerate(ids)]
+    html = render([doc])
+    assert 'href="https://meshb.nlm.nih.gov/record/ui?ui=D014859"' in html
+    assert 'href="https://omim.org/entry/255800"' in html and 'href="https://hpo.jax.org/browse/term/HP:0001250"' in html
+    assert html.count('href="#"') == 2  # a catalogue's own id and a composite one: no made-up link
+    assert 'ui=PROD' not in html
+    custom = render([doc], "https://example.org/{}")
+    assert 'href="https://example.org/PROD-42"' in custom and "meshb" not in custom

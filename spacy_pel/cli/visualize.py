@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..corpora import read_docbin
-from ..evaluation.visualize import MESH_URL, link_docs, render
+from ..evaluation.visualize import AUTO_URL, link_docs, render
 from ..evaluation.visualize import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
 from ._errors import (
@@ -29,14 +29,15 @@ def main(
     pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="Saved pipeline with pel_linker"),
     kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
     limit: int = typer.Option(10, "--limit", help="How many documents to render"),
-    url_template: str = typer.Option(MESH_URL, "--url-template", help="KB link, {} is the id"),
+    url_template: str = typer.Option(AUTO_URL, "--url-template", help="KB link, {} is the id; auto: MeSH, OMIM and "
+                                     "HPO ids link to their browsers, other ids to nothing"),
 ):
     """Link the entities of the first --limit documents and render them with KB links."""
     require_pipeline_or_kb(pipeline, kb)
     require_file(corpus, "corpus")
     if limit < 1:
         fail(f"--limit must be at least 1, not {limit}")
-    if "{}" not in url_template:
+    if url_template != AUTO_URL and "{}" not in url_template:
         fail(f"--url-template needs {{}} where the id goes: {url_template!r}")
     require_writable_parent(output, "output")
     nlp, _ = load_pipeline(pipeline, kb)

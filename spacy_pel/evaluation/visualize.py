@@ -5,6 +5,7 @@ opens its top candidates with their scores, each linked to the KB (``page.html#m
 """
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Iterable
 from urllib.parse import quote
@@ -16,6 +17,12 @@ from spacy.tokens import Doc
 from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
+AUTO_URL = "auto"  # a link for the ids of KBs known by their id's form, none for the rest
+KNOWN_URLS = (  # (id form, the id part that goes into the URL) → URL template
+    (re.compile(r"(?:MESH:)?([CD]\d{6,9})"), MESH_URL),
+    (re.compile(r"OMIM:(\d+)"), "https://omim.org/entry/{}"),
+    (re.compile(r"(HP:\d{7})"), "https://hpo.jax.org/browse/term/{}"),
+)
 SHOWN = 5  # candidates listed per mention
 # displaCy's entity markup with an id, the NIL confidence beside the KB link and a candidate list
 TEMPLATE = (
@@ -39,7 +46,7 @@ LEGEND = ('<p class="pel-legend">Each mention: its label, its KB id (a link) and
           'the pipeline\'s threshold). Hover a mention for its top candidates with their scores.</p>')
 
 
-def entity_data(doc: Doc, url_template: str = MESH_URL) -> dict:
+def entity_data(doc: Doc, url_template: str = AUTO_URL) -> dict:
     """displaCy's manual entity data of ``doc`` with every value that reaches the HTML escaped: KB ids
     and labels come from third-party files, and displaCy writes them into the page as they are (the
     text itself displaCy escapes); the id is also URL-quoted inside the link."""
@@ -49,6 +56,11 @@ def entity_data(doc: Doc, url_template: str = MESH_URL) -> dict:
 
 
 def _url(url_template: str, kb_id: str) -> str:
+    """The escaped link of ``kb_id``; with :data:`AUTO_URL`, MeSH, OMIM and HPO ids link to their browsers
+    and other ids (a user's own KB, a composite mention) to nothing (``#``)."""
+    if url_template == AUTO_URL:
+        found = next(((m, url) for pattern, url in KNOWN_URLS if (m := pattern.fullmatch(kb_id))), None)
+        return escape(found[1].format(quote(found[0].group(1), safe=":")), quote=True) if found else "#"
     return escape(url_template.format(quote(kb_id, safe=":")), quote=True)
 
 
@@ -68,7 +80,7 @@ def _linking(span, url_template: str) -> dict:
     }
 
 
-def render(docs: Iterable[Doc], url_template: str = MESH_URL) -> str:
+def render(docs: Iterable[Doc], url_template: str = AUTO_URL) -> str:
     """displaCy entity HTML; each entity shows its kb id linked through ``url_template``, its NIL
     confidence beside it and, on hover, its top candidates with scores (mentions numbered ``m0``, ``m1`` …)."""
     data = [entity_data(d, url_template) for d in docs]
