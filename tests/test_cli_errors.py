@@ -148,6 +148,12 @@ def test_convert_errors(tmp_path):
     source.write_text("1|t|A b.\n1|a|C.\n")
     one_line_error(run(convert.app, [source, tmp_path / "o.spacy", "--lang", "xx-nope"]), "--lang")
     one_line_error(run(convert.app, [source, tmp_path / "o.spacy", "--format", "brat"]), "--format 'brat' is not one of")
+    # an output named like an input (the order mixed up) would be a DocBin where text was: refused, the input kept
+    one_line_error(run(convert.app, [source, tmp_path / "dev.txt"]), "should be a .spacy file")
+    assert not (tmp_path / "dev.txt").exists()
+    twice = tmp_path / "same.spacy"
+    twice.write_bytes(b"")
+    one_line_error(run(convert.app, [source, twice, twice]), "is one of the inputs")
     (tmp_path / "c.xml").write_text("<collection><document>")
     one_line_error(run(convert.app, [source, tmp_path / "c.xml", tmp_path / "o.spacy"]), f"{tmp_path / 'c.xml'}:1: not well-formed BioC XML")
     assert not (tmp_path / "o.spacy").exists()

@@ -53,6 +53,10 @@ def main(
         fail(f"--format {format!r} is not one of {', '.join(FORMATS)}")
     if output.is_dir():
         fail(f"output {output} is a folder; give a .spacy file name")
+    if output.suffix.lower() != ".spacy":
+        fail(f"output {output} should be a .spacy file (it is a DocBin; the inputs come first)")
+    if any(output.resolve() == path.resolve() for path in inputs):
+        fail(f"output {output} is one of the inputs; give another .spacy file name")
     require_writable_parent(output, "output")
     try:
         spacy.util.get_lang_class(lang)
