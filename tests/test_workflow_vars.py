@@ -154,6 +154,22 @@ def test_the_silver_preset_adapts_from_base_minilm_and_starts_the_rest_from_its_
     assert not paths_are_single(commands)
 
 
+def test_the_aligned_workflow_trains_the_retriever_as_self_alignment_before_encoding_the_kb_once():
+    commands, workflows = render(ROOT, args_file(ROOT / "configs" / "datasets" / "bc5cdr_mesh_aligned.args"))
+    steps = workflows["all"]
+    # all's steps with train replaced by align, which comes before the KB (its entity tower encodes it)
+    assert workflows["all_aligned"] == steps[:2] + ["align", "build_kb_aligned"] + [s for s in steps[3:] if s != "train"]
+    align = shlex.split(commands["align"]["script"][0])
+    assert align[:4] == ["python", "-m", "spacy_pel", "adapt"] and align[align.index("--paths.train") + 1] == "corpus/bc5cdr_train.spacy"
+    assert align[align.index("--synonyms.replay") + 1] == "0.5" and align[align.index("--encoder") + 1] == "all-MiniLM-L6-v2"
+    # its output is where train's would be, so final_kb, pipeline and e2e read it unchanged
+    assert commands["align"]["outputs"] == commands["train"]["outputs"] == ["training/aligned/retriever/best"]
+    assert commands["build_kb_aligned"]["deps"] == ["assets/mesh", "training/aligned/retriever/best"]
+    assert "--encoder training/aligned/retriever/best --output kbs/mesh_aligned " in commands["build_kb_aligned"]["script"][0]
+    assert "--reuse kbs/mesh_aligned " in commands["final_kb"]["script"][0]  # the same tower: copied, not encoded again
+    assert not paths_are_single(commands)
+
+
 def test_the_ncbi_medic_set_reaches_every_dataset_step():
     commands, _ = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_medic.args"))
     rendered = json.dumps({k: (commands[k]["script"], commands[k]["deps"], commands[k]["outputs"]) for k in DATASET_STEPS})
