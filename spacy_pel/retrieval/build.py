@@ -29,7 +29,15 @@ import torch
 
 from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, output_lock
 from ..kb import READERS, Entity, kb_files, read_kb
-from ..models.encoder import CONFIG_FILE, DEFAULT_ENCODER, BiEncoder, EncoderConfig, looks_like_a_path, tower_precision
+from ..models.encoder import (
+    CONFIG_FILE,
+    DEFAULT_ENCODER,
+    DEFAULT_ENCODER_NAMES,
+    BiEncoder,
+    EncoderConfig,
+    looks_like_a_path,
+    tower_precision,
+)
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray
@@ -46,7 +54,7 @@ RECORDED = {"input_sha256": "KB file content", "format": "KB format", "encoder_f
 
 def check_encoder_source(source: str) -> None:
     """Refuse an ``--encoder`` that can only fail: a path that does not exist, a folder that is not a model."""
-    if source in (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2"):
+    if source in DEFAULT_ENCODER_NAMES:
         return
     path = Path(source).expanduser()
     if path.exists():
