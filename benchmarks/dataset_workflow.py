@@ -86,7 +86,8 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
              + (f" --output {r['output']}" if r.get("output") else "") + "` "
              f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`, timed step by step).", ""]
     f = r.get("figures", {})
-    for key, title in (("linking", "the calibrated pipeline of `all`"),
+    built = next((s["workflow"] for s in r["steps"] if s["workflow"].startswith("all")), "all")
+    for key, title in (("linking", f"the calibrated pipeline of `{built}`"),
                        ("transfer", f"the pipeline of `transfer`: {values['transfer_from']} retargeted")):
         if key in f:
             lines += gold_mention_table(f[key], title)
