@@ -1,4 +1,6 @@
 """NIL decision strategies of pel_linker (spacy_pel.pipeline.nil) and their calibration."""
+import inspect
+
 import numpy as np
 import pytest
 import spacy
@@ -6,7 +8,9 @@ from confection import Config
 from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Span
 
+from spacy_pel.cli import discover as discover_cli
 from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.discovery.cluster import MENTION_MARGIN, discover
 from spacy_pel.evaluation.linking import evaluate
 from spacy_pel.evaluation.nil import calibrate, fit_classifier, nil_curve
 from spacy_pel.pipeline.nil import FEATURES, PAIRS, UNKNOWN_TYPE, classifier_nil, lexical_features, top_score_nil
@@ -194,8 +198,6 @@ def test_calibrated_classifier_fitted_on_one_split_applies_to_another(kb_dir, tm
 
 
 def test_pipeline_discovery_links_as_the_linker_and_clusters_only_its_nil_mentions(kb_dir):
-    from spacy_pel.discovery.cluster import discover
-
     nlp = linker_pipeline(kb_dir, nil=CLASSIFIER, threshold=0.5)
     spans = [(0, 2, "Chemical", "D1"), (2, 3, "Disease", "NIL"), (10, 12, "Disease", "NIL")]
     docs = [doc_with(nlp, spans), doc_with(nlp, spans)]  # the same mentions in the same context twice
@@ -236,3 +238,11 @@ def test_a_constant_feature_and_its_products_are_left_out_of_the_fit():
     reference = LogisticRegression(C=1.0, max_iter=5000).fit(z, ~is_nil)
     assert fitted(x) == pytest.approx(reference.predict_proba(z)[:, 1], abs=1e-4)
     assert fit_classifier(x, is_nil, {})(x).shape == (600,) and fit_classifier(x, is_nil, {}).weights["span"] == 0.0
+
+
+
+def test_discovery_defaults_agree_between_the_library_the_component_and_the_cli():
+    """One β for discover(), pel_discovery and `discover`: a user who moves between them gets the same clusters."""
+    assert inspect.signature(discover).parameters["mention_margin"].default == MENTION_MARGIN == 0.3
+    assert spacy.Language.get_factory_meta("pel_discovery").default_config["mention_margin"] == MENTION_MARGIN
+    assert inspect.signature(discover_cli.main).parameters["mention_margin"].default.default == MENTION_MARGIN

@@ -9,7 +9,7 @@ from spacy.tokens import Span
 from spacy.util import filter_spans
 
 from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
-from ..discovery.cluster import DISCOVERED_KEY, LINKING, discover, gold_cluster_scores, resolve_linking
+from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
 from ..discovery.cluster import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
 from ._errors import (
@@ -40,7 +40,7 @@ def main(
         None, "--mention-threshold", help="Floor for mention–mention edges (default: --threshold)"
     ),
     mention_margin: float = typer.Option(
-        0.3, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger "
+        MENTION_MARGIN, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger "
         "(0.3: tuned on BC5CDR dev, benchmarks/discovery.md; 0: arboEL's)"
     ),
     linking: str = typer.Option(

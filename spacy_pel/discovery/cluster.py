@@ -30,6 +30,9 @@ from ..retrieval.index import EntityIndex
 
 NIL_PREFIX = NIL + ":"
 DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
+# β of discover(), pel_discovery and the discover CLI: tuned on BC5CDR dev (benchmarks/discovery.md);
+# cluster() itself keeps arboEL's 0
+MENTION_MARGIN = 0.3
 
 Entities = Union[EntityIndex, Tuple[np.ndarray, Sequence[str]]]
 
@@ -234,7 +237,7 @@ def discover(
     spans_key: Optional[str] = None,
     threshold: Optional[float] = None,
     mention_threshold: Optional[float] = None,
-    mention_margin: float = 0.0,
+    mention_margin: float = MENTION_MARGIN,
     linking: str = "auto",
 ) -> Dict[str, int]:
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)

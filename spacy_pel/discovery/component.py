@@ -7,12 +7,12 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.util import minibatch
 
-from .cluster import LINKING, discover
+from .cluster import LINKING, MENTION_MARGIN, discover
 
 
 @Language.factory(
     "pel_discovery",
-    default_config={"linker": "pel_linker", "k": 10, "threshold": None, "mention_margin": 0.3, "batch_size": 1000,
+    default_config={"linker": "pel_linker", "k": 10, "threshold": None, "mention_margin": MENTION_MARGIN, "batch_size": 1000,
                     "linking": "auto"},
     assigns=["doc.ents", "token.ent_kb_id"],
     requires=["doc.ents"],
@@ -33,7 +33,7 @@ def make_discovery(
 
 class Discovery:
     def __init__(self, nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int,
-                 mention_margin: float = 0.3, linking: str = "auto"):
+                 mention_margin: float = MENTION_MARGIN, linking: str = "auto"):
         self.nlp, self.name, self.linker_name = nlp, name, linker
         self.k, self.threshold, self.batch_size, self.mention_margin = k, threshold, batch_size, mention_margin
         self.linking = linking
