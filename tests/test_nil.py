@@ -240,7 +240,6 @@ def test_a_constant_feature_and_its_products_are_left_out_of_the_fit():
     assert fit_classifier(x, is_nil, {})(x).shape == (600,) and fit_classifier(x, is_nil, {}).weights["span"] == 0.0
 
 
-
 def test_discovery_defaults_agree_between_the_library_the_component_and_the_cli():
     """One β for discover(), pel_discovery and `discover`: a user who moves between them gets the same clusters."""
     assert inspect.signature(discover).parameters["mention_margin"].default == MENTION_MARGIN == 0.3

@@ -41,7 +41,7 @@ def main(
     ),
     mention_margin: float = typer.Option(
         MENTION_MARGIN, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger "
-        "(0.3: tuned on BC5CDR dev, benchmarks/discovery.md; 0: arboEL's)"
+        f"({MENTION_MARGIN}: tuned on BC5CDR dev, benchmarks/discovery.md; 0: arboEL's)"
     ),
     linking: str = typer.Option(
         "auto", "--linking", help="cluster: clustering inference; pipeline: the linker's own decisions (rules, NIL "
