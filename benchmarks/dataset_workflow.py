@@ -46,12 +46,14 @@ def figures(values: Dict[str, str]) -> dict:
 def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (configs/datasets/*.args)"),
          workflow: List[str] = typer.Option(["all"], help="Workflows of project.yml to run, in order"),
          notes: str = typer.Option("", help="A line about the run conditions"),
-         output: str = typer.Option("", help="report name in benchmarks/ (default: <preset>_workflow)")):
-    preset = shlex.split(args.read_text())
+         output: str = typer.Option("", help="report name in benchmarks/ (default: <preset>_workflow)"),
+         extra: str = typer.Option("", help="More --vars after the preset's (a later value wins), e.g. "
+                                            "'--vars.align_steps 380'")):
+    preset = shlex.split(args.read_text()) + shlex.split(extra)
     values = preset_vars(preset)
     workflows = srsly.read_yaml(ROOT / "project.yml")["workflows"]
     out = ROOT / "benchmarks" / (output or f"{args.stem}_workflow")
-    report = {"machine": machine(), "preset": str(args), "notes": notes, "output": output, "steps": []}
+    report = {"machine": machine(), "preset": str(args), "extra": extra, "notes": notes, "output": output, "steps": []}
     for name in workflow:
         for step in workflows[name]:
             t0 = time.perf_counter()
@@ -83,8 +85,10 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
              f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.",
              f"Reproduce: `python benchmarks/dataset_workflow.py --args {r['preset']} "
              + " ".join(f"--workflow {w}" for w in dict.fromkeys(s["workflow"] for s in r["steps"]))
-             + (f" --output {r['output']}" if r.get("output") else "") + "` "
-             f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`, timed step by step).", ""]
+             + (f" --output {r['output']}" if r.get("output") else "")
+             + (f" --extra \"{r['extra']}\"" if r.get("extra") else "") + "` "
+             f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`"
+             + (f" with `{r['extra']}` after the preset's lines" if r.get("extra") else "") + ", timed step by step).", ""]
     f = r.get("figures", {})
     built = next((s["workflow"] for s in r["steps"] if s["workflow"].startswith("all")), "all")
     for key, title in (("linking", f"the calibrated pipeline of `{built}`"),
