@@ -86,7 +86,7 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
              f"Reproduce: `python benchmarks/dataset_workflow.py --args {r['preset']} "
              + " ".join(f"--workflow {w}" for w in dict.fromkeys(s["workflow"] for s in r["steps"]))
              + (f" --output {r['output']}" if r.get("output") else "")
-             + (f" --extra \"{r['extra']}\"" if r.get("extra") else "") + "` "
+             + (f" --extra {shlex.quote(r['extra'])}" if r.get("extra") else "") + "` "
              f"(= `xargs -a {r['preset']} python -m spacy project run WORKFLOW .`"
              + (f" with `{r['extra']}` after the preset's lines" if r.get("extra") else "") + ", timed step by step).", ""]
     f = r.get("figures", {})
