@@ -12,7 +12,7 @@ import socket
 from urllib.parse import urlparse
 
 from huggingface_hub import constants, try_to_load_from_cache
-from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import HFValidationError  # (.errors only from 0.24; transformers 4.40 allows 0.19)
 
 from ..files import InputError
 
