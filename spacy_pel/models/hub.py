@@ -7,9 +7,9 @@ proxy the direct probe says nothing, so it is skipped and transformers decides.
 """
 from __future__ import annotations
 
-import os
 import socket
 from urllib.parse import urlparse
+from urllib.request import getproxies
 
 from huggingface_hub import constants, try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError  # (.errors only from 0.24; transformers 4.40 allows 0.19)
@@ -17,7 +17,8 @@ from huggingface_hub.utils import HFValidationError  # (.errors only from 0.24; 
 from ..files import InputError
 
 PROBE_TIMEOUT = 3.0
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+# the proxy schemes an https hub request goes through (urllib reads them from the environment or the OS)
+PROXY_SCHEMES = ("https", "all")
 
 
 def is_cached(name: str) -> bool:
@@ -42,7 +43,7 @@ def hub_reachable(endpoint: str = "", timeout: float = PROBE_TIMEOUT) -> bool:
 def check_hub_name(name: str) -> None:
     """Raise :class:`~spacy_pel.files.InputError` at once when ``name`` is neither cached nor loadable
     from the hub (offline mode, or the hub's host unreachable)."""
-    if is_cached(name) or any(os.environ.get(v) for v in PROXY_VARIABLES):
+    if is_cached(name) or any(getproxies().get(scheme) for scheme in PROXY_SCHEMES):
         return
     if constants.HF_HUB_OFFLINE or not hub_reachable():
         where = "offline mode is on" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} cannot be reached"
