@@ -119,6 +119,8 @@ class AugmentSection:
     # copies of this share of the training mentions with their words replaced by a name of a random KB
     # entity of a gold type, in the same context (spacy_pel.training.entity_swaps; 0 = none, 1 = one each)
     entity_swaps: float = 0.0
+    # weight of a name-form InfoNCE beside mention training (trained entity tower; training/name_pairs.py; 0 = off)
+    name_pairs: float = 0.0
 
 
 @dataclass
@@ -310,7 +312,7 @@ class RetrieverConfig:
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
-        for where, value in (("augment] entity_swaps", out.augment.entity_swaps),
+        for where, value in (("augment] entity_swaps", out.augment.entity_swaps), ("augment] name_pairs", out.augment.name_pairs),
                              ("synonyms] eval_entities", out.synonyms.eval_entities)):
             _check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
         r = out.synonyms.replay

@@ -63,6 +63,7 @@ from .config import PathLike, RetrieverConfig, config_for_run
 from .entity_swaps import entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
+from .name_pairs import NamePairLoss
 from .stages import Batch, Examples, Stage, replaying
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
 
@@ -209,6 +210,12 @@ class RetrieverTask(Task):
         entity_vectors = self.encoded_entity_vectors if self.train_entities else None
         self.linking = LinkingLoss(self.loss, neg.kind, self.miner, self.table, entity_vectors, fgsm)
         self.arborescence: Optional[ArborescenceLoss] = None
+        self.name_pairs: Optional[NamePairLoss] = None
+        if cfg.augment.name_pairs:
+            if not self.train_entities:
+                raise ValueError("augment.name_pairs trains the entity tower's name form: it needs train_entity_encoder = true")
+            self.name_pairs = NamePairLoss(self.encoder, self.index.entities, cfg.augment.name_pairs, self.seed)
+        self.step_number = 0
         if t.objective == "arborescence":
             if self.train_entities or not self.stages or self.stages[-1].name != "mentions":
                 raise ValueError("the arborescence objective needs mention training with a frozen entity tower")
@@ -256,6 +263,7 @@ class RetrieverTask(Task):
             first += stage.steps
 
     def before_step(self, step: int, batch: Batch) -> None:
+        self.step_number = step
         every = self.cfg.negatives.refresh_every
         if self.train_entities and every and step and step % every == 0:
             self.refresh_hard_index(step)
@@ -271,6 +279,8 @@ class RetrieverTask(Task):
             loss = self.arborescence(m, batch.examples.gold, batch.idx)
         else:
             loss = self.linking(m, batch.examples.gold)
+        if self.name_pairs is not None and batch.stage == "mentions":
+            loss = loss + self.name_pairs(batch.examples, self.step_number)
         return StepOutput(loss, {"loss": float(loss.detach())})
 
     def save(self, folder: Path) -> None:
