@@ -119,8 +119,7 @@ class AugmentSection:
     # copies of this share of the training mentions with their words replaced by a name of a random KB
     # entity of a gold type, in the same context (spacy_pel.training.entity_swaps; 0 = none, 1 = one each)
     entity_swaps: float = 0.0
-    # weight of a name-form InfoNCE beside mention training (trained entity tower; training/name_pairs.py; 0 = off)
-    name_pairs: float = 0.0
+    name_pairs: float = 0.0  # weight of training/name_pairs.py's loss (trained entity tower; 0 = off)
 
 
 @dataclass
@@ -311,9 +310,8 @@ class RetrieverConfig:
                               "entity tower and the linking objective")
         _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
-        _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
         for where, value in (("augment] entity_swaps", out.augment.entity_swaps), ("augment] name_pairs", out.augment.name_pairs),
-                             ("synonyms] eval_entities", out.synonyms.eval_entities)):
+                             ("synonyms] eval_entities", out.synonyms.eval_entities), ("training] max_minutes", t.max_minutes)):
             _check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
         r = out.synonyms.replay
         _check(0.0 <= r < 1.0 and (not r or (bool(out.paths.train) and out.synonyms.steps > 0)), f"{source} [synonyms] replay",
@@ -325,9 +323,9 @@ class RetrieverConfig:
             raise ConfigError(f"{source}: paths.kb_format (a KB file without vectors) needs a trained entity tower "
                               "(training.train_entity_encoder = true) whose hard negatives are refreshed "
                               "(negatives.refresh_every > 0) or none (negatives.hard_fraction = 0)")
-        if t.entity_lr_scale <= 0 or (t.entity_lr_scale != 1.0 and not t.train_entity_encoder):
-            raise ConfigError(f"{source}: training.entity_lr_scale must be > 0, and other than 1 only with a trained "
-                              "entity tower (training.train_entity_encoder = true)")
+        if t.entity_lr_scale <= 0 or ((t.entity_lr_scale != 1.0 or out.augment.name_pairs) and not t.train_entity_encoder):
+            raise ConfigError(f"{source}: training.entity_lr_scale must be > 0; it (other than 1) and augment.name_pairs "
+                              "need a trained entity tower (training.train_entity_encoder = true)")
         if n.kind == "kb" and t.train_entity_encoder:
             raise ConfigError(f'{source}: negatives.kind = "kb" (softmax over the whole KB) needs a frozen entity tower '
                               "(training.train_entity_encoder = false)")

@@ -211,9 +211,7 @@ class RetrieverTask(Task):
         self.linking = LinkingLoss(self.loss, neg.kind, self.miner, self.table, entity_vectors, fgsm)
         self.arborescence: Optional[ArborescenceLoss] = None
         self.name_pairs: Optional[NamePairLoss] = None
-        if cfg.augment.name_pairs:
-            if not self.train_entities:
-                raise ValueError("augment.name_pairs trains the entity tower's name form: it needs train_entity_encoder = true")
+        if cfg.augment.name_pairs:  # the config checked that the entity tower learns
             self.name_pairs = NamePairLoss(self.encoder, self.index.entities, cfg.augment.name_pairs, self.seed)
         self.step_number = 0
         if t.objective == "arborescence":
