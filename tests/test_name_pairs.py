@@ -70,7 +70,7 @@ def test_name_pairs_pull_a_mention_text_to_its_own_entity(kb_file, tiny_encoder_
     first = None
     for step in range(40):
         value = loss(examples, step)
-        first = float(value) if first is None else first
+        first = float(value.detach()) if first is None else first
         opt.zero_grad()
         value.backward()
         opt.step()
