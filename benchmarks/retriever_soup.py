@@ -15,6 +15,7 @@ mentions). A case with one retriever runs the same chain on it, so a soup is rea
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -25,17 +26,14 @@ import torch
 import typer
 
 from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line, report_footer
+from dataset_workflow import preset_vars
 from spacy_pel.models.encoder import BiEncoder
 
 
-def preset_vars(args_file: Path) -> Dict[str, str]:
-    """The ``--vars.NAME VALUE`` pairs of a preset file, with project.yml's defaults for the ones it leaves out."""
-    words = shlex.split(args_file.read_text(encoding="utf8"))
-    out = {"context_window": "32", "linker_config": "configs/linker_rules.cfg", "nil": "classifier_pairs", "subdir": ""}
-    for key, value in zip(words[::2], words[1::2]):
-        out[key.removeprefix("--vars.")] = value
-    out["linker_config"] = out["linker_config"].replace("${vars.subdir}", out["subdir"])
-    return out
+def workflow_vars(args_file: Path) -> Dict[str, str]:
+    """The vars the preset's workflow ran with (:func:`dataset_workflow.preset_vars`), ``${vars.NAME}`` in them resolved."""
+    values = preset_vars(shlex.split(args_file.read_text(encoding="utf8")))
+    return {k: re.sub(r"\$\{vars\.(\w+)\}", lambda m: values[m.group(1)], v) for k, v in values.items()}
 
 
 def average(sources: List[str], output: Path) -> None:
@@ -90,7 +88,7 @@ def main(args: Path = typer.Option(..., help="the preset file the workspace's `a
          case: List[str] = typer.Option(..., help="NAME=DIR[,DIR…]: the retrievers averaged (one: the chain on it alone)"),
          work: Path = typer.Option(..., help="where the averaged encoders, KBs and pipelines go"),
          output: str = typer.Option(..., help="report name in benchmarks/"), notes: str = typer.Option("")):
-    v = preset_vars(ROOT / args if not args.is_absolute() else args)
+    v = workflow_vars(ROOT / args if not args.is_absolute() else args)
     rows = []
     for spec in case:
         name, _, dirs = spec.partition("=")
