@@ -25,7 +25,8 @@ import typer
 HERE = Path(__file__).resolve().parent
 
 from spacy_pel.corpora import gold_spans, read_docbin
-from spacy_pel.models.encoder import BiEncoder, resolve_precision
+from spacy_pel.models.encoder import BiEncoder
+from spacy_pel.models.precision import resolve_precision
 from spacy_pel.pipeline.updating import linkable_mentions
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex

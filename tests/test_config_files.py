@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 
 from spacy_pel.cli import app
 from spacy_pel.cli import train_reranker as reranker_cli
-from spacy_pel.training.config import ConfigError, load_config
+from spacy_pel.training.config import ConfigError
 from spacy_pel.training.config_files import RerankerFile, SpanScorerFile, read_config
 from spacy_pel.training.reranker import RerankerConfig
+from spacy_pel.training.run_config import load_config
 
 from .test_e2e import gold_docs
 

@@ -112,16 +112,17 @@ def test_precision_auto_follows_the_device(monkeypatch):
     import torch
 
     from spacy_pel.models import encoder as enc
+    from spacy_pel.models import precision
 
-    monkeypatch.setattr(enc, "cpu_has_bf16", lambda: True)
-    assert enc.resolve_precision("auto", torch.device("cpu")) == "bf16"
-    monkeypatch.setattr(enc, "cpu_has_bf16", lambda: False)
-    assert enc.resolve_precision("auto", torch.device("cpu")) == "fp32"
-    assert enc.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    assert precision.resolve_precision("auto", torch.device("cpu")) == "bf16"
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert precision.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
     # the towers: int8 (ONNX Runtime) is a CPU path, fp32 elsewhere; auto never picks it
-    assert enc.tower_precision("int8", torch.device("cpu")) == "int8"
-    assert enc.tower_precision("int8", torch.device("cuda")) == "fp32"
-    assert enc.tower_precision("auto", torch.device("cpu")) == "fp32"
+    assert precision.tower_precision("int8", torch.device("cpu")) == "int8"
+    assert precision.tower_precision("int8", torch.device("cuda")) == "fp32"
+    assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"
     with pytest.raises(ValueError, match="precision"):
         enc.EncoderConfig(precision="int4")
 

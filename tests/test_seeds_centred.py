@@ -9,9 +9,10 @@ from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.linking import centre_vectors, entity_centre
 from spacy_pel.models.losses import make_loss
 from spacy_pel.retrieval.index import EntityIndex
-from spacy_pel.training.config import ConfigError, RetrieverConfig, load_config
+from spacy_pel.training.config import ConfigError, RetrieverConfig
 from spacy_pel.training.fgsm import FGSM
 from spacy_pel.training.retriever import CENTRE_FILE, centred_index, load_entity_centre, train
+from spacy_pel.training.run_config import load_config
 
 from .test_train import corpus, overrides  # noqa: F401
 

@@ -14,9 +14,10 @@ from spacy_pel.models.doc_encoder import encode_docs, enumerate_doc_spans
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.span_scorer import load_span_scorer, save_span_scorer
 from spacy_pel.pipeline import mentions as mentions_module
-from spacy_pel.training.config import JointConfig, load_config
+from spacy_pel.training.config import JointConfig
 from spacy_pel.training.joint import JointTask, train_e2e
 from spacy_pel.training.loop import checkpoint_to_resume
+from spacy_pel.training.run_config import load_config
 from tests.test_train_e2e import CONFIG_DEFAULT
 
 TEXTS = [

@@ -18,10 +18,10 @@ from spacy_pel.training.config import (
     JointConfig,
     LoopSettings,
     RetrieverConfig,
-    load_config,
 )
 from spacy_pel.training.loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 from spacy_pel.training.retriever import Batch, RetrieverTask, train
+from spacy_pel.training.run_config import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_pb_random.cfg"
 E2E_CONFIG = CONFIG.parent / "train_e2e.cfg"

@@ -10,9 +10,10 @@ from spacy_pel.evaluation.linking import e2e_metrics
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.span_scorer import load_span_scorer
 from spacy_pel.retrieval.index import EntityIndex
-from spacy_pel.training.config import JointConfig, load_config
+from spacy_pel.training.config import JointConfig
 from spacy_pel.training.joint import DocExample, JointTask, train_e2e
 from spacy_pel.training.loop import TrainingLoop, checkpoint_to_resume
+from spacy_pel.training.run_config import load_config
 
 CONFIG_DEFAULT = Path(__file__).resolve().parents[1] / "configs" / "train_e2e.cfg"
 TEXTS = [

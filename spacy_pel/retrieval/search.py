@@ -18,7 +18,7 @@ import faiss
 import numpy as np
 import torch
 
-from ..models.encoder import resolve_precision
+from ..models.precision import resolve_precision
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 SCORES_PER_CALL = 1 << 25  # queries × entities scored at once (64 MB of bf16 scores)

@@ -37,8 +37,9 @@ from ..kb import Entity, kb_files, read_kb
 from ..models.encoder import BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
-from .config import PathLike, load_config
+from .config import PathLike
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
+from .run_config import load_config
 
 log = logging.getLogger(__name__)
 WORK_SUFFIX = ".work"

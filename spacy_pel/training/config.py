@@ -13,14 +13,10 @@ section and the key.
 """
 from __future__ import annotations
 
-import logging
 import math
-import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Type, TypeVar, Union, get_args, get_origin, get_type_hints
-
-from confection import Config
 
 from ..files import InputError
 from ..models.encoder import EncoderConfig
@@ -359,42 +355,3 @@ class JointConfig:
         for key in ("train", "kb"):
             _check(getattr(out.paths, key) is not None, f"{source} [paths] {key}", "needed for end-to-end training")
         return out
-
-
-log = logging.getLogger(__name__)
-CHECKPOINT_DIR = "last"  # a run's resumable checkpoint, inside its output folder
-# settings a run may change and still resume its checkpoint
-RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"))
-
-
-def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Config:
-    """The confection config at ``path`` with ``overrides`` (``{"training.max_steps": 10}``) applied."""
-    return Config().from_disk(path, overrides=dict(overrides or {}))
-
-
-def run_settings(raw: Mapping[str, Any]) -> Dict[str, Any]:
-    """The settings of a run that its checkpoint depends on: all but :data:`RESUME_FREE`."""
-    out = {section: dict(values) if isinstance(values, Mapping) else values for section, values in raw.items()}
-    for section, key in RESUME_FREE:
-        if isinstance(out.get(section), dict):
-            out[section].pop(key, None)
-    return out
-
-
-def config_for_run(cls: Type[T], config: PathLike, output: PathLike, overrides: Optional[Mapping[str, Any]] = None):
-    """Read the config file ``config`` (with ``overrides``) as ``cls`` (``RetrieverConfig``, ``JointConfig``)
-    and save the resolved file as ``output/config.cfg``; returns the typed config and ``output``.
-
-    A checkpoint (``output/last``) left by a run with other settings (``output/config.cfg``; the
-    :data:`RESUME_FREE` ones aside) is removed with a warning, so the run starts over instead of
-    resuming stale work under the new settings."""
-    raw = load_config(config, overrides)
-    cfg = cls.from_config(raw, str(config))
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    saved, last = output / "config.cfg", output / CHECKPOINT_DIR
-    if last.exists() and saved.exists() and run_settings(Config().from_disk(saved, interpolate=False)) != run_settings(raw):
-        log.warning("%s was left by a run with other settings (%s): starting over", last, saved)
-        shutil.rmtree(last)
-    Config(raw).to_disk(saved)
-    return cfg, output

@@ -24,8 +24,9 @@ from ..corpora import read_docbin
 from ..files import atomic_write
 from ..models.encoder import BiEncoder
 from ..retrieval.build import load_encoder
-from .config import ConfigError, _check, _parse, load_config
+from .config import ConfigError, _check, _parse
 from .reranker import RerankerConfig, train_reranker
+from .run_config import load_config
 from .span_scorer import train_span_scorer
 
 T = TypeVar("T")

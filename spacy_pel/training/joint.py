@@ -48,8 +48,9 @@ from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save
 from ..pipeline.mentions import learn_labels
 from ..pipeline.span_ensemble import write_models_file
 from ..retrieval.index import EntityIndex
-from .config import JointConfig, PathLike, config_for_run, load_config
+from .config import JointConfig, PathLike
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+from .run_config import config_for_run, load_config
 
 __all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e", "train_e2e_seeds"]
 SEEDS_DIR = "seeds"  # train_e2e_seeds: the further span models' folders, inside the output

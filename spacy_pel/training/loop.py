@@ -33,8 +33,9 @@ from tqdm.auto import tqdm
 
 from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write
-from ..models.encoder import resolve_precision
-from .config import CHECKPOINT_DIR, LoopSettings
+from ..models.precision import resolve_precision
+from .config import LoopSettings
+from .run_config import CHECKPOINT_DIR
 
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"

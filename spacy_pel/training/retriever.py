@@ -59,11 +59,12 @@ from ..models.negatives import HardNegativeMiner
 from ..pipeline.updating import doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
-from .config import PathLike, RetrieverConfig, config_for_run
+from .config import PathLike, RetrieverConfig
 from .entity_swaps import entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
 from .name_pairs import NamePairLoss
+from .run_config import config_for_run
 from .stages import Batch, Examples, Stage, replaying
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
 

@@ -27,8 +27,9 @@ from confection import Config
 
 from ..models.encoder import CONFIG_FILE
 from .adapt import WORK_SUFFIX, files_sha256, kb_stamp, nested, prepare_work, publish
-from .config import PathLike, RetrieverConfig, load_config
+from .config import PathLike, RetrieverConfig
 from .retriever import run_retriever
+from .run_config import load_config
 
 # the settings of configs/adapt.cfg, for a user without the repository's configs
 DEFAULTS: Dict[str, Any] = {
