@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
 from ..files import InputError, atomic_dir
-from ..kb import Entity
+from ..kb import PARENTS, Entity
 from .hub import check_hub_name
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
@@ -39,7 +39,7 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 DEFAULT_ENCODER_NAMES = (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2")
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
 # the settings that, with the entity tower's weights and the vocabulary, decide an entity's vector
-ENTITY_SETTINGS = ("entity_max_length", "similarity")
+ENTITY_SETTINGS = ("entity_max_length", "similarity", "entity_parents")
 
 
 class EncoderMismatchError(ValueError):
@@ -73,6 +73,9 @@ class EncoderConfig:
     # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, dynamic int8; fp32 elsewhere),
     # or "auto" (bf16 where the device has bf16 units, else fp32)
     precision: str = "fp32"
+    # how many of an entity's parents (their names: ``extra["parents"]``, from a KB reader that knows the
+    # hierarchy: MeSH trees, OBO is_a) follow its types in the entity input; 0: none
+    entity_parents: int = 0
     extra: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -84,6 +87,8 @@ class EncoderConfig:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.mention_max_length < 8 or self.entity_max_length < 8:
             raise ValueError("word-piece budgets must be at least 8")
+        if self.entity_parents < 0:
+            raise ValueError(f"entity_parents must be >= 0, not {self.entity_parents}")
 
 
 def looks_like_a_path(name: str) -> bool:
@@ -242,7 +247,8 @@ class BiEncoder(torch.nn.Module):
     # ---------------------------------------------------------------- inputs
     def entity_text_fields(self, entity: Entity) -> Tuple[str, str, str]:
         desc = entity.description or " ; ".join(entity.aliases)
-        return entity.name, " ; ".join(entity.types), desc
+        parents = list(entity.extra.get(PARENTS) or [])[: self.config.entity_parents]
+        return entity.name, " ; ".join([*entity.types, *parents]), desc
 
     def entity_inputs(self, entities: Sequence[Entity]) -> List[List[int]]:
         """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]``."""
