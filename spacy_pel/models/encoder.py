@@ -40,6 +40,9 @@ DEFAULT_ENCODER_NAMES = (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
 # the settings that, with the entity tower's weights and the vocabulary, decide an entity's vector
 ENTITY_SETTINGS = ("entity_max_length", "similarity", "entity_parents")
+# settings added later, recorded only away from their default: encoders (and the KBs they encoded) from
+# before keep their fingerprints
+LATER_ENTITY_SETTINGS = {"entity_parents": 0}
 
 
 class EncoderMismatchError(ValueError):
@@ -50,10 +53,12 @@ def mismatch_reason(recorded: Mapping[str, object], encoder: "BiEncoder") -> str
     """Why ``encoder`` is not the entity encoder that recorded ``recorded`` (its :meth:`BiEncoder.entity_settings`):
     the settings that differ, with the option that gives the encoder the recorded value, or else the weights."""
     given = encoder.entity_settings()
-    differ = [k for k in ENTITY_SETTINGS if k in recorded and recorded[k] != given[k]]
+    default = LATER_ENTITY_SETTINGS.get
+    differ = [k for k in ENTITY_SETTINGS if (k in recorded or k in LATER_ENTITY_SETTINGS)
+              and recorded.get(k, default(k)) != given.get(k, default(k))]
     if differ:
-        return "; ".join(f"its {k} is {given[k]!r}, the KB's {recorded[k]!r} (a training command's --encoder.{k} "
-                         f"{recorded[k]} sets the KB's)" for k in differ)
+        return "; ".join(f"its {k} is {given.get(k, default(k))!r}, the KB's {recorded.get(k, default(k))!r} (a training "
+                         f"command's --encoder.{k} {recorded.get(k, default(k))} sets the KB's)" for k in differ)
     if recorded:
         return "the settings agree, so the entity tower's weights or vocabulary differ"
     return "the entity tower's weights, vocabulary or settings differ"
@@ -224,7 +229,8 @@ class BiEncoder(torch.nn.Module):
 
     def entity_settings(self) -> Dict[str, object]:
         """The settings part of :meth:`fingerprint` (a KB records them, so a refusal can name the one that differs)."""
-        return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
+        values = {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
+        return {k: v for k, v in values.items() if k not in LATER_ENTITY_SETTINGS or v != LATER_ENTITY_SETTINGS[k]}
 
     def runtime_model(self, model: torch.nn.Module):
         """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and
