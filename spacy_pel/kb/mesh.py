@@ -52,8 +52,8 @@ def read_mesh(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> Lis
     Descriptors: ``id name synonyms tree-numbers taxon-ids``. Supplementary records:
     ``id name synonyms mapped-descriptor-ids``; their types are the branches of the descriptors they
     map to. ``extra["parents"]`` names an entity's broader descriptors (tree parents; a supplementary
-    record's mapped descriptors). Upstream has one supplementary line with a tab inside its synonyms: extra middle columns
-    are read as further synonyms rather than refused.
+    record's mapped descriptors). Upstream has one supplementary line with a tab inside its synonyms:
+    extra middle columns are read as further synonyms rather than refused.
     """
     out = Collector(bad_lines)
     descriptor_types: Dict[str, List[str]] = {}

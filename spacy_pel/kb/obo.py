@@ -89,7 +89,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
         elif tag == "alt_id":
             stanza["alt_ids"].append(value)
         elif tag == "is_a":
-            stanza["is_a"].append(value.split()[0] if value.split() else value)
+            stanza["is_a"].append((value.split() or [value])[0])
         elif tag == "is_obsolete":
             stanza["obsolete"] = value.lower() == "true"
     flush()

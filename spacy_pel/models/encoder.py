@@ -52,13 +52,12 @@ class EncoderMismatchError(ValueError):
 def mismatch_reason(recorded: Mapping[str, object], encoder: "BiEncoder") -> str:
     """Why ``encoder`` is not the entity encoder that recorded ``recorded`` (its :meth:`BiEncoder.entity_settings`):
     the settings that differ, with the option that gives the encoder the recorded value, or else the weights."""
-    given = encoder.entity_settings()
-    default = LATER_ENTITY_SETTINGS.get
-    differ = [k for k in ENTITY_SETTINGS if (k in recorded or k in LATER_ENTITY_SETTINGS)
-              and recorded.get(k, default(k)) != given.get(k, default(k))]
+    given = {**LATER_ENTITY_SETTINGS, **encoder.entity_settings()}
+    known = {**LATER_ENTITY_SETTINGS, **recorded} if recorded else {}
+    differ = [k for k in ENTITY_SETTINGS if k in known and known[k] != given[k]]
     if differ:
-        return "; ".join(f"its {k} is {given.get(k, default(k))!r}, the KB's {recorded.get(k, default(k))!r} (a training "
-                         f"command's --encoder.{k} {recorded.get(k, default(k))} sets the KB's)" for k in differ)
+        return "; ".join(f"its {k} is {given[k]!r}, the KB's {known[k]!r} (a training command's --encoder.{k} "
+                         f"{known[k]} sets the KB's)" for k in differ)
     if recorded:
         return "the settings agree, so the entity tower's weights or vocabulary differ"
     return "the entity tower's weights, vocabulary or settings differ"
