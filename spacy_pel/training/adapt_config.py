@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping
 
 from ..models.pair_losses import PAIR_LOSSES, make_pair_loss
-from .config import ConfigError, LoopSettings, _check, _check_schedule, _coerce, _one_of, _parse
+from .config import ConfigError, LoopSettings, check, check_schedule, coerce, one_of, parse_config
 
 ENTITY_WEIGHTS = ("names", "uniform")
 
@@ -80,29 +80,29 @@ class AdaptConfig:
     def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "AdaptConfig":
         cfg = dict(cfg)
         loss = dict(cfg.pop("loss", {}) or {})
-        out = _parse(cls, cfg, source)
+        out = parse_config(cls, cfg, source)
         out.loss = _parse_loss(loss, f"{source} [loss]")
         t, n = out.training, out.negatives
-        _check_schedule(t, f"{source} [training]")
-        _one_of(t.entity_weight, ENTITY_WEIGHTS, f"{source} [training] entity_weight")
-        _check(bool(out.kb.path), f"{source} [kb] path", "a KB file or folder is needed")
+        check_schedule(t, f"{source} [training]")
+        one_of(t.entity_weight, ENTITY_WEIGHTS, f"{source} [training] entity_weight")
+        check(bool(out.kb.path), f"{source} [kb] path", "a KB file or folder is needed")
         for key in ("batch_pairs", "eval_entities"):
-            _check(getattr(t, key) >= 1, f"{source} [training] {key}", f"must be at least 1, not {getattr(t, key)}")
-        _check(t.eval_pool >= 0, f"{source} [training] eval_pool", f"must be >= 0, not {t.eval_pool}")
-        _check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
+            check(getattr(t, key) >= 1, f"{source} [training] {key}", f"must be at least 1, not {getattr(t, key)}")
+        check(t.eval_pool >= 0, f"{source} [training] eval_pool", f"must be >= 0, not {t.eval_pool}")
+        check(t.max_minutes >= 0, f"{source} [training] max_minutes", f"must be >= 0, not {t.max_minutes}")
         for key in ("per_batch", "pool", "refresh_every"):
-            _check(getattr(n, key) >= 0, f"{source} [negatives] {key}", f"must be >= 0, not {getattr(n, key)}")
-        _check(out.encoder.max_length >= 4, f"{source} [encoder] max_length", "must be at least 4")
+            check(getattr(n, key) >= 0, f"{source} [negatives] {key}", f"must be >= 0, not {getattr(n, key)}")
+        check(out.encoder.max_length >= 4, f"{source} [encoder] max_length", "must be at least 4")
         return out
 
 
 def _parse_loss(values: Mapping[str, Any], where: str) -> PairLossSection:
-    name = _coerce(values.get("name", "multi_similarity"), str, f"{where} name")
-    _one_of(name, sorted(PAIR_LOSSES), f"{where} name")
+    name = coerce(values.get("name", "multi_similarity"), str, f"{where} name")
+    one_of(name, sorted(PAIR_LOSSES), f"{where} name")
     known = {k for spec in PAIR_LOSSES.values() for k in spec.defaults}
     unknown = sorted(set(values) - known - {"name"})
-    _check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known | {'name'})}")
-    settings = {k: _coerce(v, float, f"{where} {k}") for k, v in values.items()
+    check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known | {'name'})}")
+    settings = {k: coerce(v, float, f"{where} {k}") for k, v in values.items()
                 if k != "name" and k in PAIR_LOSSES[name].defaults}
     return PairLossSection(name, settings)
 

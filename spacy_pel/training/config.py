@@ -36,13 +36,15 @@ class ConfigError(InputError):
     """A bad training config: unknown section or key, wrong type, or a value out of range."""
 
 
-def _check(ok: bool, where: str, message: str) -> None:
+def check(ok: bool, where: str, message: str) -> None:
+    """A :class:`ConfigError` ``where: message`` unless ``ok`` (every config module's checks use it)."""
     if not ok:
         raise ConfigError(f"{where}: {message}")
 
 
-def _one_of(value: str, choices, where: str) -> None:
-    _check(value in choices, where, f"must be one of {', '.join(map(repr, choices))}, not {value!r}")
+def one_of(value: str, choices, where: str) -> None:
+    """A :class:`ConfigError` unless ``value`` is one of ``choices``."""
+    check(value in choices, where, f"must be one of {', '.join(map(repr, choices))}, not {value!r}")
 
 
 # ------------------------------------------------------------------ sections
@@ -188,40 +190,40 @@ class JointTraining(TrainingSection):
 
 
 # ------------------------------------------------------------------ parsing
-def _coerce(value: Any, kind: Any, where: str) -> Any:
+def coerce(value: Any, kind: Any, where: str) -> Any:
     """``value`` as type ``kind`` (bool, int, float, str, Optional[...]) or a ConfigError."""
     if get_origin(kind) is Union:
         options = [a for a in get_args(kind) if a is not type(None)]
-        return None if value is None else _coerce(value, options[0], where)
+        return None if value is None else coerce(value, options[0], where)
     if kind is bool:
-        _check(isinstance(value, bool), where, f"expected true or false, got {value!r}")
+        check(isinstance(value, bool), where, f"expected true or false, got {value!r}")
         return value
     if kind is int:
         integral = isinstance(value, float) and value.is_integer()
-        _check((isinstance(value, int) and not isinstance(value, bool)) or integral, where,
+        check((isinstance(value, int) and not isinstance(value, bool)) or integral, where,
                f"expected an integer, got {value!r}")
         return int(value)
     if kind is float:
-        _check(isinstance(value, (int, float)) and not isinstance(value, bool), where, f"expected a number, got {value!r}")
-        _check(math.isfinite(value), where, f"expected a finite number, got {value!r}")
+        check(isinstance(value, (int, float)) and not isinstance(value, bool), where, f"expected a number, got {value!r}")
+        check(math.isfinite(value), where, f"expected a finite number, got {value!r}")
         return float(value)
     if kind is str:
-        _check(isinstance(value, (str, Path)), where, f"expected a string, got {value!r}")
+        check(isinstance(value, (str, Path)), where, f"expected a string, got {value!r}")
         return str(value)
     return value
 
 
 def parse_section(cls: Type[T], values: Mapping[str, Any], where: str) -> T:
     """Build the dataclass ``cls`` from one config section, type-checking every key."""
-    _check(isinstance(values, Mapping), where, f"expected a section, got {values!r}")
+    check(isinstance(values, Mapping), where, f"expected a section, got {values!r}")
     if cls is EncoderSection:
         known = {f.name for f in fields(EncoderConfig)} - {"extra"}
         unknown = sorted(set(values) - known)
-        _check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known)}")
-        _check("base" in values, where, "missing key 'base'")
-        base = _coerce(values["base"], str, f"{where} base")
+        check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known)}")
+        check("base" in values, where, "missing key 'base'")
+        base = coerce(values["base"], str, f"{where} base")
         hints = get_type_hints(EncoderConfig)
-        overrides = {k: _coerce(v, hints[k], f"{where} {k}") for k, v in values.items() if k != "base"}
+        overrides = {k: coerce(v, hints[k], f"{where} {k}") for k, v in values.items() if k != "base"}
         try:
             EncoderConfig(base=base, **overrides)
         except ValueError as err:
@@ -230,48 +232,49 @@ def parse_section(cls: Type[T], values: Mapping[str, Any], where: str) -> T:
     if cls is LossSection:
         known = {k for spec in LOSSES.values() for k in spec.defaults}
         unknown = sorted(set(values) - known - {"name"})
-        _check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known | {'name'})}")
-        name = _coerce(values.get("name", "proxy"), str, f"{where} name")
-        _one_of(name, sorted(LOSSES), f"{where} name")
-        settings = {k: _coerce(v, float, f"{where} {k}") for k, v in values.items() if k != "name"}
+        check(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(known | {'name'})}")
+        name = coerce(values.get("name", "proxy"), str, f"{where} name")
+        one_of(name, sorted(LOSSES), f"{where} name")
+        settings = {k: coerce(v, float, f"{where} {k}") for k, v in values.items() if k != "name"}
         return LossSection(name, settings)
     hints = get_type_hints(cls)
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(values) - set(known))
-    _check(not unknown, where, f"unknown key(s) {unknown}; known: {known}")
-    return cls(**{k: _coerce(v, hints[k], f"{where} {k}") for k, v in values.items()})
+    check(not unknown, where, f"unknown key(s) {unknown}; known: {known}")
+    return cls(**{k: coerce(v, hints[k], f"{where} {k}") for k, v in values.items()})
 
 
-def _parse(cls: Type[T], cfg: Mapping[str, Any], source: str) -> T:
+def parse_config(cls: Type[T], cfg: Mapping[str, Any], source: str) -> T:
+    """The dataclass ``cls`` of sections from a whole config; an unknown section is a :class:`ConfigError`."""
     hints = get_type_hints(cls)
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(cfg) - set(known))
-    _check(not unknown, source, f"unknown section(s) {unknown}; known: {known}")
+    check(not unknown, source, f"unknown section(s) {unknown}; known: {known}")
     sections = {k: parse_section(hints[k], cfg[k], f"{source} [{k}]") for k in known if k in cfg}
     return cls(**sections)
 
 
-def _check_schedule(t, where: str) -> None:
+def check_schedule(t, where: str) -> None:
     """The settings every training loop has (the retriever's, the joint model's and adapt's)."""
-    _one_of(t.precision, PRECISIONS, f"{where} precision")
-    _one_of(t.schedule, SCHEDULES, f"{where} schedule")
-    _check(0.0 <= t.warmup <= 1.0, f"{where} warmup", f"must be within [0, 1], not {t.warmup}")
-    _check(t.eval_every >= 1, f"{where} eval_every", f"must be at least 1, not {t.eval_every}")
+    one_of(t.precision, PRECISIONS, f"{where} precision")
+    one_of(t.schedule, SCHEDULES, f"{where} schedule")
+    check(0.0 <= t.warmup <= 1.0, f"{where} warmup", f"must be within [0, 1], not {t.warmup}")
+    check(t.eval_every >= 1, f"{where} eval_every", f"must be at least 1, not {t.eval_every}")
     for key in ("max_steps", "lr", "grad_clip", "weight_decay", "patience"):
-        _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
+        check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
 
 
 def _check_loop(t: TrainingSection, where: str) -> None:
     """A corpus loop's settings: the schedule's, plus its epochs and dev documents."""
-    _check_schedule(t, where)
+    check_schedule(t, where)
     for key in ("eval_docs", "epochs"):
-        _check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
+        check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
 
 
 def _check_negatives(n: NegativesSection, kinds, where: str) -> None:
-    _one_of(n.kind, kinds, f"{where} kind")
-    _check(n.count >= 0, f"{where} count", f"must be >= 0, not {n.count}")
-    _check(0.0 <= n.hard_fraction <= 1.0, f"{where} hard_fraction", f"must be within [0, 1], not {n.hard_fraction}")
+    one_of(n.kind, kinds, f"{where} kind")
+    check(n.count >= 0, f"{where} count", f"must be >= 0, not {n.count}")
+    check(0.0 <= n.hard_fraction <= 1.0, f"{where} hard_fraction", f"must be within [0, 1], not {n.hard_fraction}")
 
 
 @dataclass
@@ -290,31 +293,31 @@ class RetrieverConfig:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "RetrieverConfig":
-        out = _parse(cls, cfg, source)
+        out = parse_config(cls, cfg, source)
         t, n = out.training, out.negatives
         _check_loop(t, f"{source} [training]")
         _check_negatives(n, NEGATIVE_KINDS, f"{source} [negatives]")
-        _one_of(t.objective, OBJECTIVES, f"{source} [training] objective")
-        _one_of(t.entity_space, ENTITY_SPACES, f"{source} [training] entity_space")
+        one_of(t.objective, OBJECTIVES, f"{source} [training] objective")
+        one_of(t.entity_space, ENTITY_SPACES, f"{source} [training] entity_space")
         if t.entity_space != "raw" and t.train_entity_encoder:
             raise ConfigError(f'{source}: training.entity_space = "{t.entity_space}" transforms the stored KB vectors '
                               "and needs a frozen entity tower (training.train_entity_encoder = false)")
-        _one_of(t.mention_space, MENTION_SPACES, f"{source} [training] mention_space")
+        one_of(t.mention_space, MENTION_SPACES, f"{source} [training] mention_space")
         if t.mention_space != "raw" and (LOSSES[out.loss.name].kind != "cosine" or t.train_entity_encoder
                                          or t.objective != "linking"):
             raise ConfigError(f'{source}: training.mention_space = "{t.mention_space}" needs a cosine loss, a frozen '
                               "entity tower and the linking objective")
-        _check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
-        _check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
+        check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
+        check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         for where, value in (("augment] entity_swaps", out.augment.entity_swaps), ("augment] name_pairs", out.augment.name_pairs),
                              ("synonyms] eval_entities", out.synonyms.eval_entities), ("training] max_minutes", t.max_minutes)):
-            _check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
+            check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
         r = out.synonyms.replay
-        _check(0.0 <= r < 1.0 and (not r or (bool(out.paths.train) and out.synonyms.steps > 0)), f"{source} [synonyms] replay",
+        check(0.0 <= r < 1.0 and (not r or (bool(out.paths.train) and out.synonyms.steps > 0)), f"{source} [synonyms] replay",
                f"{r}: needs paths.train (the corpus replayed), synonyms.steps > 0 and a share within [0, 1)")
-        _check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",
+        check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",
                "a training corpus is needed unless synonyms.steps > 0 (KB synonyms alone)")
-        _check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
+        check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
         if out.paths.kb_format is not None and not (t.train_entity_encoder and (n.refresh_every or not n.hard_fraction)):
             raise ConfigError(f"{source}: paths.kb_format (a KB file without vectors) needs a trained entity tower "
                               "(training.train_entity_encoder = true) whose hard negatives are refreshed "
@@ -341,17 +344,17 @@ class JointConfig:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "JointConfig":
-        out = _parse(cls, cfg, source)
+        out = parse_config(cls, cfg, source)
         _check_loop(out.training, f"{source} [training]")
         _check_negatives(out.negatives, ("sampled", "kb"), f"{source} [negatives]")
-        _check(out.training.batch_docs >= 1, f"{source} [training] batch_docs", "must be at least 1")
-        _check(out.spans.max_len >= 1, f"{source} [spans] max_len", "must be at least 1")
-        _one_of(out.training.select, ("strict", "span"), f"{source} [training] select")
-        _one_of(out.spans.kind, ("span", "bio"), f"{source} [spans] kind")
-        _one_of(out.spans.pooling, ("mean", "first"), f"{source} [spans] pooling")
+        check(out.training.batch_docs >= 1, f"{source} [training] batch_docs", "must be at least 1")
+        check(out.spans.max_len >= 1, f"{source} [spans] max_len", "must be at least 1")
+        one_of(out.training.select, ("strict", "span"), f"{source} [training] select")
+        one_of(out.spans.kind, ("span", "bio"), f"{source} [spans] kind")
+        one_of(out.spans.pooling, ("mean", "first"), f"{source} [spans] pooling")
         for where, value in (("[training] link_weight", out.training.link_weight), ("[spans] weight", out.spans.weight),
                              ("[spans] label_weight", out.spans.label_weight)):
-            _check(value >= 0, f"{source} {where}", "must be ≥ 0")
+            check(value >= 0, f"{source} {where}", "must be ≥ 0")
         for key in ("train", "kb"):
-            _check(getattr(out.paths, key) is not None, f"{source} [paths] {key}", "needed for end-to-end training")
+            check(getattr(out.paths, key) is not None, f"{source} [paths] {key}", "needed for end-to-end training")
         return out

@@ -24,7 +24,7 @@ from ..corpora import read_docbin
 from ..files import atomic_write
 from ..models.encoder import BiEncoder
 from ..retrieval.build import load_encoder
-from .config import ConfigError, _check, _parse
+from .config import ConfigError, check, parse_config
 from .reranker import RerankerConfig, train_reranker
 from .run_config import load_config
 from .span_scorer import train_span_scorer
@@ -47,7 +47,7 @@ def read_config(cls: Type[T], config: Optional[PathLike] = None,
     raw = Config({f.name: asdict(getattr(cls(), f.name)) for f in fields(cls)})
     for key, value in overrides.items():
         section, _, name = key.partition(".")
-        _check(bool(name) and isinstance(raw.get(section, {}), dict), f"override {key!r}", "expected section.key")
+        check(bool(name) and isinstance(raw.get(section, {}), dict), f"override {key!r}", "expected section.key")
         raw.setdefault(section, {})[name] = value
     return cls.from_config(raw, f"{cls.__name__} defaults"), raw
 
@@ -59,7 +59,7 @@ def save_config(raw: Config, output: PathLike) -> None:
 
 def _needed(paths: object, keys, where: str) -> None:
     for key in keys:
-        _check(bool(getattr(paths, key)), f"{where} [paths] {key}", "needed (in the file or as --" + key + ")")
+        check(bool(getattr(paths, key)), f"{where} [paths] {key}", "needed (in the file or as --" + key + ")")
 
 
 # ------------------------------------------------------------------ the re-ranker
@@ -110,9 +110,9 @@ class RerankerFile:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "RerankerFile":
-        out = _parse(cls, cfg, source)
+        out = parse_config(cls, cfg, source)
         weights = out.training.retriever_weights
-        _check(isinstance(weights, list) and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights),
+        check(isinstance(weights, list) and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights),
                f"{source} [training] retriever_weights", f"expected a list of numbers, got {weights!r}")
         out.training.retriever_weights = [float(w) for w in weights]
         try:
@@ -170,10 +170,10 @@ class SpanScorerFile:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], source: str = "config") -> "SpanScorerFile":
-        out = _parse(cls, cfg, source)
-        _check(out.spans.max_len >= 1, f"{source} [spans] max_len", f"must be at least 1, not {out.spans.max_len}")
-        _check(out.training.epochs >= 1, f"{source} [training] epochs", f"must be at least 1, not {out.training.epochs}")
-        _check(out.training.lr > 0, f"{source} [training] lr", f"must be > 0, not {out.training.lr}")
+        out = parse_config(cls, cfg, source)
+        check(out.spans.max_len >= 1, f"{source} [spans] max_len", f"must be at least 1, not {out.spans.max_len}")
+        check(out.training.epochs >= 1, f"{source} [training] epochs", f"must be at least 1, not {out.training.epochs}")
+        check(out.training.lr > 0, f"{source} [training] lr", f"must be > 0, not {out.training.lr}")
         _needed(out.paths, ("encoder", "train", "dev"), source)
         return out
 
