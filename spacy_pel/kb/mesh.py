@@ -98,7 +98,6 @@ def mesh_parents(entities: List[Entity]) -> Dict[str, List[str]]:
     at_tree = {t: e.id for e in entities for t in e.extra.get("tree_numbers", [])}
     parents: Dict[str, List[str]] = {}
     for e in entities:
-        trees = e.extra.get("tree_numbers", [])
-        ids = [at_tree[t.rsplit(".", 1)[0]] for t in trees if "." in t and t.rsplit(".", 1)[0] in at_tree]
-        parents[e.id] = ids + list(e.extra.get("mapped_to", []))
+        up = [t.rpartition(".")[0] for t in e.extra.get("tree_numbers", [])]  # "" for a top-level number
+        parents[e.id] = [at_tree[t] for t in up if t in at_tree] + list(e.extra.get("mapped_to", []))
     return parents

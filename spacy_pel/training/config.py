@@ -201,7 +201,7 @@ def coerce(value: Any, kind: Any, where: str) -> Any:
     if kind is int:
         integral = isinstance(value, float) and value.is_integer()
         check((isinstance(value, int) and not isinstance(value, bool)) or integral, where,
-               f"expected an integer, got {value!r}")
+              f"expected an integer, got {value!r}")
         return int(value)
     if kind is float:
         check(isinstance(value, (int, float)) and not isinstance(value, bool), where, f"expected a number, got {value!r}")
@@ -314,9 +314,9 @@ class RetrieverConfig:
             check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
         r = out.synonyms.replay
         check(0.0 <= r < 1.0 and (not r or (bool(out.paths.train) and out.synonyms.steps > 0)), f"{source} [synonyms] replay",
-               f"{r}: needs paths.train (the corpus replayed), synonyms.steps > 0 and a share within [0, 1)")
+              f"{r}: needs paths.train (the corpus replayed), synonyms.steps > 0 and a share within [0, 1)")
         check(bool(out.paths.train) or out.synonyms.steps > 0, f"{source} [paths] train",
-               "a training corpus is needed unless synonyms.steps > 0 (KB synonyms alone)")
+              "a training corpus is needed unless synonyms.steps > 0 (KB synonyms alone)")
         check(out.paths.kb is not None, f"{source} [paths] kb", "a KB folder is needed")
         if out.paths.kb_format is not None and not (t.train_entity_encoder and (n.refresh_every or not n.hard_fraction)):
             raise ConfigError(f"{source}: paths.kb_format (a KB file without vectors) needs a trained entity tower "

@@ -113,7 +113,7 @@ class RerankerFile:
         out = parse_config(cls, cfg, source)
         weights = out.training.retriever_weights
         check(isinstance(weights, list) and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights),
-               f"{source} [training] retriever_weights", f"expected a list of numbers, got {weights!r}")
+              f"{source} [training] retriever_weights", f"expected a list of numbers, got {weights!r}")
         out.training.retriever_weights = [float(w) for w in weights]
         try:
             out.settings()
