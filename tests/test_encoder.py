@@ -4,7 +4,6 @@ import torch
 
 from spacy_pel.kb import Entity
 from spacy_pel.models.encoder import BiEncoder, EncoderConfig, Mention, batch_sizes
-from spacy_pel.models.int8_calibration import calibration_documents
 from spacy_pel.models.onnx_tower import OnnxTower
 
 ENTS = [Entity("D1", "lithium carbonate", ["Li2CO3"], ["Chemical"]), Entity("D2", "flutter", [], ["Disease"], "x")]
@@ -120,20 +119,10 @@ def test_precision_auto_follows_the_device(monkeypatch):
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"
     assert precision.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
-    # the towers: int8 (ONNX Runtime) is a CPU path, fp32 elsewhere; a KB build's auto never picks it
-    cpu = torch.device("cpu")
-    assert precision.tower_precision("int8", cpu) == "int8"
+    # the towers: int8 (ONNX Runtime) is a CPU path, fp32 elsewhere; auto never picks it
+    assert precision.tower_precision("int8", torch.device("cpu")) == "int8"
     assert precision.tower_precision("int8", torch.device("cuda")) == "fp32"
-    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
-    assert precision.tower_precision("auto", cpu) == "fp32"
-    # a linker's auto: int8 on a CPU with VNNI and without bf16 units; bf16 where it has them; else fp32
-    assert precision.linker_precision("auto", cpu) == "int8"
-    assert [precision.linker_precision(p, cpu) for p in ("fp32", "bf16", "int8")] == ["fp32", "bf16", "int8"]
-    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)
-    assert precision.linker_precision("auto", cpu) == "fp32"
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
-    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
-    assert precision.linker_precision("auto", cpu) == "bf16"
+    assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"
     with pytest.raises(ValueError, match="precision"):
         enc.EncoderConfig(precision="int4")
 
@@ -178,34 +167,6 @@ def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir
     again = BiEncoder.from_pretrained(tmp_path / "enc")
     assert again.config.precision == "int8"
     np.testing.assert_allclose(again.encode_mentions(mentions), int8.encode_mentions(mentions), atol=1e-6)
-
-
-def test_int8_vectors_do_not_depend_on_batching(tiny_encoder_dir):
-    """Static int8: each mention's vector is the same alone as in a batch with longer, louder inputs (with
-    dynamic quantisation the batch's activation range, and so the vector, changed with its company)."""
-    int8 = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8")
-    long = "an unusually long sentence about " + " ".join(f"compound{i} and syndrome{i}" for i in range(12))
-    mentions = [Mention("aspirin and warfarin were given", 0, 7), Mention("atrial flutter recurred", 0, 14),
-                Mention(long, 33, 42), Mention("ZZZZ QQQQ 12345 !!!! ####", 0, 9)]
-    together = int8.encode_mentions(mentions, batch_size=64)
-    alone = np.concatenate([int8.encode_mentions([m], batch_size=1) for m in mentions])
-    np.testing.assert_allclose(together, alone, atol=1e-6)
-    names = [Entity("D1", "aspirin", ["acetylsalicylic acid"], ["Chemical"]), Entity("D2", long, ["x" * 50])]
-    np.testing.assert_allclose(int8.encode_entities(names), np.concatenate([int8.encode_entities([e]) for e in names]),
-                               atol=1e-6)
-
-
-def test_int8_calibration_inputs_are_the_bundled_documents_in_each_towers_form(tiny_encoder_dir):
-    enc = BiEncoder.from_pretrained(tiny_encoder_dir)
-    docs = calibration_documents()
-    assert len(docs) == 20 and sum(len(spans) for _, spans in docs) == 304  # the file the package ships
-    start, end = enc.marker_ids
-    mentions = enc.calibration_inputs(enc.mention_model)
-    assert len(mentions) == 304 and all(s.count(start) == 1 and s.count(end) == 1 for s in mentions)
-    entities = enc.calibration_inputs(enc.entity_model)
-    assert len(entities) == 2 * 304 and not any(start in s for s in entities)
-    assert max(map(len, entities)) <= enc.config.entity_max_length
-    assert all(s.count(enc.tokenizer.sep_token_id) == 1 for s in entities[:304])  # names: [CLS] text [SEP]
 
 
 def test_identical_mention_inputs_are_encoded_once(tiny_bert, monkeypatch):

@@ -40,23 +40,3 @@ def test_int8_links_like_fp32_on_a_tiny_model(kb_dir):
     np.testing.assert_allclose([a[2] for a in top_fp32], [b[2] for b in top_int8], atol=0.02)
     a, b = vectors["fp32"], vectors["int8"]
     assert (a * b).sum(1).min() > 0.98 and not np.allclose(a, b, atol=1e-6)  # close, and really int8
-
-
-def test_auto_links_in_int8_on_a_cpu_with_vnni_and_no_bf16(kb_dir, tmp_path, monkeypatch):
-    """The linker's auto resolves on the machine it runs on; the config keeps saying auto."""
-    from spacy_pel.models import precision
-    from spacy_pel.models.onnx_tower import OnnxTower
-
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
-    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
-    nlp = spacy.blank("en")
-    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3})
-    linked(nlp(make_doc(nlp)))
-    linker = nlp.get_pipe("pel_linker")
-    assert linker.cfg.precision == "auto" and linker.encoder.config.precision == "int8"
-    assert isinstance(linker.encoder._int8[id(linker.encoder.mention_model)][1], OnnxTower)  # it really ran int8
-    nlp.to_disk(tmp_path / "p")
-    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)  # the same pipeline on another machine
-    again = spacy.load(tmp_path / "p").get_pipe("pel_linker")
-    again.ensure_loaded()
-    assert again.cfg.precision == "auto" and again.encoder.config.precision == "fp32"

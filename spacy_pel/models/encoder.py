@@ -27,7 +27,6 @@ from transformers import AutoModel, AutoTokenizer
 from ..files import InputError, atomic_dir
 from ..kb import PARENTS, Entity
 from .hub import check_hub_name
-from .int8_calibration import entity_sequences, mention_sequences
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
 from .precision import PRECISIONS, pick_device, tower_precision
@@ -75,8 +74,8 @@ class EncoderConfig:
     mention_pooling: str = "span"
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
-    # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, static int8; fp32 elsewhere),
-    # or "auto" (bf16 where the device has bf16 units, else fp32; a linker's auto: precision.linker_precision)
+    # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, dynamic int8; fp32 elsewhere),
+    # or "auto" (bf16 where the device has bf16 units, else fp32)
     precision: str = "fp32"
     # how many of an entity's parents (their names: ``extra["parents"]``, from a KB reader that knows the
     # hierarchy: MeSH trees, OBO is_a) follow its types in the entity input; 0: none (BC5CDR `all` with 2:
@@ -235,20 +234,13 @@ class BiEncoder(torch.nn.Module):
 
     def runtime_model(self, model: torch.nn.Module):
         """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and
-        no gradient wanted, an ONNX Runtime copy with statically quantised matrix products (int8
-        weights, one scale per output channel; activation ranges measured once on fixed inputs, so
-        no answer depends on batching), made on first use and again whenever the weights have
-        changed since (training, ``nlp.update``). The fp32 tower stays what is trained, saved and
-        fingerprinted."""
+        no gradient wanted, an ONNX Runtime copy with dynamically quantised matrix products (int8
+        weights, one scale per output channel; activations quantised per batch), made on first use
+        and again whenever the weights have changed since (training, ``nlp.update``). The fp32 tower
+        stays what is trained, saved and fingerprinted."""
         if torch.is_grad_enabled() or tower_precision(self.config.precision, self.device_) != "int8":
             return model
-        return versioned_copy(self._int8, id(model), model, lambda m: OnnxTower(m, self.calibration_inputs(m)))
-
-    def calibration_inputs(self, model: torch.nn.Module) -> List[List[int]]:
-        """The int8 calibration inputs (:mod:`.int8_calibration`) in the form ``model``, a tower, reads."""
-        if model is self.mention_model:
-            return mention_sequences(self.mention_inputs)
-        return entity_sequences(self.tokenizer, self.config.entity_max_length)
+        return versioned_copy(self._int8, id(model), model, OnnxTower)
 
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)

@@ -59,10 +59,9 @@ class LinkerSettings:
     batch_size: mentions per forward pass (documents per pass: batch_size // 8, at least 1).
     context_window: word pieces of a mention input. device: ``auto``, ``cpu``, ``cuda[:N]`` or ``mps``.
     precision: the encoder's inference precision, ``fp32``, ``bf16``, ``int8`` or ``auto`` (bf16 where the
-    device has bf16 units — BC5CDR dev R@1 unchanged, ~3× faster on such CPUs —, else int8 on a CPU with
-    the VNNI instructions, else fp32). ``int8`` (CPU): ONNX Runtime with int8 weights and activation
-    ranges measured once on fixed inputs (static quantisation), about twice fp32's speed at the same
-    R@1; no answer depends on what was batched together.
+    device has bf16 units — BC5CDR dev R@1 unchanged, ~3× faster on such CPUs — else fp32). ``int8``
+    (CPU): ONNX Runtime with dynamically quantised weights and activations, ~2× bf16's speed at the same
+    R@1, but activations are quantised per batch, so a few answers depend on what was batched together.
     use_gold_ents: as spaCy's ``entity_linker``: scoring (``nlp.evaluate``, ``spacy evaluate``) links
     the reference's own mentions, and ``update`` learns from them; false: the predicted ones (from an
     NER before it), scored where their offsets match a gold mention.

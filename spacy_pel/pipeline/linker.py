@@ -32,7 +32,6 @@ from spacy.util import minibatch
 from spacy.vocab import Vocab
 
 from ..models.encoder import BiEncoder, EncoderMismatchError
-from ..models.precision import linker_precision
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
 from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
@@ -206,9 +205,8 @@ class PELLinker(LinkerFolder, Pipe):
         """Use an in-memory encoder and KB (refused if the KB was built with another encoder)."""
         index.check_encoder(encoder)
         self.cfg.check_encoder(encoder)
-        encoder.config.mention_max_length = self.cfg.context_window
+        encoder.config.mention_max_length, encoder.config.precision = self.cfg.context_window, self.cfg.precision
         self.encoder, self.index = encoder.to_device(self.cfg.device), index
-        encoder.config.precision = linker_precision(self.cfg.precision, encoder.device_)
         self.sources.update(sources or {"kb": None, "encoder": None})
         self.check_threshold()
         for _, part in self.parts():
