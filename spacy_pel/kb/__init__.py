@@ -14,7 +14,7 @@ or, given ``bad_lines``, counts the line there and skips it.
 """
 # the built-in formats register in import order: not sorted
 # isort: off
-from .entity import PARENTS, Entity, KBFormatError, PathLike, normalize
+from .entity import Entity, KBFormatError, PathLike, normalize
 from .registry import ENTRY_POINT_GROUP, READERS, kb_files, kb_readers, read_kb, register_kb_reader
 
 # the built-in formats, registered in this order
@@ -27,7 +27,7 @@ from .obo import OBO_STANZAS, read_obo
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Entity", "KBFormatError", "MESH_BRANCHES", "MESH_DESCRIPTOR_FILE",
-    "MESH_SUPPLEMENTARY_FILE", "OBO_STANZAS", "PARENTS", "PathLike", "READERS", "kb_files", "kb_readers",
+    "MESH_SUPPLEMENTARY_FILE", "OBO_STANZAS", "PathLike", "READERS", "kb_files", "kb_readers",
     "mesh_files", "normalize", "read_jsonl", "read_kb", "read_medic", "read_mesh", "read_obo",
     "register_kb_reader", "write_jsonl",
 ]

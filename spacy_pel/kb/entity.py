@@ -3,8 +3,7 @@
 :func:`normalize` is the lookup key of a name; :class:`KBFormatError` the error every reader raises
 (``FILE:LINE: reason``); :class:`Collector` keeps a reader's entities in file order and refuses an empty
 id or name, a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
-:func:`split` are the small text helpers the readers use; :func:`set_parent_names` records an entity's
-broader entities by name (``extra["parents"]``) for readers that know a hierarchy.
+:func:`split` are the small text helpers the readers use.
 """
 from __future__ import annotations
 
@@ -69,20 +68,6 @@ def unique(items: Iterable[str], exclude: str = "") -> List[str]:
 def split(field_text: str, sep: str = "|") -> List[str]:
     """The non-empty, stripped parts of a ``sep``-separated field."""
     return [x.strip() for x in field_text.split(sep) if x.strip()]
-
-
-PARENTS = "parents"  # extra key: the names of an entity's broader entities (its hierarchy parents)
-
-
-def set_parent_names(entities: Iterable[Entity], parents: Dict[str, List[str]]) -> None:
-    """``extra["parents"]``: the names of each entity's parents (``parents``: id → parent ids; ids not
-    in ``entities`` ignored), for the entity tower's input when ``entity_parents`` asks for them."""
-    entities = list(entities)
-    names = {e.id: e.name for e in entities}
-    for entity in entities:
-        found = unique(names[p] for p in parents.get(entity.id, ()) if p in names and p != entity.id)
-        if found:
-            entity.extra[PARENTS] = found
 
 
 def nonblank_lines(path: Path, bad_lines: Optional[files.BadLines]) -> Iterator[Tuple[int, str]]:

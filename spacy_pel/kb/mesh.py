@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from .. import files
-from .entity import Collector, Entity, PathLike, nonblank_lines, set_parent_names, split, unique
+from .entity import Collector, Entity, PathLike, nonblank_lines, split, unique
 from .registry import register_kb_reader
 
 # First letter of a MeSH tree number → top-level category (MeSH's own labels).
@@ -51,9 +51,8 @@ def read_mesh(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> Lis
 
     Descriptors: ``id name synonyms tree-numbers taxon-ids``. Supplementary records:
     ``id name synonyms mapped-descriptor-ids``; their types are the branches of the descriptors they
-    map to. ``extra["parents"]`` names an entity's broader descriptors (tree parents; a supplementary
-    record's mapped descriptors). Upstream has one supplementary line with a tab inside its synonyms:
-    extra middle columns are read as further synonyms rather than refused.
+    map to. Upstream has one supplementary line with a tab inside its synonyms: extra middle columns
+    are read as further synonyms rather than refused.
     """
     out = Collector(bad_lines)
     descriptor_types: Dict[str, List[str]] = {}
@@ -87,17 +86,4 @@ def read_mesh(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> Lis
                 pending.append(entity)
     for entity in pending:
         entity.types = unique(t for d in entity.extra["mapped_to"] for t in descriptor_types.get(d, []))
-    entities = out.result()
-    set_parent_names(entities, mesh_parents(entities))
-    return entities
-
-
-def mesh_parents(entities: List[Entity]) -> Dict[str, List[str]]:
-    """id → parent ids: a descriptor's parents are the descriptors at its tree numbers' parent numbers
-    (``C12.777.419.780`` → ``C12.777.419``); a supplementary record's are the descriptors it maps to."""
-    at_tree = {t: e.id for e in entities for t in e.extra.get("tree_numbers", [])}
-    parents: Dict[str, List[str]] = {}
-    for e in entities:
-        up = [t.rpartition(".")[0] for t in e.extra.get("tree_numbers", [])]  # "" for a top-level number
-        parents[e.id] = [at_tree[t] for t in up if t in at_tree] + list(e.extra.get("mapped_to", []))
-    return parents
+    return out.result()

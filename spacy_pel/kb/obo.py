@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from .. import files
-from .entity import Collector, Entity, KBFormatError, PathLike, set_parent_names, unique
+from .entity import Collector, Entity, KBFormatError, PathLike, unique
 from .registry import register_kb_reader
 
 _OBO_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
@@ -17,8 +17,7 @@ _OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one
 
 @register_kb_reader("obo")
 def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
-    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace, alt_id (→ ``extra["alt_ids"]``), is_a
-    (→ the parents' names in ``extra["parents"]``);
+    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace, alt_id (→ ``extra["alt_ids"]``);
     obsolete terms skipped.
 
     A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
@@ -27,7 +26,6 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
     path = Path(path)
     out = Collector(bad_lines)
     stanza: Optional[dict] = None
-    parents: Dict[str, List[str]] = {}
 
     def flush():
         if stanza and stanza["kind"] == "Term" and not stanza["obsolete"]:
@@ -42,7 +40,6 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
                 {"alt_ids": stanza["alt_ids"]} if stanza["alt_ids"] else {},
             )
             out.add(entity, path, stanza["line"])
-            parents.setdefault(stanza["id"], stanza["is_a"])
 
     for lineno, raw in files.read_lines(path, KBFormatError, bad_lines):
         line = raw.strip()
@@ -54,7 +51,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             kind = header[1:-1].strip() if header.endswith("]") else None
             # a stanza whose header is refused is read (so its lines are not mistaken for another
             # stanza's) but yields nothing; the refusal is its one report
-            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "is_a": [], "obsolete": False}
+            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "obsolete": False}
             if kind is None:
                 out.fail(path, lineno, f"malformed stanza header {line[:40]!r} (expected e.g. [Term])")
             elif kind not in OBO_STANZAS:
@@ -88,11 +85,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             stanza["types"].append(value)
         elif tag == "alt_id":
             stanza["alt_ids"].append(value)
-        elif tag == "is_a":
-            stanza["is_a"].append((value.split() or [value])[0])
         elif tag == "is_obsolete":
             stanza["obsolete"] = value.lower() == "true"
     flush()
-    entities = out.result()
-    set_parent_names(entities, parents)
-    return entities
+    return out.result()

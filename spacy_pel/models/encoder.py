@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
 from ..files import InputError, atomic_dir
-from ..kb import PARENTS, Entity
+from ..kb import Entity
 from .hub import check_hub_name
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
@@ -39,10 +39,7 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 DEFAULT_ENCODER_NAMES = (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2")
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
 # the settings that, with the entity tower's weights and the vocabulary, decide an entity's vector
-ENTITY_SETTINGS = ("entity_max_length", "similarity", "entity_parents")
-# settings added later, recorded only away from their default: encoders (and the KBs they encoded) from
-# before keep their fingerprints
-LATER_ENTITY_SETTINGS = {"entity_parents": 0}
+ENTITY_SETTINGS = ("entity_max_length", "similarity")
 
 
 class EncoderMismatchError(ValueError):
@@ -52,12 +49,11 @@ class EncoderMismatchError(ValueError):
 def mismatch_reason(recorded: Mapping[str, object], encoder: "BiEncoder") -> str:
     """Why ``encoder`` is not the entity encoder that recorded ``recorded`` (its :meth:`BiEncoder.entity_settings`):
     the settings that differ, with the option that gives the encoder the recorded value, or else the weights."""
-    given = {**LATER_ENTITY_SETTINGS, **encoder.entity_settings()}
-    known = {**LATER_ENTITY_SETTINGS, **recorded} if recorded else {}
-    differ = [k for k in ENTITY_SETTINGS if k in known and known[k] != given[k]]
+    given = encoder.entity_settings()
+    differ = [k for k in ENTITY_SETTINGS if k in recorded and recorded[k] != given[k]]
     if differ:
-        return "; ".join(f"its {k} is {given[k]!r}, the KB's {known[k]!r} (a training command's --encoder.{k} "
-                         f"{known[k]} sets the KB's)" for k in differ)
+        return "; ".join(f"its {k} is {given[k]!r}, the KB's {recorded[k]!r} (a training command's --encoder.{k} "
+                         f"{recorded[k]} sets the KB's)" for k in differ)
     if recorded:
         return "the settings agree, so the entity tower's weights or vocabulary differ"
     return "the entity tower's weights, vocabulary or settings differ"
@@ -77,10 +73,6 @@ class EncoderConfig:
     # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, dynamic int8; fp32 elsewhere),
     # or "auto" (bf16 where the device has bf16 units, else fp32)
     precision: str = "fp32"
-    # how many of an entity's parents (their names: ``extra["parents"]``, from a KB reader that knows the
-    # hierarchy: MeSH trees, OBO is_a) follow its types in the entity input; 0: none (BC5CDR `all` with 2:
-    # retriever alone 0.780 / unseen 0.507 against 0.806 / 0.576, benchmarks/bc5cdr_parents2_workflow.md)
-    entity_parents: int = 0
     extra: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -92,8 +84,6 @@ class EncoderConfig:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.mention_max_length < 8 or self.entity_max_length < 8:
             raise ValueError("word-piece budgets must be at least 8")
-        if self.entity_parents < 0:
-            raise ValueError(f"entity_parents must be >= 0, not {self.entity_parents}")
 
 
 def looks_like_a_path(name: str) -> bool:
@@ -229,8 +219,7 @@ class BiEncoder(torch.nn.Module):
 
     def entity_settings(self) -> Dict[str, object]:
         """The settings part of :meth:`fingerprint` (a KB records them, so a refusal can name the one that differs)."""
-        values = {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
-        return {k: v for k, v in values.items() if k not in LATER_ENTITY_SETTINGS or v != LATER_ENTITY_SETTINGS[k]}
+        return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
 
     def runtime_model(self, model: torch.nn.Module):
         """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and
@@ -253,8 +242,7 @@ class BiEncoder(torch.nn.Module):
     # ---------------------------------------------------------------- inputs
     def entity_text_fields(self, entity: Entity) -> Tuple[str, str, str]:
         desc = entity.description or " ; ".join(entity.aliases)
-        parents = list(entity.extra.get(PARENTS) or [])[: self.config.entity_parents]
-        return entity.name, " ; ".join([*entity.types, *parents]), desc
+        return entity.name, " ; ".join(entity.types), desc
 
     def entity_inputs(self, entities: Sequence[Entity]) -> List[List[int]]:
         """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]``."""
