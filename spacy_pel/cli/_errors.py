@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-import logging
-import math
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -23,6 +20,7 @@ from ..files import InputError
 from ..models.encoder import EncoderMismatchError
 from ..retrieval.build import check_encoder_source
 from ..retrieval.ray_build import RayOptions
+from ._output import library_log_on_stderr
 
 EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
@@ -74,32 +72,6 @@ def cli_errors(command: Callable) -> Callable:
     wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), verbose])
     wrapper.__annotations__ = {**getattr(command, "__annotations__", {}), "verbose": bool}
     return wrapper
-
-
-class _EchoHandler(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        warn = record.levelno >= logging.WARNING
-        typer.secho(self.format(record), err=True, fg="yellow" if warn else None)
-
-
-class library_log_on_stderr:
-    """While a command runs, the library's log (``spacy_pel.*`` loggers: e.g. "resuming…", "starting a
-    clean build") goes to stderr, INFO and up, one plain line a record; afterwards it is as it was."""
-
-    def __enter__(self):
-        self.logger = logging.getLogger("spacy_pel")
-        self.saved = (self.logger.level, self.logger.propagate)
-        self.handler = _EchoHandler()
-        self.logger.addHandler(self.handler)
-        self.logger.setLevel(logging.INFO)
-        self.logger.propagate = False
-        return self
-
-    def __exit__(self, *exc):
-        self.logger.removeHandler(self.handler)
-        self.logger.setLevel(self.saved[0])
-        self.logger.propagate = self.saved[1]
-        return False
 
 
 def require_file(path: Optional[Path], what: str) -> None:
@@ -162,31 +134,3 @@ def ray_options(ray: bool, address: Optional[str], workers: Optional[int], cpus_
             fail("--address, --workers and --cpus-per-worker go with --ray")
         return None
     return RayOptions(address=address, workers=workers, cpus_per_worker=cpus_per_worker)
-
-
-def echo_skipped(report: dict) -> None:
-    """Tell (on stderr) how many malformed lines were left out, with the first few ``FILE:LINE: reason``."""
-    count = report.get("skipped_lines") or 0
-    if not count:
-        return
-    shown = report.get("skipped_examples") or []
-    more = f" (first {len(shown)} shown)" if count > len(shown) else ""
-    typer.secho(f"skipped {count} malformed line(s){more}:", err=True, fg="yellow")
-    for example in shown:
-        typer.echo(f"  {example}", err=True)
-
-
-def strict_json(data):
-    """``data`` with NaN and infinite floats as ``None`` (strict JSON: what ``jq`` and ``json.loads`` read)."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return None
-    if isinstance(data, dict):
-        return {k: strict_json(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [strict_json(v) for v in data]
-    return data
-
-
-def echo_json(data) -> None:
-    """Print a command's report on stdout as indented strict JSON (:func:`strict_json`)."""
-    typer.echo(json.dumps(strict_json(data), indent=2))

@@ -11,7 +11,8 @@ from ..kb import READERS
 from ..training.adapt import adapt
 from ..training.self_alignment import __doc__ as LIBRARY_DOC
 from ..training.self_alignment import adapt_retriever
-from ._errors import cli_errors, echo_json, fail, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 OBJECTIVES = ("retriever", "names")

@@ -12,7 +12,8 @@ from ..retrieval.build import CHUNK, build_kb
 from ..retrieval.build import __doc__ as LIBRARY_DOC
 from ..retrieval.index import INDEX_KINDS
 from ..retrieval.ray_build import RayBuildError
-from ._errors import cli_errors, echo_json, echo_skipped, fail, ray_options
+from ._errors import cli_errors, fail, ray_options
+from ._output import echo_json, echo_skipped
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

@@ -10,7 +10,8 @@ from ..retrieval.build import CHUNK
 from ..retrieval.names import INPUTS, MAX_LENGTH, build_names
 from ..retrieval.names import __doc__ as LIBRARY_DOC
 from ..retrieval.ray_build import RayBuildError
-from ._errors import cli_errors, echo_json, fail, ray_options, require_writable_parent
+from ._errors import cli_errors, fail, ray_options, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

@@ -8,7 +8,8 @@ import typer
 
 from ..bulk.run import __doc__ as LIBRARY_DOC
 from ..bulk.run import link_corpus
-from ._errors import cli_errors, echo_json, fail, require_dir, require_writable_parent
+from ._errors import cli_errors, fail, require_dir, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

@@ -8,7 +8,8 @@ import typer
 
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
 from ..evaluation.nil import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, echo_json, fail, require_dir, require_file, require_one_of, require_writable_parent
+from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

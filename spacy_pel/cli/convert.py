@@ -10,14 +10,8 @@ import typer
 
 from ..corpus_formats import FORMATS, convert_corpora
 from ..id_map import read_id_map
-from ._errors import (
-    cli_errors,
-    echo_json,
-    echo_skipped,
-    fail,
-    require_file,
-    require_writable_parent,
-)
+from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._output import echo_json, echo_skipped
 
 app = typer.Typer(add_completion=False, help=__doc__)
 

@@ -12,14 +12,8 @@ from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
 from ..discovery.cluster import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
-from ._errors import (
-    cli_errors,
-    echo_json,
-    fail,
-    require_file,
-    require_pipeline_or_kb,
-    require_writable_parent,
-)
+from ._errors import cli_errors, fail, require_file, require_pipeline_or_kb, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

@@ -13,7 +13,8 @@ from ..corpora import read_docbin
 from ..files import atomic_write
 from ..pipeline.label_map import learn_label_types, read_label_types, write_linker_config
 from ..retrieval.index import EntityIndex
-from ._errors import cli_errors, echo_json, fail, require_dir, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=__doc__)
 LEARN = "learn"

@@ -8,7 +8,8 @@ import typer
 
 from ..evaluation.okb import __doc__ as LIBRARY_DOC
 from ..evaluation.okb import make_okb
-from ._errors import cli_errors, echo_json, require_dir, require_file, require_writable_parent
+from ._errors import cli_errors, require_dir, require_file, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

@@ -13,7 +13,8 @@ from ..files import BadLines
 from ..kb import READERS, read_kb
 from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
 from ..training.silver import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, echo_json, fail, require_writable_parent
+from ._errors import cli_errors, fail, require_writable_parent
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 

@@ -12,7 +12,8 @@ from spacy.cli._util import (
 from ..training.config_files import read_config
 from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.retriever import train
-from ._errors import cli_errors, echo_json, require_file
+from ._errors import cli_errors, require_file
+from ._output import echo_json
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
 T = TypeVar("T")

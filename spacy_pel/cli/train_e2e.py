@@ -7,7 +7,8 @@ import typer
 
 from ..training.joint import __doc__ as LIBRARY_DOC
 from ..training.joint import train_e2e_seeds
-from ._errors import cli_errors, echo_json
+from ._errors import cli_errors
+from ._output import echo_json
 from .train import run_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)

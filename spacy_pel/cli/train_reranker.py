@@ -9,7 +9,8 @@ import typer
 from ..retrieval.build import load_encoder
 from ..training.config_files import RerankerFile, train_reranker_from_config
 from ..training.reranker import __doc__ as LIBRARY_DOC
-from ._errors import cli_errors, echo_json, require_file
+from ._errors import cli_errors, require_file
+from ._output import echo_json
 from .train import read_typed_config
 
 app = typer.Typer(add_completion=False, help=LIBRARY_DOC)

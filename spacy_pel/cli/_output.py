@@ -1,0 +1,63 @@
+"""What the command-line tools print: a command's report as strict JSON on stdout, notes on stderr
+(malformed lines left out), and the library's log on stderr while a command runs."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import typer
+
+
+class _EchoHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        warn = record.levelno >= logging.WARNING
+        typer.secho(self.format(record), err=True, fg="yellow" if warn else None)
+
+
+class library_log_on_stderr:
+    """While a command runs, the library's log (``spacy_pel.*`` loggers: e.g. "resuming…", "starting a
+    clean build") goes to stderr, INFO and up, one plain line a record; afterwards it is as it was."""
+
+    def __enter__(self):
+        self.logger = logging.getLogger("spacy_pel")
+        self.saved = (self.logger.level, self.logger.propagate)
+        self.handler = _EchoHandler()
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.saved[0])
+        self.logger.propagate = self.saved[1]
+        return False
+
+
+def echo_skipped(report: dict) -> None:
+    """Tell (on stderr) how many malformed lines were left out, with the first few ``FILE:LINE: reason``."""
+    count = report.get("skipped_lines") or 0
+    if not count:
+        return
+    shown = report.get("skipped_examples") or []
+    more = f" (first {len(shown)} shown)" if count > len(shown) else ""
+    typer.secho(f"skipped {count} malformed line(s){more}:", err=True, fg="yellow")
+    for example in shown:
+        typer.echo(f"  {example}", err=True)
+
+
+def strict_json(data):
+    """``data`` with NaN and infinite floats as ``None`` (strict JSON: what ``jq`` and ``json.loads`` read)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    return data
+
+
+def echo_json(data) -> None:
+    """Print a command's report on stdout as indented strict JSON (:func:`strict_json`)."""
+    typer.echo(json.dumps(strict_json(data), indent=2))
