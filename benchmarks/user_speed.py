@@ -5,7 +5,9 @@ untimed warm-up on the first 20 documents, then ONE timed pass of ``nlp.pipe`` o
 documents (never linked before in that process) with spaCy's default batch size, ``n_process`` 1 or 2.
 The gold spans are set as ``doc.ents`` first (mention linking, as issue 28 and the maintainers measure);
 R@1 is over the in-KB mentions of those documents. With ``n_process=2`` the kb_ids must equal the
-one-process run's (issue 32): the report says how many differ.
+one-process run's (issue 32): the report says how many differ. ``--small-batches`` links the same
+documents again with ``batch_size`` 4 and 1 (untimed) and counts the kb_ids that differ from the timed
+pass's: answers that depend on batching (dynamic int8).
 
     python benchmarks/user_speed.py run --pipeline training/pipeline --n-process 1 --n-process 2
 
@@ -52,13 +54,15 @@ def overrides(settings: List[str]) -> dict:
 
 @app.command(hidden=True)
 def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: List[str] = typer.Option([], "--set"),
-          warm_passes: int = 0):
+          warm_passes: int = 0, small_batches: bool = False):
     """One measurement (run by ``run`` in a fresh process)."""
     t0 = time.perf_counter()
     nlp = spacy.load(pipeline, config=overrides(setting))
     load_seconds = time.perf_counter() - t0
     docs = read_docbin(nlp, dev)
+    t_warm = time.perf_counter()
     list(nlp.pipe(with_gold_ents(docs[:WARMUP_DOCS])))
+    warmup_seconds = time.perf_counter() - t_warm
     timed = docs[WARMUP_DOCS:]
     fresh = with_gold_ents(timed)
     gflops = host_gflops()
@@ -84,7 +88,8 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
             if any(i in kb_ids for i in gold):
                 hits.append(p.kb_id_ in gold)
     ids_out.write_text(json.dumps(ids), encoding="utf8")
-    result = {"n_process": n_process, "load_seconds": round(load_seconds, 1), "docs": len(timed), "mentions": len(ids),
+    result = {"n_process": n_process, "load_seconds": round(load_seconds, 1), "warmup_seconds": round(warmup_seconds, 1),
+              "docs": len(timed), "mentions": len(ids),
               "seconds": round(seconds, 2), "mentions_per_s": round(len(ids) / seconds, 1), "steal_cores": steal,
               "host_gflops": gflops,
               "R@1": round(sum(hits) / len(hits), 4), "in_kb": len(hits),
@@ -92,6 +97,10 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
     if n_process == 1:
         result["other_processes_cores"] = busy
         result["own_cores"] = own
+    if small_batches:
+        for size in (4, 1):
+            again = [e.kb_id_ for doc in nlp.pipe(with_gold_ents(timed), batch_size=size) for e in doc.ents]
+            result[f"kb_ids_differing_batch_{size}"] = sum(a != b for a, b in zip(ids, again)) + abs(len(ids) - len(again))
     if warm:
         result["warm_mentions_per_s"] = round(len(ids) / sorted(warm)[len(warm) // 2], 1)
     if setting:
@@ -112,13 +121,16 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
          append: bool = typer.Option(False, help="add these runs to the report's instead of replacing them"),
          cold: bool = typer.Option(False, help="before each run, drop the pipeline's files from the OS page cache "
                                                "(a first run after a reboot, a copy or an install)"),
-         label: str = typer.Option("", help="a word for these runs in the report's settings column, e.g. the code's commit")):
+         label: str = typer.Option("", help="a word for these runs in the report's settings column, e.g. the code's commit"),
+         small_batches: bool = typer.Option(False, help="with n_process 1: link the documents again at batch_size 4 and 1 "
+                                                        "and count the kb_ids that differ from the timed pass's")):
     """Measure every pipeline at every n_process, each in a fresh process, and write the report."""
     work.mkdir(parents=True, exist_ok=True)
     old = json.loads(output.with_suffix(".json").read_text()) if append and output.with_suffix(".json").exists() else {}
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "notes": notes or old.get("notes", ""),
               "runs": old.get("runs", [])}
     extra = [a for item in setting for a in ("--set", item)] + ["--warm-passes", str(warm_passes)]
+    extra += ["--small-batches"] if small_batches else []
     for p in pipeline:
         ids_by_n = {}
         for n in n_process:
@@ -166,16 +178,18 @@ def markdown(r: dict) -> str:
     lines = ["# Speed as a user gets it: `nlp.pipe`, fresh process, first pass", "",
              machine_line(m) + ".", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
-             "| pipeline | settings | n_process | load s | docs | mentions | seconds | mentions/s | warm passes, mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | other processes (cores) | this process (cores) | stolen by the host (cores) | host GFLOP/s before |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| pipeline | settings | n_process | load s | warm-up s | docs | mentions | seconds | mentions/s | warm passes, mentions/s | R@1 (in-KB) | kb_ids ≠ n_process=1 | kb_ids ≠ at batch_size 4 / 1 | other processes (cores) | this process (cores) | stolen by the host (cores) | host GFLOP/s before |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in r["runs"]:
         warm = f"{run['warm_mentions_per_s']:,.0f}" if "warm_mentions_per_s" in run else "–"
+        small = (f"{run['kb_ids_differing_batch_4']} / {run['kb_ids_differing_batch_1']}"
+                 if "kb_ids_differing_batch_4" in run else "–")
         lines.append(f"| `{run['pipeline']}` | {', '.join(run.get('settings', [])) or 'as saved'} | {run['n_process']} | "
-                     f"{run['load_seconds']} | {run['docs']} | {run['mentions']} | "
+                     f"{run['load_seconds']} | {run.get('warmup_seconds', '–')} | {run['docs']} | {run['mentions']} | "
                      f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {run['R@1']:.4f} | "
-                     f"{run.get('kb_ids_differing_from_first', '–')} | {run.get('other_processes_cores', '–')} | {run.get('own_cores', '–')} | {run.get('steal_cores', '–')} | {run.get('host_gflops', '–')} |")
+                     f"{run.get('kb_ids_differing_from_first', '–')} | {small} | {run.get('other_processes_cores', '–')} | {run.get('own_cores', '–')} | {run.get('steal_cores', '–')} | {run.get('host_gflops', '–')} |")
     lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2` (one run a line; "
-              "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--cold` to start each run with the pipeline's files out of "
+              "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--small-batches`, `--cold` to start each run with the pipeline's files out of "
               "the page cache, `--label` to name the code or host, `--append` to add rows).", "",
               __doc__.split("\n\n")[-1].replace("\n", " ").strip(), ""]
     if r.get("notes"):

@@ -119,10 +119,19 @@ def test_precision_auto_follows_the_device(monkeypatch):
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"
     assert precision.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
-    # the towers: int8 (ONNX Runtime) is a CPU path, fp32 elsewhere; auto never picks it
-    assert precision.tower_precision("int8", torch.device("cpu")) == "int8"
-    assert precision.tower_precision("int8", torch.device("cuda")) == "fp32"
+    # the towers: the int8 paths (ONNX Runtime) are CPU paths, fp32 elsewhere; auto picks block-wise
+    # int8 on a CPU with VNNI and no bf16, never the batch-dependent int8_dynamic
+    for int8 in ("int8", "int8_dynamic"):
+        assert precision.tower_precision(int8, torch.device("cpu")) == int8
+        assert precision.tower_precision(int8, torch.device("cuda")) == "fp32"
+    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)
     assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"
+    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
+    assert precision.tower_precision("auto", torch.device("cpu")) == "int8"
+    assert precision.tower_precision("fp32", torch.device("cpu")) == "fp32"  # asked for explicitly: kept
+    assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"  # training and search: no int8
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    assert precision.tower_precision("auto", torch.device("cpu")) == "bf16"
     with pytest.raises(ValueError, match="precision"):
         enc.EncoderConfig(precision="int4")
 
@@ -137,10 +146,11 @@ def test_bf16_vectors_stay_close_to_fp32(tiny_encoder_dir):
     assert cos.min() > 0.99
 
 
-def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir, tmp_path):
+@pytest.mark.parametrize("precision", ["int8", "int8_dynamic"])
+def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir, tmp_path, precision):
     """precision int8: inference through int8 copies of the towers; what is trained and saved is fp32."""
     fp32 = BiEncoder.from_pretrained(tiny_encoder_dir)
-    int8 = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8")
+    int8 = BiEncoder.from_pretrained(tiny_encoder_dir, precision=precision)
     mentions = [Mention("aspirin and warfarin were given", 0, 7), Mention("atrial flutter recurred", 0, 14)]
     entities = [Entity("D1", "aspirin", ["acetylsalicylic acid"], ["Chemical"]), Entity("D2", "atrial flutter")]
     for a, b in [(fp32.encode_mentions(mentions), int8.encode_mentions(mentions)),
@@ -165,7 +175,7 @@ def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir
     assert not np.allclose(int8.encode_mentions(mentions), before, atol=1e-3)
     int8.save(tmp_path / "enc")
     again = BiEncoder.from_pretrained(tmp_path / "enc")
-    assert again.config.precision == "int8"
+    assert again.config.precision == precision
     np.testing.assert_allclose(again.encode_mentions(mentions), int8.encode_mentions(mentions), atol=1e-6)
 
 

@@ -6,7 +6,7 @@ import spacy
 from .test_linker import linked, make_doc
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8", "int8_dynamic"])
 def test_precision_round_trips_with_the_pipeline(precision, kb_dir, tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "precision": precision})

@@ -12,6 +12,7 @@ attention-masked mean pooling. A saved encoder is a folder::
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ from ..kb import Entity
 from .hub import check_hub_name
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
-from .precision import PRECISIONS, pick_device, tower_precision
+from .precision import INT8_PRECISIONS, PRECISIONS, pick_device, tower_precision
 from .span_pooling import pooled_last_layer
 
 PathLike = Union[str, Path]
@@ -70,8 +71,9 @@ class EncoderConfig:
     mention_pooling: str = "span"
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
-    # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, dynamic int8; fp32 elsewhere),
-    # or "auto" (bf16 where the device has bf16 units, else fp32)
+    # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, block-wise int8; fp32 elsewhere),
+    # "int8_dynamic" (the same with per-batch activation scales), or "auto" (bf16 where the device has
+    # bf16 units; on other CPUs int8 where they have VNNI, else fp32)
     precision: str = "fp32"
     extra: Dict[str, object] = field(default_factory=dict)
 
@@ -165,7 +167,7 @@ class BiEncoder(torch.nn.Module):
         self.config = config
         self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
         self.device_ = torch.device("cpu")
-        self._int8: Dict[int, Tuple[int, OnnxTower]] = {}  # int8 copies of the towers (weights version, copy)
+        self._int8: Dict[Tuple[int, str], Tuple[int, OnnxTower]] = {}  # int8 copies of the towers (weights version, copy)
         self.eval()  # inference unless a trainer says otherwise
 
     # ---------------------------------------------------------------- loading and saving
@@ -222,14 +224,17 @@ class BiEncoder(torch.nn.Module):
         return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
 
     def runtime_model(self, model: torch.nn.Module):
-        """The tower that inference runs: ``model`` itself, or with ``precision="int8"`` on a CPU and
-        no gradient wanted, an ONNX Runtime copy with dynamically quantised matrix products (int8
-        weights, one scale per output channel; activations quantised per batch), made on first use
-        and again whenever the weights have changed since (training, ``nlp.update``). The fp32 tower
-        stays what is trained, saved and fingerprinted."""
-        if torch.is_grad_enabled() or tower_precision(self.config.precision, self.device_) != "int8":
+        """The tower that inference runs: ``model`` itself, or when the towers run in int8 on a CPU
+        (:func:`tower_precision`) and no gradient is wanted, an ONNX Runtime copy with int8 matrix
+        products (``int8``: block-wise; ``int8_dynamic``: activations quantised per batch), made on first
+        use and again whenever the weights have changed since (training, ``nlp.update``). The fp32
+        tower stays what is trained, saved and fingerprinted."""
+        precision = tower_precision(self.config.precision, self.device_)
+        if torch.is_grad_enabled() or precision not in INT8_PRECISIONS:
             return model
-        return versioned_copy(self._int8, id(model), model, OnnxTower)
+        quantization = "dynamic" if precision == "int8_dynamic" else "blockwise"
+        return versioned_copy(self._int8, (id(model), quantization), model,
+                              functools.partial(OnnxTower, quantization=quantization))
 
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)

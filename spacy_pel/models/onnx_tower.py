@@ -1,11 +1,17 @@
-"""A transformer tower run by ONNX Runtime with dynamically quantised int8 weights (CPU inference).
+"""A transformer tower run by ONNX Runtime with int8 matrix products (CPU inference).
 
 The tower (a Hugging Face encoder taking ``input_ids`` and ``attention_mask``) is exported to ONNX in a
-temporary folder, its matrix products are quantised (int8 weights, one scale per output channel;
-activations quantised per batch) and the session is kept in memory: nothing is written next to the
-weights, which stay the safetensors files that are trained, saved and fingerprinted. On the CPUs we
-measured, this runs a 6-layer MiniLM about twice as fast as torch in bf16 and 2.5× torch fp32
-(benchmarks/speed.md), using the VNNI int8 instructions that both Intel and AMD server CPUs have.
+temporary folder, its matrix products with weights are quantised, and the session is kept in memory:
+nothing is written next to the weights, which stay the safetensors files that are trained, saved and
+fingerprinted. Two quantisations (``QUANTIZATIONS``), both using the VNNI int8 instructions that Intel
+and AMD server CPUs have:
+
+* ``"blockwise"`` (:mod:`.int8_blockwise`): activations quantised per row inside the kernel, so a
+  mention's vector does not depend on what is batched with it; R@1 as fp32's, ~1.2× torch fp32's
+  pipeline speed (benchmarks/int8_blockwise.md).
+* ``"dynamic"`` (ONNX Runtime's ``quantize_dynamic``: int8 weights per output channel, activations
+  quantised per batch): the fastest (~1.7× torch fp32 for the pipeline, benchmarks/int8_static.md), but
+  a few answers change with the batching.
 """
 from __future__ import annotations
 
@@ -17,10 +23,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
+import onnx
 import onnxruntime
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from .int8_blockwise import quantize_blockwise
+
+QUANTIZATIONS = ("blockwise", "dynamic")
 INPUTS = ("input_ids", "attention_mask")
 OUTPUT = "last_hidden_state"
 OPSET = 17
@@ -37,8 +47,10 @@ class _LastHidden(torch.nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def export_int8(model: torch.nn.Module, folder: Path) -> Path:
+def export_int8(model: torch.nn.Module, folder: Path, quantization: str = "blockwise") -> Path:
     """``model`` exported to ONNX (batch and length dynamic) and quantised to int8 in ``folder``."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
     example = torch.ones((2, 8), dtype=torch.long)
     fp32, int8 = folder / "tower.onnx", folder / "tower.int8.onnx"
     was_training = model.training
@@ -55,6 +67,9 @@ def export_int8(model: torch.nn.Module, folder: Path) -> Path:
             )
     finally:
         model.train(was_training)
+    if quantization == "blockwise":
+        onnx.save(quantize_blockwise(onnx.load(str(fp32))), str(int8))
+        return int8
     with _quiet_root_logger():  # ONNX Runtime's quantiser advises pre-processing on the root logger
         quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True)
     return int8
@@ -77,20 +92,21 @@ def _quiet_root_logger():
 
 class OnnxTower:
     """Inference-only stand-in for a tower: ``tower(input_ids=…, attention_mask=…).last_hidden_state``
-    (a float32 torch tensor), computed by ONNX Runtime from an int8 copy of ``model`` made now.
+    (a float32 torch tensor), computed by ONNX Runtime from an int8 copy of ``model`` made now
+    (``quantization``: one of ``QUANTIZATIONS``).
 
     ``threads``: ONNX Runtime's intra-op threads (default: torch's current setting, so the thread
     settings a user gives torch hold for both).
     """
 
-    def __init__(self, model: torch.nn.Module, threads: Optional[int] = None):
+    def __init__(self, model: torch.nn.Module, threads: Optional[int] = None, quantization: str = "blockwise"):
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
         with tempfile.TemporaryDirectory(prefix="spacy_pel_onnx_") as tmp:
-            data = export_int8(model, Path(tmp)).read_bytes()
+            data = export_int8(model, Path(tmp), quantization).read_bytes()
         self.session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:

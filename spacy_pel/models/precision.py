@@ -1,7 +1,8 @@
 """Where and in which precision the towers run: the device (``"auto"``: CUDA when present), and
 ``"auto"`` precision resolved to bf16 where the hardware computes it natively (a CUDA device with bf16,
-a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32; ``"int8"`` is ONNX Runtime's dynamic int8, a CPU
-path (:mod:`spacy_pel.models.onnx_tower`).
+a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — and for the towers' inference, int8 on a CPU
+with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching) and ``"int8_dynamic"``
+(per-batch activation scales, the fastest) are ONNX Runtime CPU paths (:mod:`spacy_pel.models.onnx_tower`).
 """
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import torch
 
-PRECISIONS = ("fp32", "bf16", "int8", "auto")
+PRECISIONS = ("fp32", "bf16", "int8", "int8_dynamic", "auto")
+INT8_PRECISIONS = ("int8", "int8_dynamic")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+VNNI_CPU_FLAGS = ("avx512_vnni", "avx_vnni")
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -19,15 +22,24 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flags; False elsewhere).
-
-    Without such units bf16 matrix products are emulated and slower than fp32."""
+def _cpu_has(flags: tuple) -> bool:
+    """Whether Linux's ``/proc/cpuinfo`` lists one of ``flags`` (False elsewhere)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace")
+        listed = Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace").split()
     except OSError:
         return False
-    return any(flag in flags.split() for flag in BF16_CPU_FLAGS)
+    return any(flag in listed for flag in flags)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively. Without such units bf16 matrix products are emulated
+    and slower than fp32."""
+    return _cpu_has(BF16_CPU_FLAGS)
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has the VNNI int8 dot-product instructions ONNX Runtime's int8 kernels use."""
+    return _cpu_has(VNNI_CPU_FLAGS)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -41,12 +53,16 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def tower_precision(precision: str, device: torch.device) -> str:
-    """The precision the towers run inference in: :func:`resolve_precision`'s, except that ``"int8"``
-    (ONNX Runtime, dynamic int8) is a CPU path: elsewhere it runs in fp32.
+    """The precision the towers run inference in: :func:`resolve_precision`'s, except that
 
-    ``"auto"`` does not choose int8, although it measured about twice as fast as bf16 at the same
-    R@1 (benchmarks/speed.md): dynamic int8 quantises activations per batch, so a mention's vector
-    depends slightly on the mentions batched with it, and a default should give the same answer for
-    the same text however it is batched."""
+    * ``"auto"`` on a CPU without bf16 units but with VNNI is ``"int8"`` (block-wise: R@1 as fp32's,
+      ~1.2× its speed, the same answers however mentions are batched; benchmarks/int8_blockwise.md);
+    * the int8 paths (ONNX Runtime) are CPU paths: elsewhere they run in fp32.
+
+    ``"auto"`` never chooses ``"int8_dynamic"``, the fastest: it quantises activations per batch, so a
+    mention's vector depends slightly on the mentions batched with it, and a default should give the
+    same answer for the same text however it is batched."""
     resolved = resolve_precision(precision, device)
-    return "fp32" if resolved == "int8" and device.type != "cpu" else resolved
+    if precision == "auto" and resolved == "fp32" and device.type == "cpu" and cpu_has_vnni():
+        return "int8"
+    return "fp32" if resolved in INT8_PRECISIONS and device.type != "cpu" else resolved
