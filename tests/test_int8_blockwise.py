@@ -66,3 +66,21 @@ def test_int8_vectors_do_not_depend_on_the_batch_but_int8_dynamic_ones_do(tiny_e
         moved[precision] = float(np.abs(together - alone).max())
     assert moved["int8"] < 1e-6  # fp32's own reordering noise is ~3e-8 here
     assert moved["int8_dynamic"] > 1e-5  # ~5e-5 here: the batch's widest activations set everyone's scale
+
+
+def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_but_encodes_kbs_in_fp32(tiny_encoder_dir, monkeypatch):
+    import torch
+
+    from spacy_pel.models import precision
+    from spacy_pel.models.onnx_tower import OnnxTower
+    from spacy_pel.retrieval.build import load_encoder
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
+    linking = BiEncoder.from_pretrained(tiny_encoder_dir, precision="auto")
+    with torch.inference_mode():
+        assert isinstance(linking.runtime_model(linking.mention_model), OnnxTower)
+    building = load_encoder(str(tiny_encoder_dir), "auto", "cpu")
+    assert building.config.precision == "fp32"
+    with torch.inference_mode():
+        assert building.runtime_model(building.entity_model) is building.entity_model

@@ -52,6 +52,14 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if cpu_has_bf16() else "fp32"
 
 
+def index_precision(precision: str, device: torch.device) -> str:
+    """The precision a KB's entity and name vectors are encoded in: as asked, except that ``"auto"`` is
+    :func:`resolve_precision`'s (bf16 or fp32), never int8 — a MeSH KB encoded by block-wise int8 towers
+    lost 0.5 pt of retriever R@1 on BC5CDR dev (0.7034 vs 0.7082, benchmarks/int8_blockwise.md), where
+    int8 mention vectors cost 0.03 pt in the pipeline."""
+    return resolve_precision(precision, device) if precision == "auto" else precision
+
+
 def tower_precision(precision: str, device: torch.device) -> str:
     """The precision the towers run inference in: :func:`resolve_precision`'s, except that
 

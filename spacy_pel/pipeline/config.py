@@ -58,10 +58,11 @@ class LinkerSettings:
     top_k: candidates kept per mention. threshold: best score below it → ``nil_label`` (null: never).
     batch_size: mentions per forward pass (documents per pass: batch_size // 8, at least 1).
     context_window: word pieces of a mention input. device: ``auto``, ``cpu``, ``cuda[:N]`` or ``mps``.
-    precision: the encoder's inference precision, ``fp32``, ``bf16``, ``int8`` or ``auto`` (bf16 where the
-    device has bf16 units — BC5CDR dev R@1 unchanged, ~3× faster on such CPUs — else fp32). ``int8``
-    (CPU): ONNX Runtime with dynamically quantised weights and activations, ~2× bf16's speed at the same
-    R@1, but activations are quantised per batch, so a few answers depend on what was batched together.
+    precision: the encoder's inference precision, ``fp32``, ``bf16``, ``int8``, ``int8_dynamic`` or ``auto``
+    (bf16 where the device has bf16 units — BC5CDR dev R@1 unchanged, ~3× faster on such CPUs — else int8
+    on CPUs with VNNI, else fp32). ``int8`` (CPU): ONNX Runtime, 8-bit weights per block, activations
+    quantised per row, so no answer depends on batching; R@1 as fp32's. ``int8_dynamic`` (CPU): activations
+    quantised per batch — the fastest, but a few answers depend on what was batched together.
     use_gold_ents: as spaCy's ``entity_linker``: scoring (``nlp.evaluate``, ``spacy evaluate``) links
     the reference's own mentions, and ``update`` learns from them; false: the predicted ones (from an
     NER before it), scored where their offsets match a gold mention.

@@ -37,7 +37,7 @@ from ..models.encoder import (
     EncoderConfig,
     looks_like_a_path,
 )
-from ..models.precision import tower_precision
+from ..models.precision import index_precision, pick_device, tower_precision
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray
@@ -69,8 +69,10 @@ def check_encoder_source(source: str) -> None:
 
 
 def load_encoder(source: str, precision: str = "auto", device: str = "auto") -> BiEncoder:
-    """:meth:`BiEncoder.from_pretrained`, with a failure to load told in one line (:class:`InputError`)."""
+    """:meth:`BiEncoder.from_pretrained` for encoding a KB or its names (``"auto"`` precision as
+    :func:`index_precision` resolves it: never int8), with a failure to load told in one line (:class:`InputError`)."""
     check_encoder_source(source)
+    precision = index_precision(precision, pick_device(device))
     try:
         encoder = BiEncoder.from_pretrained(source, precision=precision)
     except (OSError, ValueError) as err:
@@ -288,7 +290,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             "entities": len(entities),
             "entities_sha256": entity_texts_digest(entities, enc),
             "encoder_fingerprint": fingerprint,
-            "precision": tower_precision(precision, enc.device_),  # "auto" as it resolved here
+            "precision": tower_precision(enc.config.precision, enc.device_),  # "auto" as it resolved here
             "device": enc.device_.type,
         }
         if reusable(reuse, stamp, index):

@@ -345,7 +345,7 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
         shutil.rmtree(work, ignore_errors=True)
         encoded = len(names) - resume.get("reused_entities", 0)
         report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
-                  "max_length": max_length, "precision": tower_precision(precision, enc.device_), "entities": len(index),
+                  "max_length": max_length, "precision": tower_precision(enc.config.precision, enc.device_), "entities": len(index),
                   "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),
                   "names_per_s": round(encoded / max(t2 - t1, 1e-9), 1), "wall_s": round(time.perf_counter() - t0, 1),
                   "resume": resume}
