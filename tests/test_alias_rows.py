@@ -62,7 +62,16 @@ def test_saved_with_the_pipeline_and_off_without_aliases(kb_dir, tmp_path):
     nlp.to_disk(tmp_path / "p")
     assert (tmp_path / "p" / "pel_linker" / FOLDER / "vectors" / "embeddings.npy").exists()
     (tmp_path / "aliases.json").rename(tmp_path / "moved.json")  # the saved copy is read
-    assert _candidates(spacy.load(tmp_path / "p")) == before
+    _assert_same_candidates(_candidates(spacy.load(tmp_path / "p")), before)
+
+
+def _assert_same_candidates(got, expected):
+    """The same ids in the same order, the scores equal to float noise (fp32 sums in another order move
+    the 5th decimal on some CPUs)."""
+    assert [[(kb_id, [c[:2] for c in cands]) for kb_id, cands in doc] for doc in got] == \
+        [[(kb_id, [c[:2] for c in cands]) for kb_id, cands in doc] for doc in expected]
+    scores = [c[2] for doc in got for _, cands in doc for c in cands]
+    assert scores == pytest.approx([c[2] for doc in expected for _, cands in doc for c in cands], abs=1e-4)
 
 
 def test_forms_are_encoded_again_for_another_encoder(kb_dir, other_tiny_bert, tmp_path):
