@@ -52,6 +52,11 @@ def overrides(settings: List[str]) -> dict:
     return out
 
 
+def differing(ids: List[str], other: List[str]) -> int:
+    """How many positions of two kb_id lists differ (a missing or extra id counts as one)."""
+    return sum(a != b for a, b in zip(ids, other)) + abs(len(ids) - len(other))
+
+
 @app.command(hidden=True)
 def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: List[str] = typer.Option([], "--set"),
           warm_passes: int = 0, small_batches: bool = False):
@@ -100,7 +105,7 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
     if small_batches and n_process == 1:
         for size in (4, 1):
             again = [e.kb_id_ for doc in nlp.pipe(with_gold_ents(timed), batch_size=size) for e in doc.ents]
-            result[f"kb_ids_differing_batch_{size}"] = sum(a != b for a, b in zip(ids, again)) + abs(len(ids) - len(again))
+            result[f"kb_ids_differing_batch_{size}"] = differing(ids, again)
     if warm:
         result["warm_mentions_per_s"] = round(len(ids) / sorted(warm)[len(warm) // 2], 1)
     if setting:
@@ -144,7 +149,7 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
             ids_by_n[n] = json.loads(ids_file.read_text())
             if n != n_process[0]:
                 first = ids_by_n[n_process[0]]
-                run["kb_ids_differing_from_first"] = sum(a != b for a, b in zip(first, ids_by_n[n])) + abs(len(first) - len(ids_by_n[n]))
+                run["kb_ids_differing_from_first"] = differing(first, ids_by_n[n])
             report["runs"].append(run)
     output.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
     output.with_suffix(".md").write_text(markdown(report), encoding="utf8")

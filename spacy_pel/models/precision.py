@@ -6,6 +6,7 @@ with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching) 
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -22,13 +23,19 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def _cpu_has(flags: tuple) -> bool:
-    """Whether Linux's ``/proc/cpuinfo`` lists one of ``flags`` (False elsewhere)."""
+@functools.lru_cache(maxsize=None)
+def _cpu_flags() -> frozenset:
+    """The words of Linux's ``/proc/cpuinfo`` (empty elsewhere), read once a process: the towers ask
+    for their precision on every batch."""
     try:
-        listed = Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace").split()
+        return frozenset(Path("/proc/cpuinfo").read_text(encoding="utf8", errors="replace").split())
     except OSError:
-        return False
-    return any(flag in listed for flag in flags)
+        return frozenset()
+
+
+def _cpu_has(flags: tuple) -> bool:
+    """Whether ``/proc/cpuinfo`` lists one of ``flags``."""
+    return any(flag in _cpu_flags() for flag in flags)
 
 
 def cpu_has_bf16() -> bool:
