@@ -25,19 +25,28 @@ BLOCK_SIZE = 128
 ACCURACY_INT8 = 4  # MatMulNBits: int8 activations and int8 products
 
 
-def pack_int8_blocks(weight: np.ndarray, block_size: int = BLOCK_SIZE) -> Tuple[np.ndarray, np.ndarray]:
-    """``weight`` ``[K, N]`` as ``MatMulNBits`` 8-bit inputs: packed ``[N, blocks, block_size]`` uint8 and
-    scales ``[N * blocks]`` float32 (K zero-padded to whole blocks)."""
-    k, n = weight.shape
+def pack_int8_rows(rows: np.ndarray, block_size: int = BLOCK_SIZE) -> Tuple[np.ndarray, np.ndarray]:
+    """``rows`` ``[N, K]`` (a weight's columns, or vectors to be screened) as ``MatMulNBits`` 8-bit inputs:
+    packed ``[N, blocks, block_size]`` uint8 and scales ``[N * blocks]`` float32 (K zero-padded to whole
+    blocks)."""
+    n, k = rows.shape
     blocks = -(-k // block_size)
-    padded = np.zeros((blocks * block_size, n), np.float32)
-    padded[:k] = weight
-    per_block = padded.T.reshape(n, blocks, block_size)
-    extreme = np.take_along_axis(per_block, np.abs(per_block).argmax(-1)[..., None], -1)
-    scales = extreme / -128.0
-    safe = np.where(scales == 0, 1.0, scales)
-    packed = np.clip(np.rint(per_block / safe) + 128, 0, 255).astype(np.uint8)
-    return packed, scales.reshape(-1).astype(np.float32)
+    per_block = np.zeros((n, blocks * block_size), np.float32)
+    per_block[:, :k] = rows
+    per_block = per_block.reshape(n, blocks, block_size)
+    high, low = per_block.max(-1), per_block.min(-1)
+    extreme = np.where(high >= -low, high, low)  # the largest-magnitude value, with its sign (ties: positive)
+    scales = (extreme / -128.0).astype(np.float32)
+    safe = np.where(scales == 0, np.float32(1.0), scales)[..., None]
+    packed = np.rint(np.divide(per_block, safe, out=per_block))
+    packed += 128
+    np.clip(packed, 0, 255, out=packed)
+    return packed.astype(np.uint8), scales.reshape(-1)
+
+
+def pack_int8_blocks(weight: np.ndarray, block_size: int = BLOCK_SIZE) -> Tuple[np.ndarray, np.ndarray]:
+    """``weight`` ``[K, N]`` as ``MatMulNBits`` 8-bit inputs (:func:`pack_int8_rows` of its columns)."""
+    return pack_int8_rows(np.asarray(weight, np.float32).T, block_size)
 
 
 def unpack_int8_blocks(packed: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray:

@@ -104,6 +104,7 @@ class OnnxTower:
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting threads after a call
         options.log_severity_level = 3  # errors only
         with tempfile.TemporaryDirectory(prefix="spacy_pel_onnx_") as tmp:
             data = export_int8(model, Path(tmp), quantization).read_bytes()

@@ -5,22 +5,29 @@ FAISS's flat index runs ~90 queries/s on 2 cores below ~1,000 queries a call (it
 off for large batches), which is what a pipeline sends when the rules decide most mentions or when
 documents come one at a time; a torch matrix product over the same vectors runs ~500 queries/s at
 any batch size. The vectors are held in bf16 where the CPU has bf16 units (``precision="auto"``,
-272 MB for MeSH instead of FAISS's 544 MB of float32), else in float32.
+272 MB for MeSH instead of FAISS's 544 MB of float32), else in float32. On a CPU with VNNI and no bf16
+units, ``auto`` is ``int8``: each query's best rows are first found by int8 products
+(:class:`~spacy_pel.retrieval.int8_screen.Int8Screen`, a further 136 MB for MeSH), then rescored exactly
+in float32.
 """
 from __future__ import annotations
 
 import os
 import threading
 from pathlib import Path
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import faiss
 import numpy as np
 import torch
 
-from ..models.precision import resolve_precision
+from ..models.precision import search_precision
+from .int8_screen import Int8Screen
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+SCREEN_DEPTH = 64  # int8 search: rows rescored exactly per query, at least SCREEN_MARGIN × k; benchmarks/int8_search.md
+SCREEN_MARGIN = 4
+RESCORE_QUERIES = 256  # int8 search: queries whose candidate vectors are gathered at once
 SCORES_PER_CALL = 1 << 25  # queries × entities scored at once (64 MB of bf16 scores)
 READ_ROWS = 1 << 15
 PREFETCH_CHUNK = 1 << 24  # bytes a read while prefetching a vector file
@@ -28,8 +35,11 @@ PREFETCH_SHARE = 0.25  # prefetch a vector file only when it is at most this sha
 NPROBE, REFINE = 512, 100  # ivfpq: benchmarks/large_kb.md, 0.18 pt below exact R@1 at 2.4M entities
 
 
-def _dtype(precision: str) -> torch.dtype:
-    return DTYPES[resolve_precision(precision, torch.device("cpu"))]
+def _storage(precision: str) -> Tuple[torch.dtype, bool]:
+    """The dtype the vectors are held in, and whether an int8 screen comes first (then float16, as a KB
+    saves them: the rows rescored are exactly the saved vectors, in half fp32's memory)."""
+    resolved = search_precision(precision, torch.device("cpu"))
+    return (torch.float16, True) if resolved == "int8" else (DTYPES[resolved], False)
 
 
 def read_npy_header(f, path) -> Tuple[tuple, np.dtype]:
@@ -56,18 +66,25 @@ def read_matrix(path: Union[str, Path], dtype: torch.dtype) -> torch.Tensor:
 
 
 class FlatSearch:
-    """Exact search: scores are the products of the query and entity vectors in ``precision``."""
+    """Exact search: scores are the products of the query and entity vectors in the matrix's dtype (float32
+    for a float16 matrix). With ``screened``, only each query's best ``max(SCREEN_DEPTH, SCREEN_MARGIN * k)``
+    rows by int8 products are scored so."""
 
-    def __init__(self, matrix: torch.Tensor):
-        self.matrix = matrix
+    def __init__(self, matrix: torch.Tensor, screened: bool = False):
+        self.matrix, self.screened = matrix, screened
+        self.compute_dtype = torch.float32 if matrix.dtype == torch.float16 else matrix.dtype
+        self._screen: Optional[Int8Screen] = None  # made at the first search: a process that never searches pays nothing
+        self._lock = threading.Lock()
 
     @classmethod
     def from_array(cls, vectors: np.ndarray, precision: str = "auto") -> "FlatSearch":
-        return cls(torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(_dtype(precision)))
+        dtype, screened = _storage(precision)
+        return cls(torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(dtype), screened)
 
     @classmethod
     def from_npy(cls, path: Union[str, Path], precision: str = "auto") -> "FlatSearch":
-        return cls(read_matrix(path, _dtype(precision)))
+        dtype, screened = _storage(precision)
+        return cls(read_matrix(path, dtype), screened)
 
     @property
     def ntotal(self) -> int:
@@ -76,29 +93,58 @@ class FlatSearch:
     def add(self, vectors: np.ndarray) -> None:
         new = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.matrix.dtype)
         self.matrix = torch.cat([self.matrix, new])
+        self._screen = None
 
     def reconstruct_n(self, start: int, n: int) -> np.ndarray:
         return self.matrix[start : start + n].float().numpy()
 
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k ``(scores [n, k] float32, rows [n, k] int64)``, best first."""
-        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(self.matrix.dtype)
+        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(self.compute_dtype)
         k = min(k, self.ntotal)
+        if not len(q):
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+        depth = max(SCREEN_DEPTH, SCREEN_MARGIN * k)
+        if self.screened and self.ntotal > depth:
+            return self._screened_search(queries, q, k, depth)
+        matrix = self.matrix.to(self.compute_dtype)
         step = max(1, SCORES_PER_CALL // max(1, self.ntotal))
         scores, rows = [], []
         with torch.inference_mode():
             for start in range(0, len(q), step):
-                top = torch.topk(q[start : start + step] @ self.matrix.T, k, dim=1)
+                top = torch.topk(q[start : start + step] @ matrix.T, k, dim=1)
                 scores.append(top.values.float())
                 rows.append(top.indices)
-        if not scores:
-            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         return torch.cat(scores).numpy(), torch.cat(rows).numpy().astype(np.int64)
+
+    def _screened_search(self, queries: np.ndarray, q: torch.Tensor, k: int, depth: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Each query's best ``depth`` rows by int8 products, rescored exactly."""
+        with self._lock:
+            if self._screen is None:
+                self._screen = Int8Screen(self.matrix)
+        found = torch.from_numpy(self._screen(queries, depth))
+        scores, rows = [], []
+        with torch.inference_mode():
+            for start in range(0, len(q), RESCORE_QUERIES):
+                cand = found[start : start + RESCORE_QUERIES]
+                vectors = self.matrix[cand].to(self.compute_dtype)
+                exact = torch.bmm(vectors, q[start : start + RESCORE_QUERIES, :, None])[..., 0]
+                top = torch.topk(exact, k, dim=1)
+                scores.append(top.values.float())
+                rows.append(torch.gather(cand, 1, top.indices))
+        return torch.cat(scores).numpy(), torch.cat(rows).numpy()
+
+    def __getstate__(self) -> dict:
+        """Pickled without its int8 screen (an ONNX Runtime session): each process makes its own."""
+        return {"matrix": self.matrix, "screened": self.screened}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["matrix"], state["screened"])
 
     def subset(self, rows: np.ndarray) -> "SubsetSearch":
         """Exact search among ``rows`` only (their vectors copied once)."""
         rows = np.asarray(rows, dtype=np.int64)
-        return SubsetSearch(FlatSearch(self.matrix[torch.from_numpy(rows)].contiguous()), rows)
+        return SubsetSearch(FlatSearch(self.matrix[torch.from_numpy(rows)].contiguous(), self.screened), rows)
 
 
 class SubsetSearch:
