@@ -84,3 +84,15 @@ def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_but_encodes_kbs_in_fp32(t
     assert building.config.precision == "fp32"
     with torch.inference_mode():
         assert building.runtime_model(building.entity_model) is building.entity_model
+
+
+def test_switching_int8_kinds_keeps_one_copy_of_each_tower(tiny_encoder_dir):
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8")
+    mention = [Mention("atrial flutter recurred", 0, 14)]
+    blockwise = enc.encode_mentions(mention)
+    enc.config.precision = "int8_dynamic"
+    enc.encode_mentions(mention)
+    assert [key[1] for key in enc._int8 if key[0] == id(enc.mention_model)] == ["dynamic"]
+    enc.config.precision = "int8"
+    np.testing.assert_allclose(enc.encode_mentions(mention), blockwise, atol=1e-6)  # remade, the same
+    assert [key[1] for key in enc._int8 if key[0] == id(enc.mention_model)] == ["blockwise"]

@@ -113,3 +113,18 @@ def test_search_precision(monkeypatch, bf16, vnni, asked, device, want):
     monkeypatch.setattr(precision_module, "cpu_has_bf16", lambda: bf16)
     monkeypatch.setattr(precision_module, "cpu_has_vnni", lambda: vnni)
     assert search_precision(asked, torch.device(device)) == want
+
+
+def test_a_matrix_beyond_one_shard_is_screened_in_shards(monkeypatch):
+    monkeypatch.setattr(int8_screen, "SHARD_ROWS", 1000)  # an ONNX model holds at most 2 GB: big KBs are split
+    kb = torch.from_numpy(_unit_rows(2600, 64, 8)).half()
+    queries = _queries_near(kb.float().numpy(), np.arange(0, 2600, 13), 9)
+    screen = Int8Screen(kb)
+    assert [rows for _, rows, _ in screen.shards] == [1000, 1000, 600]
+    found = screen(queries, 40)
+    assert found.shape == (len(queries), 120) and found.min() >= 0 and found.max() < 2600
+    assert all(len(set(f)) == 120 for f in found)  # each shard's own rows, offset to the matrix's numbering
+    exact = np.argsort(-(queries @ kb.float().numpy().T), axis=1)[:, :10]
+    assert all(set(e) <= set(f) for e, f in zip(exact, found))
+    screened = FlatSearch(kb, screened=True)
+    assert np.array_equal(screened.search(queries, 10)[1], FlatSearch(kb.float()).search(queries, 10)[1])

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import spacy
+import torch
 
 from .test_linker import linked, make_doc
 
@@ -40,3 +41,30 @@ def test_int8_links_like_fp32_on_a_tiny_model(kb_dir):
     np.testing.assert_allclose([a[2] for a in top_fp32], [b[2] for b in top_int8], atol=0.02)
     a, b = vectors["fp32"], vectors["int8"]
     assert (a * b).sum(1).min() > 0.98 and not np.allclose(a, b, atol=1e-6)  # close, and really int8
+
+
+@pytest.mark.parametrize("search_precision,dtype,screened", [
+    ("fp32", torch.float32, False), ("bf16", torch.bfloat16, False), ("int8", torch.float16, True),
+])
+def test_search_precision_is_a_setting_the_kb_is_loaded_with(search_precision, dtype, screened, kb_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "precision": "fp32"})
+    before = linked(nlp(make_doc(nlp)))
+    nlp.to_disk(tmp_path / "p")
+    # the KB saved with the pipeline, read with the precision given at load
+    loaded = spacy.load(tmp_path / "p", config={"components.pel_linker.search_precision": search_precision})
+    linker = loaded.get_pipe("pel_linker")
+    linker.ensure_loaded()
+    assert linker.index.searcher.matrix.dtype == dtype and linker.index.searcher.screened == screened
+    after = linked(loaded(make_doc(loaded)))
+    assert [x[:3] for x in after] == [x[:3] for x in before]
+    # the KB read from the config's path on first use
+    fresh = spacy.blank("en")
+    fresh.add_pipe("pel_linker", config={"kb": str(kb_dir), "precision": "fp32", "search_precision": search_precision})
+    fresh.get_pipe("pel_linker").ensure_loaded()
+    assert fresh.get_pipe("pel_linker").index.searcher.matrix.dtype == dtype
+
+
+def test_an_unknown_search_precision_is_refused():
+    with pytest.raises(ValueError, match="search_precision"):
+        spacy.blank("en").add_pipe("pel_linker", config={"search_precision": "int4"})

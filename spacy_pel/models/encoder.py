@@ -233,6 +233,8 @@ class BiEncoder(torch.nn.Module):
         if torch.is_grad_enabled() or precision not in INT8_PRECISIONS:
             return model
         quantization = "dynamic" if precision == "int8_dynamic" else "blockwise"
+        for other in [key for key in self._int8 if key[0] == id(model) and key[1] != quantization]:
+            del self._int8[other]  # a live switch of precision keeps one int8 copy of a tower, not two
         return versioned_copy(self._int8, (id(model), quantization), model,
                               functools.partial(OnnxTower, quantization=quantization))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8_dynamic", "auto")
+SEARCH_PRECISIONS = ("fp32", "bf16", "int8", "auto")  # an exact KB search's (int8: screened, then rescored)
 INT8_PRECISIONS = ("int8", "int8_dynamic")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 VNNI_CPU_FLAGS = ("avx512_vnni", "avx_vnni")

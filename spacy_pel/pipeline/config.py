@@ -19,6 +19,7 @@ from typing import Optional
 
 from ..corpora import NIL
 from ..models.encoder import PRECISIONS, BiEncoder
+from ..models.precision import SEARCH_PRECISIONS
 from ..retrieval.index import EntityIndex
 
 MIN_CONTEXT = 8  # the smallest word-piece budget an encoder takes (EncoderConfig)
@@ -63,6 +64,9 @@ class LinkerSettings:
     on CPUs with VNNI, else fp32). ``int8`` (CPU): ONNX Runtime, 8-bit weights per block, activations
     quantised per row, so no answer depends on batching; R@1 as fp32's. ``int8_dynamic`` (CPU): activations
     quantised per batch — the fastest, but a few answers depend on what was batched together.
+    search_precision: the KB search's, ``fp32``, ``bf16``, ``int8`` or ``auto`` (bf16 where the CPU has bf16
+    units, else int8 on CPUs with VNNI, else fp32). ``int8``: each mention's best rows found by int8
+    products, then rescored exactly from the KB's float16 vectors (the same kb_ids as fp32).
     use_gold_ents: as spaCy's ``entity_linker``: scoring (``nlp.evaluate``, ``spacy evaluate``) links
     the reference's own mentions, and ``update`` learns from them; false: the predicted ones (from an
     NER before it), scored where their offsets match a gold mention.
@@ -77,6 +81,7 @@ class LinkerSettings:
     context_window: int = 128
     device: str = "auto"
     precision: str = "auto"
+    search_precision: str = "auto"
     use_gold_ents: bool = True
 
     def __post_init__(self):
@@ -99,6 +104,9 @@ class LinkerSettings:
             raise ValueError(f"pel_linker: unknown `device` {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
         if self.precision not in PRECISIONS:
             raise ValueError(f"pel_linker: `precision` must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.search_precision not in SEARCH_PRECISIONS:
+            raise ValueError(f"pel_linker: `search_precision` must be one of {', '.join(SEARCH_PRECISIONS)}, "
+                             f"not {self.search_precision!r}")
         if not isinstance(self.use_gold_ents, bool):
             raise ValueError(f"pel_linker: `use_gold_ents` must be true or false, not {self.use_gold_ents!r}")
 

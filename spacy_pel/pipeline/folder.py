@@ -68,7 +68,7 @@ class LinkerFolder:
         if wanted("encoder", path / "encoder", self.cfg.encoder, "encoder"):
             encoder = BiEncoder.from_pretrained(path / "encoder")
         if wanted("kb", path / "kb", self.cfg.kb, "kb"):
-            index = EntityIndex.from_disk(path / "kb")
+            index = EntityIndex.from_disk(path / "kb", self.cfg.search_precision)
         for key, part in self.parts():
             if wanted(key, path, part.source, part.data_name):
                 part.from_disk(path)

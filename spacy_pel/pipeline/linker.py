@@ -78,8 +78,8 @@ for _attr in (CANDIDATES_ATTR, CONFIDENCE_ATTR):
 )
 def make_pel_linker(
     nlp: Language, name: str, kb: Optional[str], encoder: Optional[str], top_k: int, threshold: Optional[float],
-    nil_label: str, batch_size: int, context_window: int, device: str, precision: str, use_gold_ents: bool,
-    mentions: Any, vectors: Callable, rules: Dict[str, Any], nil: Callable, objective: Objective,
+    nil_label: str, batch_size: int, context_window: int, device: str, precision: str, search_precision: str,
+    use_gold_ents: bool, mentions: Any, vectors: Callable, rules: Dict[str, Any], nil: Callable, objective: Objective,
     scorer: Optional[Callable],
 ) -> "PELLinker":
     """Create a ``pel_linker`` (settings: :class:`.config.LinkerSettings`; ``mentions``: a source of
@@ -87,7 +87,8 @@ def make_pel_linker(
     ``nil``: how NIL is decided, :mod:`.nil`; ``objective``: what ``update`` trains with, :mod:`.updating`;
     ``scorer``: :mod:`.scoring`). The parts are checked against :mod:`.contracts`."""
     settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label, batch_size=batch_size,
-                              context_window=context_window, device=device, precision=precision, use_gold_ents=use_gold_ents)
+                              context_window=context_window, device=device, precision=precision,
+                              search_precision=search_precision, use_gold_ents=use_gold_ents)
     return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
                      scorer=scorer)
 
@@ -217,11 +218,11 @@ class PELLinker(LinkerFolder, Pipe):
         came from keeps it); what is still missing comes from the config, the encoder last from the KB."""
         index, kb_src = self.index, self.sources.get("kb")
         if kb and (index is None or kb != kb_src):
-            index, kb_src = EntityIndex.from_disk(kb), kb
+            index, kb_src = EntityIndex.from_disk(kb, self.cfg.search_precision), kb
         if index is None:
             if not self.cfg.kb:
                 raise ValueError(f"{self.name} has no KB: set config {{'kb': KB_DIR}} or call initialize(kb_path=KB_DIR)")
-            index, kb_src = EntityIndex.from_disk(self.cfg.kb), self.cfg.kb
+            index, kb_src = EntityIndex.from_disk(self.cfg.kb, self.cfg.search_precision), self.cfg.kb
         model, enc_src = self.encoder, self.sources.get("encoder")
         if encoder and (model is None or encoder != enc_src):
             model, enc_src = BiEncoder.from_pretrained(encoder), encoder

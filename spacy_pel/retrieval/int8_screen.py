@@ -22,6 +22,7 @@ from ..models.int8_blockwise import ACCURACY_INT8, BLOCK_SIZE, MS_DOMAIN, pack_i
 
 QUERIES, WEIGHTS, SCALES, DEPTH = "queries", "weights", "scales", "depth"
 PACK_ROWS = 1 << 14  # rows quantised at once
+SHARD_ROWS = 1 << 21  # rows a session screens (2M × 384 dims: 0.8 GB of int8, below ONNX's 2 GB model limit)
 SCORES_PER_CALL = 1 << 24  # queries × rows scored a call (64 MB of float32 scores)
 
 
@@ -61,27 +62,35 @@ def pack_in_chunks(matrix, block_size: int = BLOCK_SIZE) -> Tuple[np.ndarray, np
 
 
 class Int8Screen:
-    """The best ``depth`` rows of a matrix for each query, by block-wise int8 products."""
+    """The best ``depth`` rows of a matrix for each query, by block-wise int8 products. A matrix of more than
+    ``SHARD_ROWS`` rows is screened in shards (an ONNX model holds at most 2 GB), each giving its own best
+    ``depth``: the rows returned are then a superset of the whole matrix's best ``depth``."""
 
-    def __init__(self, matrix: np.ndarray, threads: Optional[int] = None, block_size: int = BLOCK_SIZE):
+    def __init__(self, matrix, threads: Optional[int] = None, block_size: int = BLOCK_SIZE):
         """``matrix``: the ``[n, dim]`` float vectors screened (an array or a tensor). ``threads``: ONNX
         Runtime's intra-op threads (default: torch's current setting)."""
         self.n, dim = matrix.shape
-        packed, scales = pack_in_chunks(matrix, block_size)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting threads after a call
         options.enable_cpu_mem_arena = False  # the scores of a call are freed after it, not kept for the next
         options.log_severity_level = 3  # errors only
-        self.session = onnxruntime.InferenceSession(screen_graph(packed, scales, dim), options,
-                                                    providers=["CPUExecutionProvider"])
-        self.queries_per_call = max(1, SCORES_PER_CALL // max(1, self.n))
+        self.shards = []  # (first row, rows, session)
+        for start in range(0, self.n, SHARD_ROWS):
+            packed, scales = pack_in_chunks(matrix[start : start + SHARD_ROWS], block_size)
+            session = onnxruntime.InferenceSession(screen_graph(packed, scales, dim), options, providers=["CPUExecutionProvider"])
+            self.shards.append((start, len(packed), session))
+        self.queries_per_call = max(1, SCORES_PER_CALL // max(1, min(self.n, SHARD_ROWS)))
 
     def __call__(self, queries: np.ndarray, depth: int) -> np.ndarray:
-        """Row numbers ``[m, min(depth, n)]`` of each query's best rows by int8 score, best first."""
-        depth = np.array([min(depth, self.n)], np.int64)
+        """Row numbers ``[m, d]`` of each query's best rows by int8 score: with one shard, its best
+        ``d = min(depth, n)`` in order; with several, each shard's best in turn (not ordered across shards)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
-        found = [self.session.run(["rows"], {QUERIES: queries[start : start + self.queries_per_call], DEPTH: depth})[0]
-                 for start in range(0, len(queries), self.queries_per_call)]
-        return np.concatenate(found) if found else np.zeros((0, int(depth[0])), np.int64)
+        found = []
+        for start, rows, session in self.shards:
+            feed_depth = np.array([min(depth, rows)], np.int64)
+            parts = [session.run(["rows"], {QUERIES: queries[q : q + self.queries_per_call], DEPTH: feed_depth})[0]
+                     for q in range(0, len(queries), self.queries_per_call)]
+            found.append((np.concatenate(parts) if parts else np.zeros((0, int(feed_depth[0])), np.int64)) + start)
+        return np.concatenate(found, axis=1)
