@@ -73,12 +73,8 @@ def search_precision(precision: str, device: torch.device) -> str:
     except that ``"auto"`` on a CPU without bf16 units but with VNNI is ``"int8"`` (int8 candidates,
     rescored exactly in float32: benchmarks/int8_search.md), and an int8 precision asked for stays
     ``"int8"`` on a CPU (elsewhere: float32)."""
-    resolved = resolve_precision(precision, device)
-    if precision == "auto" and resolved == "fp32" and device.type == "cpu" and cpu_has_vnni():
-        return "int8"
-    if resolved in INT8_PRECISIONS:
-        return "int8" if device.type == "cpu" else "fp32"
-    return resolved
+    resolved = tower_precision(precision, device)
+    return "int8" if resolved in INT8_PRECISIONS else resolved
 
 
 def tower_precision(precision: str, device: torch.device) -> str:
