@@ -90,6 +90,20 @@ def _quiet_root_logger():
         root.removeFilter(drop)
 
 
+def cpu_session_options(threads: Optional[int] = None) -> onnxruntime.SessionOptions:
+    """ONNX Runtime session options for inference beside torch on the same cores: ``threads`` intra-op
+    threads (default: torch's current setting, so the thread settings a user gives torch hold for both),
+    one inter-op thread, all graph optimisations, no busy-waiting threads after a call (they would take
+    the cores from the torch and Python work that follows), errors only in the log."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    return options
+
+
 class OnnxTower:
     """Inference-only stand-in for a tower: ``tower(input_ids=…, attention_mask=…).last_hidden_state``
     (a float32 torch tensor), computed by ONNX Runtime from an int8 copy of ``model`` made now
@@ -100,12 +114,7 @@ class OnnxTower:
     """
 
     def __init__(self, model: torch.nn.Module, threads: Optional[int] = None, quantization: str = "blockwise"):
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or torch.get_num_threads()
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting threads after a call
-        options.log_severity_level = 3  # errors only
+        options = cpu_session_options(threads)
         with tempfile.TemporaryDirectory(prefix="spacy_pel_onnx_") as tmp:
             data = export_int8(model, Path(tmp), quantization).read_bytes()
         self.session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])

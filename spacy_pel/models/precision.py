@@ -65,7 +65,7 @@ def index_precision(precision: str, device: torch.device) -> str:
     :func:`resolve_precision`'s (bf16 or fp32), never int8 — a MeSH KB encoded by block-wise int8 towers
     lost 0.5 pt of retriever R@1 on BC5CDR dev (0.7034 vs 0.7082, benchmarks/int8_blockwise.md), where
     int8 mention vectors cost 0.03 pt in the pipeline."""
-    return resolve_precision(precision, device) if precision == "auto" else precision
+    return resolve_precision(precision, device)  # which, unlike tower_precision, never answers int8 for "auto"
 
 
 def search_precision(precision: str, device: torch.device) -> str:

@@ -19,6 +19,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from ..models.int8_blockwise import ACCURACY_INT8, BLOCK_SIZE, MS_DOMAIN, pack_int8_rows
+from ..models.onnx_tower import cpu_session_options
 
 QUERIES, WEIGHTS, SCALES, DEPTH = "queries", "weights", "scales", "depth"
 PACK_ROWS = 1 << 14  # rows quantised at once
@@ -70,12 +71,8 @@ class Int8Screen:
         """``matrix``: the ``[n, dim]`` float vectors screened (an array or a tensor). ``threads``: ONNX
         Runtime's intra-op threads (default: torch's current setting)."""
         self.n, dim = matrix.shape
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or torch.get_num_threads()
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting threads after a call
+        options = cpu_session_options(threads)
         options.enable_cpu_mem_arena = False  # the scores of a call are freed after it, not kept for the next
-        options.log_severity_level = 3  # errors only
         self.shards = []  # (first row, rows, session)
         for start in range(0, self.n, SHARD_ROWS):
             packed, scales = pack_in_chunks(matrix[start : start + SHARD_ROWS], block_size)

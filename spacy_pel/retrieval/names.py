@@ -191,8 +191,9 @@ class NameIndex:
         remap[[old_row[i] for i in new_ids]] = np.arange(len(new_ids))
         mapped = remap[self.entity_rows]
         keep = np.flatnonzero(mapped >= 0)
-        like = self.searcher or FlatSearch(torch.zeros(0, 0))  # the same dtype and int8 screen as this index's search
-        searcher = FlatSearch(self.name_vectors(keep).to(like.matrix.dtype), like.screened)
+        # the same dtype and int8 screen as this index's own search (float32, none: its rows are read from disk)
+        dtype, screened = (self.searcher.matrix.dtype, self.searcher.screened) if self.searcher else (torch.float32, False)
+        searcher = FlatSearch(self.name_vectors(keep).to(dtype), screened)
         return NameIndex(None, mapped[keep], [self.names[i] for i in keep], entities=len(new_ids),
                          ids_sha256=ids_digest(new_ids), fingerprint=self.fingerprint, input=self.input,
                          max_length=self.max_length, searcher=searcher)
