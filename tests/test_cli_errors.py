@@ -2,10 +2,12 @@
 with --verbose), and every option is checked before any heavy work."""
 import ast
 import json
+import warnings
 from pathlib import Path
 
 import pytest
 import spacy
+import typer
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
@@ -23,6 +25,7 @@ from spacy_pel.cli import (
     visualize,
 )
 from spacy_pel.cli import app as main_app
+from spacy_pel.cli._errors import cli_errors
 from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.kb import KBFormatError
 from spacy_pel.models.encoder import BiEncoder
@@ -325,3 +328,22 @@ def test_project_package_ships_spacy_pel_beside_the_pipeline():
     extras = ast.literal_eval(next(n.value for n in ast.walk(ast.parse((ROOT / "setup.py").read_text(encoding="utf8")))
                                    if isinstance(n, ast.keyword) and n.arg == "extras_require"))
     assert any(r.startswith("build") for r in extras["package"])
+
+
+def test_a_warning_is_one_line_while_a_command_runs():
+    """A library warning during a command reads ``warning: <message>`` on one line, not Python's
+    ``FILE:LINE: UserWarning`` naming a line of typer; after the command warnings show as before."""
+    app = typer.Typer()
+
+    @app.command()
+    @cli_errors
+    def warn_once() -> None:
+        warnings.warn("this pipeline has no NIL threshold", UserWarning)
+        typer.echo("done")
+
+    before = warnings.showwarning
+    result = CliRunner().invoke(app, [])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines() == ["warning: this pipeline has no NIL threshold"]
+    assert "UserWarning" not in result.stderr and result.stdout.strip() == "done"
+    assert warnings.showwarning is before

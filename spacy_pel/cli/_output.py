@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import warnings
 
 import typer
 
@@ -15,11 +16,20 @@ class _EchoHandler(logging.Handler):
         typer.secho(self.format(record), err=True, fg="yellow" if warn else None)
 
 
+def _echo_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line, ``warning: <message>`` (not Python's ``FILE:LINE: UserWarning: …`` with the
+    source line under it, which names a line of typer or spaCy to a user of the command)."""
+    typer.secho(f"warning: {message}", err=True, fg="yellow")
+
+
 class library_log_on_stderr:
     """While a command runs, the library's log (``spacy_pel.*`` loggers: e.g. "resuming…", "starting a
-    clean build") goes to stderr, INFO and up, one plain line a record; afterwards it is as it was."""
+    clean build") goes to stderr, INFO and up, one plain line a record, and so do warnings
+    (``warning: …``, once per place as Python's filters say); afterwards both are as they were."""
 
     def __enter__(self):
+        self.showwarning = warnings.showwarning
+        warnings.showwarning = _echo_warning
         self.logger = logging.getLogger("spacy_pel")
         self.saved = (self.logger.level, self.logger.propagate)
         self.handler = _EchoHandler()
@@ -29,6 +39,7 @@ class library_log_on_stderr:
         return self
 
     def __exit__(self, *exc):
+        warnings.showwarning = self.showwarning
         self.logger.removeHandler(self.handler)
         self.logger.setLevel(self.saved[0])
         self.logger.propagate = self.saved[1]
