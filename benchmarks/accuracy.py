@@ -36,8 +36,8 @@ from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics  
 from spacy_pel.evaluation.nil import calibrate  # noqa: E402
 from spacy_pel.pipeline import nil as nil_strategies  # noqa: E402
 from spacy_pel.pipeline.linker import find_linker  # noqa: E402
-from spacy_pel.pipeline.rules.name_rows import NAMES_FOLDER  # noqa: E402
 from spacy_pel.pipeline.retarget import name_row_rules  # noqa: E402
+from spacy_pel.pipeline.rules.name_rows import NAMES_FOLDER  # noqa: E402
 from spacy_pel.retrieval.build import build_kb  # noqa: E402
 from spacy_pel.retrieval.index import EntityIndex  # noqa: E402
 from spacy_pel.retrieval.names import NameIndex, build_names  # noqa: E402
