@@ -125,13 +125,18 @@ def test_precision_auto_follows_the_device(monkeypatch):
         assert precision.tower_precision(int8, torch.device("cpu")) == int8
         assert precision.tower_precision(int8, torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)
-    assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"
+    assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"  # torch links faster than onnx_fp32
+    assert precision.tower_precision("onnx_fp32", torch.device("cpu")) == "onnx_fp32"  # asked for explicitly: kept
+    assert precision.search_precision("onnx_fp32", torch.device("cpu")) == "fp32"
+    assert precision.tower_precision("onnx_fp32", torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
     assert precision.tower_precision("auto", torch.device("cpu")) == "int8"
     assert precision.tower_precision("fp32", torch.device("cpu")) == "fp32"  # asked for explicitly: kept
     assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"  # training and search: no int8
-    # a KB's vectors: auto never resolves to int8 (block-wise int8 entity vectors cost 0.5 pt retriever R@1)
-    assert precision.index_precision("auto", torch.device("cpu")) == "fp32"
+    # a KB's vectors: auto never resolves to int8 (block-wise int8 entity vectors cost 0.5 pt retriever R@1);
+    # without bf16 they are fp32, run by ONNX Runtime
+    assert precision.index_precision("auto", torch.device("cpu")) == "onnx_fp32"
+    assert precision.index_precision("auto", torch.device("cuda")) in ("fp32", "bf16")
     assert precision.index_precision("int8", torch.device("cpu")) == "int8"  # asked for explicitly: kept
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
     assert precision.tower_precision("auto", torch.device("cpu")) == "bf16"
@@ -148,6 +153,23 @@ def test_bf16_vectors_stay_close_to_fp32(tiny_encoder_dir):
     a, b = fp32.encode_mentions(mentions), bf16.encode_mentions(mentions)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.99
+
+
+def test_onnx_fp32_vectors_equal_torch_fp32_and_training_uses_torch(tiny_encoder_dir):
+    """precision onnx_fp32 (auto's for encoding a KB on a CPU without bf16):
+    ONNX Runtime runs an unquantised copy, whose vectors are the torch tower's to float rounding; with a
+    gradient the torch tower runs."""
+    fp32 = BiEncoder.from_pretrained(tiny_encoder_dir)
+    onnx = BiEncoder.from_pretrained(tiny_encoder_dir, precision="onnx_fp32")
+    mentions = [Mention("aspirin and warfarin were given", 0, 7), Mention("atrial flutter recurred", 0, 14)]
+    entities = [Entity("D1", "aspirin", ["acetylsalicylic acid"], ["Chemical"]), Entity("D2", "atrial flutter")]
+    np.testing.assert_allclose(fp32.encode_mentions(mentions), onnx.encode_mentions(mentions), atol=1e-5)
+    np.testing.assert_allclose(fp32.encode_entities(entities), onnx.encode_entities(entities), atol=1e-5)
+    with torch.inference_mode():
+        tower = onnx.runtime_model(onnx.entity_model)
+        assert isinstance(tower, OnnxTower) and fp32.runtime_model(fp32.entity_model) is fp32.entity_model
+    assert onnx.runtime_model(onnx.entity_model) is onnx.entity_model  # a gradient is wanted here
+    assert onnx.fingerprint() == fp32.fingerprint()
 
 
 @pytest.mark.parametrize("precision", ["int8", "int8_dynamic"])

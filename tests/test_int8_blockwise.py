@@ -69,6 +69,7 @@ def test_int8_vectors_do_not_depend_on_the_batch_but_int8_dynamic_ones_do(tiny_e
 
 
 def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_but_encodes_kbs_in_fp32(tiny_encoder_dir, monkeypatch):
+    """KBs are encoded in fp32 there, by ONNX Runtime (``onnx_fp32``), never in int8."""
     import torch
 
     from spacy_pel.models import precision
@@ -81,9 +82,10 @@ def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_but_encodes_kbs_in_fp32(t
     with torch.inference_mode():
         assert isinstance(linking.runtime_model(linking.mention_model), OnnxTower)
     building = load_encoder(str(tiny_encoder_dir), "auto", "cpu")
-    assert building.config.precision == "fp32"
+    assert building.config.precision == "onnx_fp32"
     with torch.inference_mode():
-        assert building.runtime_model(building.entity_model) is building.entity_model
+        tower = building.runtime_model(building.entity_model)
+    assert isinstance(tower, OnnxTower) and tower.quantization == "none"
 
 
 def test_switching_int8_kinds_keeps_one_copy_of_each_tower(tiny_encoder_dir):
@@ -92,7 +94,7 @@ def test_switching_int8_kinds_keeps_one_copy_of_each_tower(tiny_encoder_dir):
     blockwise = enc.encode_mentions(mention)
     enc.config.precision = "int8_dynamic"
     enc.encode_mentions(mention)
-    assert [key[1] for key in enc._int8 if key[0] == id(enc.mention_model)] == ["dynamic"]
+    assert [key[1] for key in enc._onnx if key[0] == id(enc.mention_model)] == ["dynamic"]
     enc.config.precision = "int8"
     np.testing.assert_allclose(enc.encode_mentions(mention), blockwise, atol=1e-6)  # remade, the same
-    assert [key[1] for key in enc._int8 if key[0] == id(enc.mention_model)] == ["blockwise"]
+    assert [key[1] for key in enc._onnx if key[0] == id(enc.mention_model)] == ["blockwise"]

@@ -30,7 +30,7 @@ from ..kb import Entity
 from .hub import check_hub_name
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
-from .precision import INT8_PRECISIONS, PRECISIONS, pick_device, tower_precision
+from .precision import ONNX_QUANTIZATIONS, PRECISIONS, pick_device, tower_precision
 from .span_pooling import pooled_last_layer
 
 PathLike = Union[str, Path]
@@ -167,7 +167,7 @@ class BiEncoder(torch.nn.Module):
         self.config = config
         self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
         self.device_ = torch.device("cpu")
-        self._int8: Dict[Tuple[int, str], Tuple[int, OnnxTower]] = {}  # int8 copies of the towers (weights version, copy)
+        self._onnx: Dict[Tuple[int, str], Tuple[int, OnnxTower]] = {}  # ONNX Runtime copies of the towers (weights version, copy)
         self.eval()  # inference unless a trainer says otherwise
 
     # ---------------------------------------------------------------- loading and saving
@@ -224,18 +224,17 @@ class BiEncoder(torch.nn.Module):
         return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
 
     def runtime_model(self, model: torch.nn.Module):
-        """The tower that inference runs: ``model`` itself, or when the towers run in int8 on a CPU
-        (:func:`tower_precision`) and no gradient is wanted, an ONNX Runtime copy with int8 matrix
-        products (``int8``: block-wise; ``int8_dynamic``: activations quantised per batch), made on first
-        use and again whenever the weights have changed since (training, ``nlp.update``). The fp32
-        tower stays what is trained, saved and fingerprinted."""
-        precision = tower_precision(self.config.precision, self.device_)
-        if torch.is_grad_enabled() or precision not in INT8_PRECISIONS:
+        """The tower that inference runs: ``model`` itself, or when the towers run in ONNX Runtime on a CPU
+        (:func:`tower_precision`: ``int8``, block-wise; ``int8_dynamic``, activations quantised per batch;
+        ``onnx_fp32``, unquantised) and no gradient is wanted, an ONNX Runtime copy, made on first use and
+        again whenever the weights have changed since (training, ``nlp.update``). The torch tower stays
+        what is trained, saved and fingerprinted."""
+        quantization = ONNX_QUANTIZATIONS.get(tower_precision(self.config.precision, self.device_))
+        if torch.is_grad_enabled() or quantization is None:
             return model
-        quantization = "dynamic" if precision == "int8_dynamic" else "blockwise"
-        for other in [key for key in self._int8 if key[0] == id(model) and key[1] != quantization]:
-            del self._int8[other]  # a live switch of precision keeps one int8 copy of a tower, not two
-        return versioned_copy(self._int8, (id(model), quantization), model,
+        for other in [key for key in self._onnx if key[0] == id(model) and key[1] != quantization]:
+            del self._onnx[other]  # a live switch of precision keeps one ONNX Runtime copy of a tower, not two
+        return versioned_copy(self._onnx, (id(model), quantization), model,
                               functools.partial(OnnxTower, quantization=quantization))
 
     def to_device(self, device: str = "auto") -> "BiEncoder":

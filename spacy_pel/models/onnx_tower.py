@@ -1,10 +1,11 @@
-"""A transformer tower run by ONNX Runtime with int8 matrix products (CPU inference).
+"""A transformer tower run by ONNX Runtime (CPU inference), in fp32 or with int8 matrix products.
 
 The tower (a Hugging Face encoder taking ``input_ids`` and ``attention_mask``) is exported to ONNX in a
-temporary folder, its matrix products with weights are quantised, and the session is kept in memory:
-nothing is written next to the weights, which stay the safetensors files that are trained, saved and
-fingerprinted. Two quantisations (``QUANTIZATIONS``), both using the VNNI int8 instructions that Intel
-and AMD server CPUs have:
+temporary folder, its matrix products with weights are quantised or not, and the session is kept in
+memory: nothing is written next to the weights, which stay the safetensors files that are trained, saved
+and fingerprinted. ``"none"`` keeps fp32: the torch tower's vectors to ~1e-6, 10-17% faster for
+encoding a KB on a CPU (benchmarks/onnx_fp32.md). Two quantisations, both using the VNNI int8
+instructions that Intel and AMD server CPUs have:
 
 * ``"blockwise"`` (:mod:`.int8_blockwise`): activations quantised per row inside the kernel, so a
   mention's vector does not depend on what is batched with it; R@1 as fp32's, ~1.2× torch fp32's
@@ -30,7 +31,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from .int8_blockwise import quantize_blockwise
 
-QUANTIZATIONS = ("blockwise", "dynamic")
+QUANTIZATIONS = ("blockwise", "dynamic", "none")
 INPUTS = ("input_ids", "attention_mask")
 OUTPUT = "last_hidden_state"
 OPSET = 17
@@ -47,8 +48,9 @@ class _LastHidden(torch.nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def export_int8(model: torch.nn.Module, folder: Path, quantization: str = "blockwise") -> Path:
-    """``model`` exported to ONNX (batch and length dynamic) and quantised to int8 in ``folder``."""
+def export_tower(model: torch.nn.Module, folder: Path, quantization: str = "blockwise") -> Path:
+    """``model`` exported to ONNX (batch and length dynamic) in ``folder``, quantised to int8 unless
+    ``quantization`` is ``"none"``."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
     example = torch.ones((2, 8), dtype=torch.long)
@@ -67,6 +69,8 @@ def export_int8(model: torch.nn.Module, folder: Path, quantization: str = "block
             )
     finally:
         model.train(was_training)
+    if quantization == "none":
+        return fp32
     if quantization == "blockwise":
         onnx.save(quantize_blockwise(onnx.load(str(fp32))), str(int8))
         return int8
@@ -106,7 +110,7 @@ def cpu_session_options(threads: Optional[int] = None) -> onnxruntime.SessionOpt
 
 class OnnxTower:
     """Inference-only stand-in for a tower: ``tower(input_ids=…, attention_mask=…).last_hidden_state``
-    (a float32 torch tensor), computed by ONNX Runtime from an int8 copy of ``model`` made now
+    (a float32 torch tensor), computed by ONNX Runtime from a copy of ``model`` made now
     (``quantization``: one of ``QUANTIZATIONS``).
 
     ``threads``: ONNX Runtime's intra-op threads (default: torch's current setting, so the thread
@@ -114,9 +118,10 @@ class OnnxTower:
     """
 
     def __init__(self, model: torch.nn.Module, threads: Optional[int] = None, quantization: str = "blockwise"):
+        self.quantization = quantization
         options = cpu_session_options(threads)
         with tempfile.TemporaryDirectory(prefix="spacy_pel_onnx_") as tmp:
-            data = export_int8(model, Path(tmp), quantization).read_bytes()
+            data = export_tower(model, Path(tmp), quantization).read_bytes()
         self.session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:

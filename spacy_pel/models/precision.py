@@ -1,8 +1,10 @@
 """Where and in which precision the towers run: the device (``"auto"``: CUDA when present), and
 ``"auto"`` precision resolved to bf16 where the hardware computes it natively (a CUDA device with bf16,
-a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — and for the towers' inference, int8 on a CPU
-with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching) and ``"int8_dynamic"``
-(per-batch activation scales, the fastest) are ONNX Runtime CPU paths (:mod:`spacy_pel.models.onnx_tower`).
+a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — for encoding a KB on a CPU, fp32 run by ONNX
+Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's) —, and for the towers'
+linking int8 on a CPU with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching),
+``"int8_dynamic"`` (per-batch activation scales, the fastest) and ``"onnx_fp32"`` are ONNX Runtime CPU
+paths (:mod:`spacy_pel.models.onnx_tower`); training always runs the torch towers.
 """
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from pathlib import Path
 
 import torch
 
-PRECISIONS = ("fp32", "bf16", "int8", "int8_dynamic", "auto")
+PRECISIONS = ("fp32", "bf16", "int8", "int8_dynamic", "onnx_fp32", "auto")
 SEARCH_PRECISIONS = ("fp32", "bf16", "int8", "auto")  # an exact KB search's (int8: screened, then rescored)
 INT8_PRECISIONS = ("int8", "int8_dynamic")
+# the precisions ONNX Runtime runs on a CPU (inference only), with the quantisation of their ONNX copy
+ONNX_QUANTIZATIONS = {"int8": "blockwise", "int8_dynamic": "dynamic", "onnx_fp32": "none"}
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 VNNI_CPU_FLAGS = ("avx512_vnni", "avx_vnni")
 
@@ -62,10 +66,12 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 def index_precision(precision: str, device: torch.device) -> str:
     """The precision a KB's entity and name vectors are encoded in: as asked, except that ``"auto"`` is
-    :func:`resolve_precision`'s (bf16 or fp32), never int8 — a MeSH KB encoded by block-wise int8 towers
-    lost 0.5 pt of retriever R@1 on BC5CDR dev (0.7034 vs 0.7082, benchmarks/int8_blockwise.md), where
-    int8 mention vectors cost 0.03 pt in the pipeline."""
-    return resolve_precision(precision, device)  # which, unlike tower_precision, never answers int8 for "auto"
+    :func:`resolve_precision`'s bf16, or on a CPU without bf16 ``"onnx_fp32"`` (fp32 by ONNX Runtime: MeSH
+    entities 1.17×, names 1.10× torch fp32's rate, benchmarks/onnx_fp32.md) — never int8: a MeSH KB encoded by
+    block-wise int8 towers lost 0.5 pt of retriever R@1 on BC5CDR dev (0.7034 vs 0.7082,
+    benchmarks/int8_blockwise.md), where int8 mention vectors cost 0.03 pt in the pipeline."""
+    resolved = resolve_precision(precision, device)
+    return "onnx_fp32" if precision == "auto" and resolved == "fp32" and device.type == "cpu" else resolved
 
 
 def search_precision(precision: str, device: torch.device) -> str:
@@ -74,7 +80,9 @@ def search_precision(precision: str, device: torch.device) -> str:
     rescored exactly in float32: benchmarks/int8_search.md), and an int8 precision asked for stays
     ``"int8"`` on a CPU (elsewhere: float32)."""
     resolved = tower_precision(precision, device)
-    return "int8" if resolved in INT8_PRECISIONS else resolved
+    if resolved in INT8_PRECISIONS:
+        return "int8"
+    return "fp32" if resolved == "onnx_fp32" else resolved
 
 
 def tower_precision(precision: str, device: torch.device) -> str:
@@ -82,12 +90,16 @@ def tower_precision(precision: str, device: torch.device) -> str:
 
     * ``"auto"`` on a CPU without bf16 units but with VNNI is ``"int8"`` (block-wise: R@1 as fp32's,
       ~1.2× its speed, the same answers however mentions are batched; benchmarks/int8_blockwise.md);
-    * the int8 paths (ONNX Runtime) are CPU paths: elsewhere they run in fp32.
+      on a CPU with neither it stays torch's fp32, which links faster than ``"onnx_fp32"`` (torch computes
+      the last layer at the pooled positions only; benchmarks/avx2_cpu_speed.md);
+    * the ONNX Runtime paths (:data:`ONNX_QUANTIZATIONS`) are CPU paths: elsewhere they run in fp32.
 
     ``"auto"`` never chooses ``"int8_dynamic"``, the fastest: it quantises activations per batch, so a
     mention's vector depends slightly on the mentions batched with it, and a default should give the
     same answer for the same text however it is batched."""
     resolved = resolve_precision(precision, device)
-    if precision == "auto" and resolved == "fp32" and device.type == "cpu" and cpu_has_vnni():
+    if device.type != "cpu":
+        return "fp32" if resolved in ONNX_QUANTIZATIONS else resolved
+    if precision == "auto" and resolved == "fp32" and cpu_has_vnni():
         return "int8"
-    return "fp32" if resolved in INT8_PRECISIONS and device.type != "cpu" else resolved
+    return resolved
