@@ -1,5 +1,6 @@
 """Name-level retrieval (spacy_pel/retrieval/names.py) and the ``spacy_pel.rules.name_rows.v1`` rule."""
 import json
+import logging
 import pickle
 
 import numpy as np
@@ -131,7 +132,7 @@ def test_a_name_index_of_another_encoder_or_kb_is_refused(kb_dir, names_dir, oth
         names.check(encoder, list(index.entities.ids)[::-1])
 
 
-def test_resumed_build_reuses_its_own_chunks_only(kb_dir, tmp_path):
+def test_resumed_build_reuses_its_own_chunks_only(kb_dir, tmp_path, caplog):
     index = EntityIndex.from_disk(kb_dir)
     encoder = BiEncoder.from_pretrained(index.encoder_source)
     work = tmp_path / "work"
@@ -144,8 +145,10 @@ def test_resumed_build_reuses_its_own_chunks_only(kb_dir, tmp_path):
     assert report["reused_entities"] == 0 and "input" in report["restarted"]
     # an interrupted build (last chunk lost) resumes from its own chunks and gives the same vectors
     (work / "chunk_00002.npy").unlink()
-    again, report = NameIndex.build(index.entities, encoder, work=work, chunk_size=3)
+    with caplog.at_level(logging.INFO, logger="spacy_pel"):
+        again, report = NameIndex.build(index.entities, encoder, work=work, chunk_size=3)
     assert report["reused_entities"] == 6 and report["restarted"] is None
+    assert f"resuming, 6 of {len(again)} names already encoded" in caplog.text  # names, not "entities"
     assert json.loads((work / STAMP_FILE).read_text())["input"] == "name"
     np.testing.assert_array_equal(again.searcher.matrix.float().numpy(), fresh.searcher.matrix.float().numpy())
 

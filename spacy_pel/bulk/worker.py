@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import spacy
+import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
@@ -95,8 +96,6 @@ class LinkWorker:
     """
 
     def __init__(self, pipeline: str, threads: int = 1, batch_size: int = 64, setup: Optional[Callable] = None):
-        import torch
-
         torch.set_num_threads(max(1, threads))
         started = time.perf_counter()
         self.nlp, self.linker = load_pipeline(pipeline)

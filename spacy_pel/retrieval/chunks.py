@@ -117,11 +117,12 @@ def finished_chunks(records: Sequence, work: Path, chunk_size: int, dim: int) ->
             for n, s in enumerate(range(0, len(records), chunk_size))]
 
 
-def resume_report(records: Sequence, parts: List[Optional[np.ndarray]], work: Path, restarted: Optional[str]) -> dict:
+def resume_report(records: Sequence, parts: List[Optional[np.ndarray]], work: Path, restarted: Optional[str],
+                  unit: str = "entities") -> dict:
     """What a build found finished in ``work`` (logged when anything was)."""
     reused = sum(len(p) for p in parts if p is not None)
     if reused:
-        log.info("%s: resuming, %d of %d entities already encoded", work, reused, len(records))
+        log.info("%s: resuming, %d of %d %s already encoded", work, reused, len(records), unit)
     return {"reused_entities": reused, "reused_chunks": sum(p is not None for p in parts), "chunks": len(parts),
             "restarted": restarted}
 
@@ -138,15 +139,17 @@ def encode_resumable(
     batch_size: int,
     progress: bool,
     chunk_size: Optional[int] = None,
+    unit: str = "entities",
 ) -> Tuple[np.ndarray, dict]:
     """Encode ``records`` in chunks saved under ``work`` (``encoder.encode_entities``: a
     :class:`~spacy_pel.models.encoder.BiEncoder` or a :class:`PieceTower`); returns the vectors and
-    what was resumed (``reused_entities``, ``reused_chunks``, ``chunks``, ``restarted``)."""
+    what was resumed (``reused_entities``, ``reused_chunks``, ``chunks``, ``restarted``). ``unit``
+    names the records on the progress bar and in the log (``"names"`` for name rows)."""
     chunk_size = chunk_size or CHUNK
     _, restarted = prepare_work(work, stamp, chunk_size)
     parts = finished_chunks(records, work, chunk_size, encoder.dim)
-    report = resume_report(records, parts, work, restarted)
-    with tqdm(total=len(records), initial=report["reused_entities"], desc="encoding entities", unit=" entities",
+    report = resume_report(records, parts, work, restarted, unit)
+    with tqdm(total=len(records), initial=report["reused_entities"], desc=f"encoding {unit}", unit=f" {unit}",
               disable=not progress, smoothing=0.05) as bar:
         update: Callable[[int], object] = bar.update
         for n, start in enumerate(range(0, len(records), chunk_size)):

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from ..files import InputError
@@ -119,8 +120,6 @@ class EncodeWorker:
 
     def __init__(self, encoder: str, precision: str, device: str, fingerprint: str, kind: str, batch_size: int,
                  threads: int = 1, attempts: int = 2, setup: Optional[Callable] = None):
-        import torch
-
         torch.set_num_threads(max(1, threads))
         self.kind, self.batch_size, self.attempts, self.error = kind, batch_size, attempts, ""
         self.encoder = BiEncoder.from_pretrained(encoder, precision=precision).to_device(device)
