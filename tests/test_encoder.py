@@ -126,6 +126,7 @@ def test_precision_auto_follows_the_device(monkeypatch):
         assert precision.tower_precision(int8, torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)
     assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"  # torch links faster than onnx_fp32
+    assert precision.index_precision("auto", torch.device("cpu"), "names") == "onnx_fp32"  # no VNNI: no int8
     assert precision.tower_precision("onnx_fp32", torch.device("cpu")) == "onnx_fp32"  # asked for explicitly: kept
     assert precision.search_precision("onnx_fp32", torch.device("cpu")) == "fp32"
     assert precision.tower_precision("onnx_fp32", torch.device("cuda")) == "fp32"
@@ -137,10 +138,16 @@ def test_precision_auto_follows_the_device(monkeypatch):
     # without bf16 they are fp32, run by ONNX Runtime
     assert precision.index_precision("auto", torch.device("cpu")) == "onnx_fp32"
     assert precision.index_precision("auto", torch.device("cuda")) in ("fp32", "bf16")
+    # name rows: int8 with VNNI (the pipeline's R@1 unchanged), onnx_fp32 without it
+    assert precision.index_precision("auto", torch.device("cpu"), "names") == "int8"
+    assert precision.index_precision("fp32", torch.device("cpu"), "names") == "fp32"  # asked for explicitly: kept
+    with pytest.raises(ValueError, match="rows"):
+        precision.index_precision("auto", torch.device("cpu"), "mentions")
     assert precision.index_precision("int8", torch.device("cpu")) == "int8"  # asked for explicitly: kept
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
     assert precision.tower_precision("auto", torch.device("cpu")) == "bf16"
     assert precision.index_precision("auto", torch.device("cpu")) == "bf16"
+    assert precision.index_precision("auto", torch.device("cpu"), "names") == "bf16"
     with pytest.raises(ValueError, match="precision"):
         enc.EncoderConfig(precision="int4")
 

@@ -68,8 +68,9 @@ def test_int8_vectors_do_not_depend_on_the_batch_but_int8_dynamic_ones_do(tiny_e
     assert moved["int8_dynamic"] > 1e-5  # ~5e-5 here: the batch's widest activations set everyone's scale
 
 
-def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_but_encodes_kbs_in_fp32(tiny_encoder_dir, monkeypatch):
-    """KBs are encoded in fp32 there, by ONNX Runtime (``onnx_fp32``), never in int8."""
+def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_and_encodes_entity_rows_in_fp32(tiny_encoder_dir, monkeypatch):
+    """There a KB's entity rows are encoded in fp32, by ONNX Runtime (``onnx_fp32``), its name rows in
+    block-wise int8 (the pipeline's R@1 unchanged, ~1.36× faster)."""
     import torch
 
     from spacy_pel.models import precision
@@ -81,11 +82,33 @@ def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_but_encodes_kbs_in_fp32(t
     linking = BiEncoder.from_pretrained(tiny_encoder_dir, precision="auto")
     with torch.inference_mode():
         assert isinstance(linking.runtime_model(linking.mention_model), OnnxTower)
-    building = load_encoder(str(tiny_encoder_dir), "auto", "cpu")
-    assert building.config.precision == "onnx_fp32"
-    with torch.inference_mode():
-        tower = building.runtime_model(building.entity_model)
-    assert isinstance(tower, OnnxTower) and tower.quantization == "none"
+    for rows, expected, quantization in (("entities", "onnx_fp32", "none"), ("names", "int8", "blockwise")):
+        building = load_encoder(str(tiny_encoder_dir), "auto", "cpu", rows=rows)
+        assert building.config.precision == expected
+        with torch.inference_mode():
+            tower = building.runtime_model(building.entity_model)
+        assert isinstance(tower, OnnxTower) and tower.quantization == quantization
+
+
+def test_build_names_encodes_in_int8_on_a_vnni_cpu_without_bf16(kb_file, tiny_encoder_dir, tmp_path, monkeypatch):
+    """``build-kb`` and ``build-names`` with ``auto`` there: the reports say onnx_fp32 and int8 (as
+    resolved, not "auto"), and the name vectors are the int8 tower's."""
+    from spacy_pel.models import precision
+    from spacy_pel.retrieval.build import build_kb
+    from spacy_pel.retrieval.names import NameIndex, build_names
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
+    kb_dir = tmp_path / "kb"
+    assert build_kb(kb_file, kb_dir, format="jsonl", encoder=str(tiny_encoder_dir), progress=False)["precision"] == "onnx_fp32"
+    report = build_names(kb_dir, tmp_path / "names", progress=False)
+    assert report["precision"] == "int8"
+    auto = NameIndex.from_disk(tmp_path / "names").searcher.matrix.float().numpy()
+    fp32 = build_names(kb_dir, tmp_path / "fp32", precision="fp32", progress=False)
+    assert fp32["precision"] == "fp32"
+    exact = NameIndex.from_disk(tmp_path / "fp32").searcher.matrix.float().numpy()
+    assert auto.shape == exact.shape and not np.array_equal(auto, exact)  # int8 products: close, not equal
+    assert (auto * exact).sum(1).min() > 0.98
 
 
 def test_switching_int8_kinds_keeps_one_copy_of_each_tower(tiny_encoder_dir):

@@ -64,14 +64,23 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if cpu_has_bf16() else "fp32"
 
 
-def index_precision(precision: str, device: torch.device) -> str:
-    """The precision a KB's entity and name vectors are encoded in: as asked, except that ``"auto"`` is
-    :func:`resolve_precision`'s bf16, or on a CPU without bf16 ``"onnx_fp32"`` (fp32 by ONNX Runtime: MeSH
-    entities 1.17×, names 1.10× torch fp32's rate, benchmarks/onnx_fp32.md) — never int8: a MeSH KB encoded by
-    block-wise int8 towers lost 0.5 pt of retriever R@1 on BC5CDR dev (0.7034 vs 0.7082,
-    benchmarks/int8_blockwise.md), where int8 mention vectors cost 0.03 pt in the pipeline."""
+def index_precision(precision: str, device: torch.device, rows: str = "entities") -> str:
+    """The precision a KB's entity rows (``rows="entities"``) or name rows (``"names"``) are encoded in: as
+    asked, except that ``"auto"`` is :func:`resolve_precision`'s bf16, or on a CPU without bf16
+
+    * name rows: ``"int8"`` (block-wise) on a CPU with VNNI — MeSH's 756,400 names in 13.5 min instead of
+      18.2, the pipeline's BC5CDR dev R@1 0.9316 vs 0.9317 (benchmarks/index_rows_int8.md) — else
+      ``"onnx_fp32"``;
+    * entity rows: ``"onnx_fp32"`` (fp32 by ONNX Runtime: MeSH entities 1.17× torch fp32's rate,
+      benchmarks/onnx_fp32.md) — never int8: a MeSH KB encoded by block-wise int8 towers lost 0.5 pt of
+      retriever-alone R@1 on BC5CDR dev (0.7034 vs 0.7082, benchmarks/int8_blockwise.md), though not in
+      the pipeline (0.9319 vs 0.9317, benchmarks/index_rows_int8.md)."""
+    if rows not in ("entities", "names"):
+        raise ValueError(f"rows must be 'entities' or 'names', not {rows!r}")
     resolved = resolve_precision(precision, device)
-    return "onnx_fp32" if precision == "auto" and resolved == "fp32" and device.type == "cpu" else resolved
+    if precision != "auto" or resolved != "fp32" or device.type != "cpu":
+        return resolved
+    return "int8" if rows == "names" and cpu_has_vnni() else "onnx_fp32"
 
 
 def search_precision(precision: str, device: torch.device) -> str:

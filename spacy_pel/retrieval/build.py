@@ -68,11 +68,12 @@ def check_encoder_source(source: str) -> None:
         raise InputError(f"encoder folder not found: {source}")
 
 
-def load_encoder(source: str, precision: str = "auto", device: str = "auto") -> BiEncoder:
-    """:meth:`BiEncoder.from_pretrained` for encoding a KB or its names (``"auto"`` precision as
-    :func:`index_precision` resolves it: never int8), with a failure to load told in one line (:class:`InputError`)."""
+def load_encoder(source: str, precision: str = "auto", device: str = "auto", rows: str = "entities") -> BiEncoder:
+    """:meth:`BiEncoder.from_pretrained` for encoding a KB's entity rows or its name rows (``rows``:
+    ``"entities"`` or ``"names"``; ``"auto"`` precision as :func:`index_precision` resolves it for them),
+    with a failure to load told in one line (:class:`InputError`)."""
     check_encoder_source(source)
-    precision = index_precision(precision, pick_device(device))
+    precision = index_precision(precision, pick_device(device), rows)
     try:
         encoder = BiEncoder.from_pretrained(source, precision=precision)
     except (OSError, ValueError) as err:
@@ -297,7 +298,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             t_copy = time.perf_counter()
             _copy_kb(Path(reuse), output)
             report = {"kb": str(source_path), "format": format, "encoder": str(encoder), "index": index,
-                      "precision": precision, "entities_total": len(entities), "entities_encoded": 0,
+                      "precision": stamp["precision"], "entities_total": len(entities), "entities_encoded": 0,
                       "reused_from": str(reuse), "wall_s": round(time.perf_counter() - t0, 1),
                       "copy_s": round(time.perf_counter() - t_copy, 1)}
             atomic_write(output / "build_report.json",
@@ -329,7 +330,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         "format": format,
         "encoder": str(encoder),
         "index": index_obj.kind,
-        "precision": precision,
+        "precision": tower_precision(enc.config.precision, enc.device_),  # "auto" as it resolved here
         "entities_total": len(index_obj),
         "entities_encoded": encoded,
         "wall_s": round(t1 - t0, 1),

@@ -157,7 +157,7 @@ class NameIndex:
                      "max_length": max_length, "precision": tower_precision(encoder.config.precision, encoder.device_),
                      "device": encoder.device_.type}
             if ray is None:
-                vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size)
+                vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size, "names")
             else:
                 vectors, resume = encode_on_ray(seqs, "pieces", source, encoder, stamp, Path(work), batch_size, progress,
                                                 chunk_size, ray)
@@ -332,7 +332,7 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
         ray.check()
     t0 = time.perf_counter()
     index = EntityIndex.from_disk(kb)
-    enc = load_encoder(encoder or index.encoder_source, precision, device)
+    enc = load_encoder(encoder or index.encoder_source, precision, device, rows="names")
     index.check_encoder(enc)
     t1 = time.perf_counter()
     work = output.with_name(output.name + ".partial")
