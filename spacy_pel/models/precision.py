@@ -1,8 +1,9 @@
 """Where and in which precision the towers run: the device (``"auto"``: CUDA when present), and
 ``"auto"`` precision resolved to bf16 where the hardware computes it natively (a CUDA device with bf16,
 a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — for encoding a KB on a CPU, fp32 run by ONNX
-Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's) —, and for the towers'
-linking int8 on a CPU with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching),
+Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's), or block-wise int8 for
+its name rows where the CPU has VNNI (:func:`index_precision`) —, and for the towers' linking int8 on a
+CPU with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching),
 ``"int8_dynamic"`` (per-batch activation scales, the fastest) and ``"onnx_fp32"`` are ONNX Runtime CPU
 paths (:mod:`spacy_pel.models.onnx_tower`); training always runs the torch towers.
 """
