@@ -48,6 +48,8 @@ def build_row(folder: Path) -> dict:
 def main(project: Path = typer.Option(..., help="A folder where `spacy project run all` ran"),
          names: Path = typer.Option(..., help="The KB's name rows built with --precision int8"),
          kb: Optional[Path] = typer.Option(None, help="The KB's entity rows built with --precision int8"),
+         fp32_kb: str = typer.Option("kbs/mesh", help="The project's KB folder as `all` built it (under --project)"),
+         fp32_names: str = typer.Option("kbs/mesh_names", help="The project's name rows as `all` built them (under --project)"),
          notes: str = typer.Option("", help="A line about the run conditions"),
          output: Path = typer.Option(HERE / "index_rows_int8", help="Report path without suffix")) -> None:
     pipeline = project / "training" / "pipeline_calibrated"
@@ -66,7 +68,7 @@ def main(project: Path = typer.Option(..., help="A folder where `spacy project r
             if entity_rows:
                 shutil.copy(entity_rows / "embeddings.npy", copy / "pel_linker" / "kb" / "embeddings.npy")
             rows.append({"variant": label, **evaluate(project, copy, Path(tmp) / "metrics.json")})
-    builds = [build_row(project / "kbs" / f) for f in ("mesh", "mesh_names")] + [build_row(f) for f in (names, kb) if f]
+    builds = [build_row(project / f) for f in (fp32_kb, fp32_names)] + [build_row(f) for f in (names, kb) if f]
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "project": str(project), "pipeline": str(linker),
               "rows": rows, "builds": builds, "command": invocation(), "notes": notes}
     output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
