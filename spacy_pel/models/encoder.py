@@ -229,7 +229,7 @@ class BiEncoder(torch.nn.Module):
         ``onnx_fp32``, unquantised) and no gradient is wanted, an ONNX Runtime copy, made on first use and
         again whenever the weights have changed since (training, ``nlp.update``). The torch tower stays
         what is trained, saved and fingerprinted."""
-        quantization = ONNX_QUANTIZATIONS.get(tower_precision(self.config.precision, self.device_))
+        quantization = ONNX_QUANTIZATIONS.get(self.resolved_precision)
         if torch.is_grad_enabled() or quantization is None:
             return model
         for other in [key for key in self._onnx if key[0] == id(model) and key[1] != quantization]:
@@ -240,6 +240,12 @@ class BiEncoder(torch.nn.Module):
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)
         return self.to(self.device_)
+
+    @property
+    def resolved_precision(self) -> str:
+        """The precision the towers run in on this device: ``config.precision`` with ``"auto"`` resolved
+        (:func:`tower_precision`); what a KB or name index built by this encoder records."""
+        return tower_precision(self.config.precision, self.device_)
 
     @property
     def dim(self) -> int:
@@ -301,7 +307,7 @@ class BiEncoder(torch.nn.Module):
         return self.embed(self.entity_model, seqs)
 
     def _autocast(self):
-        if tower_precision(self.config.precision, self.device_) == "bf16":
+        if self.resolved_precision == "bf16":
             return torch.autocast(self.device_.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

@@ -37,7 +37,7 @@ from ..models.encoder import (
     EncoderConfig,
     looks_like_a_path,
 )
-from ..models.precision import index_precision, pick_device, tower_precision
+from ..models.precision import index_precision, pick_device
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray
@@ -271,7 +271,6 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             )
         source = existing.encoder_source if encoder == DEFAULT_ENCODER else encoder
         enc = load_encoder(source, precision, device)
-        resolved = tower_precision(enc.config.precision, enc.device_)  # "auto" as it resolved here
         existing.check_encoder(enc)
         t_enc = time.perf_counter()
         existing.add(new, enc, batch_size=batch_size, progress=progress)
@@ -281,7 +280,6 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         check_replace(output, {"input_sha256": input_sha256, "format": format, "kb": str(source_path)}, force)
         entities = read_kb(source_path, format, bad_lines)
         enc = load_encoder(encoder, precision, device)
-        resolved = tower_precision(enc.config.precision, enc.device_)  # "auto" as it resolved here
         t_enc = time.perf_counter()
         work = output.with_name(output.name + ".partial")
         fingerprint = enc.fingerprint()
@@ -293,14 +291,14 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             "entities": len(entities),
             "entities_sha256": entity_texts_digest(entities, enc),
             "encoder_fingerprint": fingerprint,
-            "precision": resolved,
+            "precision": enc.resolved_precision,
             "device": enc.device_.type,
         }
         if reusable(reuse, stamp, index):
             t_copy = time.perf_counter()
             _copy_kb(Path(reuse), output)
             report = {"kb": str(source_path), "format": format, "encoder": str(encoder), "index": index,
-                      "precision": resolved, "entities_total": len(entities), "entities_encoded": 0,
+                      "precision": enc.resolved_precision, "entities_total": len(entities), "entities_encoded": 0,
                       "reused_from": str(reuse), "wall_s": round(time.perf_counter() - t0, 1),
                       "copy_s": round(time.perf_counter() - t_copy, 1)}
             atomic_write(output / "build_report.json",
@@ -332,7 +330,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         "format": format,
         "encoder": str(encoder),
         "index": index_obj.kind,
-        "precision": resolved,
+        "precision": enc.resolved_precision,
         "entities_total": len(index_obj),
         "entities_encoded": encoded,
         "wall_s": round(t1 - t0, 1),

@@ -32,7 +32,6 @@ import torch
 from ..files import InputError, atomic_dir, atomic_write, output_lock
 from ..kb import Entity, normalize
 from ..models.encoder import BiEncoder, EncoderMismatchError
-from ..models.precision import tower_precision
 from .build import load_encoder
 from .chunks import PieceTower, encode_resumable
 from .index import EntityIndex
@@ -154,7 +153,7 @@ class NameIndex:
         else:
             digest = hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
             stamp = {"names": len(seqs), "names_sha256": digest, "encoder_fingerprint": fingerprint, "input": input,
-                     "max_length": max_length, "precision": tower_precision(encoder.config.precision, encoder.device_),
+                     "max_length": max_length, "precision": encoder.resolved_precision,
                      "device": encoder.device_.type}
             if ray is None:
                 vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size, "names")
@@ -347,7 +346,7 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
         shutil.rmtree(work, ignore_errors=True)
         encoded = len(names) - resume.get("reused_entities", 0)
         report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
-                  "max_length": max_length, "precision": tower_precision(enc.config.precision, enc.device_), "entities": len(index),
+                  "max_length": max_length, "precision": enc.resolved_precision, "entities": len(index),
                   "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),
                   "names_per_s": round(encoded / max(t2 - t1, 1e-9), 1), "wall_s": round(time.perf_counter() - t0, 1),
                   "resume": resume}
