@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from spacy_pel.models.negatives import (
+    SEARCH_QUERIES,
     HardNegativeMiner,
     RandomNegatives,
     in_batch,
@@ -140,3 +141,19 @@ def test_hard_miner_tiny_kb():
     out = miner.sample(np.array([[1.0, 0.0]], dtype=np.float32), [{0, 1}])
     _assert_clean(out, [{0, 1}], 6, 4, distinct=False)
     assert out[0, :2].tolist() == [2, 3]
+
+
+def test_hard_search_over_query_chunks_equals_brute_force():
+    """More queries than one search block (SEARCH_QUERIES): every line gets its own top rows, in score order."""
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(300, 16)).astype(np.float32)
+    miner = HardNegativeMiner(k=8, hard_fraction=1.0, seed=0)
+    miner.refresh(vectors)
+    n_queries = 2 * SEARCH_QUERIES + 5
+    query = rng.normal(size=(n_queries, 16)).astype(np.float32)
+    golds = [{int(i % 300)} for i in range(n_queries)]
+    hard, real = miner.hard(query, golds, 8)
+    assert real.all()
+    order = np.argsort(-(query @ vectors.T), axis=1, kind="stable")
+    for line, gold in enumerate(golds):
+        assert hard[line].tolist() == [r for r in order[line].tolist() if r not in gold][:8]
