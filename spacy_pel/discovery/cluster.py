@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
-import faiss
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc, Span
@@ -27,6 +26,7 @@ from ..pipeline.linker import PELLinker, find_linker
 from ..pipeline.mentions import doc_spans, spans_at
 from ..pipeline.nil import TopScoreNil
 from ..retrieval.index import EntityIndex
+from ..retrieval.search import FlatSearch
 
 NIL_PREFIX = NIL + ":"
 DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
@@ -40,14 +40,12 @@ Entities = Union[EntityIndex, Tuple[np.ndarray, Sequence[str]]]
 # ---------------------------------------------------------------- inference by clustering
 def mention_knn_edges(mention_vecs: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Undirected edges (u < v, similarity) from each mention to its ``k`` nearest other mentions by
-    inner product (exact FAISS search); a pair found from both ends is kept once, at its higher score."""
+    inner product (exact search: a torch product and top-k); a pair found from both ends is kept once, at its higher score."""
     m = len(mention_vecs)
     if m < 2 or k < 1:
         empty = np.zeros(0, np.int64)
         return empty, empty, np.zeros(0, np.float32)
-    index = faiss.IndexFlatIP(mention_vecs.shape[1])
-    index.add(mention_vecs)
-    sims, nbrs = index.search(mention_vecs, min(k + 1, m))
+    sims, nbrs = FlatSearch.from_array(mention_vecs, "fp32").search(mention_vecs, min(k + 1, m))
     rows = np.repeat(np.arange(m), nbrs.shape[1]).reshape(nbrs.shape)
     keep = (nbrs != rows) & (nbrs >= 0)  # itself need not come first when vectors repeat
     keep &= np.cumsum(keep, axis=1) <= k
@@ -73,9 +71,7 @@ def nearest_entities(mention_vecs: np.ndarray, entities: Entities) -> Tuple[np.n
             raise ValueError(f"{len(ids)} entity ids for {len(vectors)} entity vectors")
         if len(ids) == 0 or m == 0:
             return np.zeros(m, np.float32), [None] * m
-        index = faiss.IndexFlatIP(vectors.shape[1])
-        index.add(vectors)
-        scores, rows = index.search(mention_vecs, 1)
+        scores, rows = FlatSearch.from_array(vectors, "fp32").search(mention_vecs, 1)
     return scores[:, 0], [ids[r] if r >= 0 else None for r in rows[:, 0]]
 
 

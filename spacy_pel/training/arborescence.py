@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-import faiss
 import networkx as nx
 import numpy as np
 import torch
@@ -21,6 +20,7 @@ import torch
 from ..models.encoder import BiEncoder
 from ..models.losses import Loss
 from ..models.negatives import HardNegativeMiner
+from ..retrieval.search import FlatSearch
 
 ROOT = -1  # the entity, in the parent lists of arborescence_positives
 AFFINITY_SCALE = 10**6  # arborescence affinities are compared at this resolution (exact integer sums)
@@ -93,8 +93,7 @@ class ArborescenceTargets:
         inputs = self.inputs
         fn = lambda batch: encoder.embed_mentions(batch, normalize=normalize)  # noqa: E731
         self.vectors = encoder._encode(inputs, [len(s) for s, _ in inputs], fn, 64, "mention cache", False)
-        self.index = faiss.IndexFlatIP(self.vectors.shape[1])
-        self.index.add(self.vectors)
+        self.index = FlatSearch.from_array(self.vectors, "fp32")
 
     def positive(self, i: int, table: torch.Tensor) -> torch.Tensor:
         """The vector of mention ``i``'s parent: its entity's (table) or a coreferent mention's (cache)."""
