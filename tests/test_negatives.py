@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
+from spacy_pel.models import top_k
 from spacy_pel.models.negatives import (
-    SEARCH_QUERIES,
     HardNegativeMiner,
     RandomNegatives,
     in_batch,
@@ -143,13 +143,14 @@ def test_hard_miner_tiny_kb():
     assert out[0, :2].tolist() == [2, 3]
 
 
-def test_hard_search_over_query_chunks_equals_brute_force():
-    """More queries than one search block (SEARCH_QUERIES): every line gets its own top rows, in score order."""
+def test_hard_search_over_query_chunks_equals_brute_force(monkeypatch):
+    """More queries than one search block: every line gets its own top rows, in score order."""
+    monkeypatch.setattr(top_k, "SCORES_PER_CALL", 300 * 64)  # blocks of 64 queries over 300 rows
     rng = np.random.default_rng(7)
     vectors = rng.normal(size=(300, 16)).astype(np.float32)
     miner = HardNegativeMiner(k=8, hard_fraction=1.0, seed=0)
     miner.refresh(vectors)
-    n_queries = 2 * SEARCH_QUERIES + 5
+    n_queries = 2 * 64 + 5
     query = rng.normal(size=(n_queries, 16)).astype(np.float32)
     golds = [{int(i % 300)} for i in range(n_queries)]
     hard, real = miner.hard(query, golds, 8)

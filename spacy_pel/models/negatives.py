@@ -18,9 +18,9 @@ from typing import Collection, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .top_k import top_k_inner
+
 GoldRows = Sequence[Collection[int]]
-# queries scored against the whole entity matrix at once: 64 x 354k MeSH rows is a 90 MB score block
-SEARCH_QUERIES = 64
 
 
 def _row_keys(sets: Sequence[Collection[int]], n_entities: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -160,9 +160,8 @@ class HardNegativeMiner:
     """Mixed-p negatives: ``round(k · hard_fraction)`` hard ones, the rest random.
 
     Hard negatives are the top-scoring non-gold rows of an exact inner-product search of the
-    mention vectors over the entity vectors given to the last :meth:`refresh` (a torch matrix product
-    and top-k: FAISS's flat search takes its sequential path below 128,000 queries, 8x slower for a
-    batch of 32 over MeSH, and was 37% of a training step). Random ones are
+    mention vectors over the entity vectors given to the last :meth:`refresh` (:func:`top_k_inner`; a
+    FAISS flat index was 37% of a training step). Random ones are
     uniform over the other non-gold rows and never repeat a hard one. Before the first refresh (or
     with ``hard_fraction = 0``) all are random; that needs ``n_entities``.
     """
@@ -201,9 +200,9 @@ class HardNegativeMiner:
             raise ValueError(f"mention vectors {queries.shape} do not fit {len(gold_rows)} mentions of dim {dim}")
         keys, counts = _row_keys(gold_rows, self.n_entities)
         depth = min(self.n_entities, n + int(counts.max(initial=0)))
-        found = self._top_rows(torch.from_numpy(queries), depth)
+        found = top_k_inner(torch.from_numpy(queries), self.matrix, depth)[1].numpy()
         row_ids = np.arange(len(found), dtype=np.int64)[:, None]
-        usable = (found >= 0) & ~np.isin(row_ids * self.n_entities + np.maximum(found, 0), keys)
+        usable = ~np.isin(row_ids * self.n_entities + found, keys)
         order = np.argsort(~usable, axis=1, kind="stable")[:, :n]  # usable ones first, in score order
         rows = np.take_along_axis(found, order, axis=1)
         real = np.take_along_axis(usable, order, axis=1)
@@ -212,15 +211,6 @@ class HardNegativeMiner:
             rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
             real = np.pad(real, ((0, 0), (0, pad)), constant_values=False)
         return rows, real
-
-    def _top_rows(self, queries: torch.Tensor, depth: int) -> np.ndarray:
-        """``[B, depth]`` int64 rows of the highest inner products, best first."""
-        found = [np.zeros((0, depth), np.int64)]
-        with torch.inference_mode():
-            for start in range(0, len(queries), SEARCH_QUERIES):
-                scores = queries[start : start + SEARCH_QUERIES] @ self.matrix.T
-                found.append(torch.topk(scores, depth, dim=1).indices.numpy().astype(np.int64))
-        return np.concatenate(found)
 
     def sample(self, mention_vecs: Optional[np.ndarray], gold_rows: GoldRows) -> np.ndarray:
         """``[B, k]`` int64 negative rows: the hard ones first, then the random ones."""

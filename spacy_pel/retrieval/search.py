@@ -22,13 +22,13 @@ import numpy as np
 import torch
 
 from ..models.precision import search_precision
+from ..models.top_k import SCORES_PER_CALL, top_k_inner
 from .int8_screen import Int8Screen
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 SCREEN_DEPTH = 64  # int8 search: rows rescored exactly per query, at least SCREEN_MARGIN × k; benchmarks/int8_search.md
 SCREEN_MARGIN = 4
 RESCORE_QUERIES = 256  # int8 search: queries whose candidate vectors are gathered at once
-SCORES_PER_CALL = 1 << 25  # queries × entities scored at once (64 MB of bf16 scores)
 READ_ROWS = 1 << 15
 PREFETCH_CHUNK = 1 << 24  # bytes a read while prefetching a vector file
 PREFETCH_SHARE = 0.25  # prefetch a vector file only when it is at most this share of the free memory
@@ -107,15 +107,8 @@ class FlatSearch:
         depth = max(SCREEN_DEPTH, SCREEN_MARGIN * k)
         if self.screened and self.ntotal > depth:
             return self._screened_search(queries, q, k, depth)
-        matrix = self.matrix.to(self.compute_dtype)
-        step = max(1, SCORES_PER_CALL // max(1, self.ntotal))
-        scores, rows = [], []
-        with torch.inference_mode():
-            for start in range(0, len(q), step):
-                top = torch.topk(q[start : start + step] @ matrix.T, k, dim=1)
-                scores.append(top.values.float())
-                rows.append(top.indices)
-        return torch.cat(scores).numpy(), torch.cat(rows).numpy().astype(np.int64)
+        scores, rows = top_k_inner(q, self.matrix.to(self.compute_dtype), k, SCORES_PER_CALL)
+        return scores.numpy(), rows.numpy()
 
     def _screened_search(self, queries: np.ndarray, q: torch.Tensor, k: int, depth: int) -> Tuple[np.ndarray, np.ndarray]:
         """Each query's best ``depth`` rows by int8 products, rescored exactly."""
