@@ -47,7 +47,7 @@ def mention_knn_edges(mention_vecs: np.ndarray, k: int) -> Tuple[np.ndarray, np.
         return empty, empty, np.zeros(0, np.float32)
     sims, nbrs = FlatSearch.from_array(mention_vecs, "fp32").search(mention_vecs, min(k + 1, m))
     rows = np.repeat(np.arange(m), nbrs.shape[1]).reshape(nbrs.shape)
-    keep = (nbrs != rows) & (nbrs >= 0)  # itself need not come first when vectors repeat
+    keep = nbrs != rows  # itself need not come first when vectors repeat
     keep &= np.cumsum(keep, axis=1) <= k
     u, v, w = rows[keep], nbrs[keep].astype(np.int64), sims[keep]
     u, v = np.minimum(u, v), np.maximum(u, v)

@@ -116,7 +116,7 @@ class ArborescenceTargets:
         rows = np.zeros((len(idx), n), dtype=np.int64)
         real = np.zeros((len(idx), n), dtype=bool)
         for b, i in enumerate(idx):
-            ok = [j for j in found[b] if j >= 0 and self.entity[j] != self.entity[i]][:n]
+            ok = [j for j in found[b] if self.entity[j] != self.entity[i]][:n]
             rows[b, : len(ok)], real[b, : len(ok)] = ok, True
         return rows, real
 
