@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from spacy_pel.kb import Entity, normalize
+from spacy_pel.models import top_k
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.search import FlatSearch, read_matrix
 from spacy_pel.retrieval.table import COLUMNS, EntityTable, NameIndex, compact_key
@@ -72,9 +73,7 @@ def unit_rows(n, d, seed):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_flat_search_is_exact(precision, monkeypatch):
-    import spacy_pel.retrieval.search as search
-
-    monkeypatch.setattr(search, "SCORES_PER_CALL", 500)  # several query chunks
+    monkeypatch.setattr(top_k, "SCORES_PER_CALL", 500)  # several query chunks
     table, queries = unit_rows(300, 16, 0), unit_rows(7, 16, 1)
     scores, rows = FlatSearch.from_array(table, precision).search(queries, 5)
     exact = queries @ table.T

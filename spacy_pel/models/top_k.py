@@ -5,18 +5,17 @@ queries (faiss-cpu 1.15), 8x slower for a batch of 32 over MeSH.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 
 SCORES_PER_CALL = 1 << 25  # queries × rows scored at once (64 MB of bf16 scores, 128 MB of fp32)
 
 
-def top_k_inner(queries: torch.Tensor, matrix: torch.Tensor, k: int,
-                scores_per_call: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def top_k_inner(queries: torch.Tensor, matrix: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(scores [n, k] float32, rows [n, k] int64)`` of the highest ``queries @ matrix.T``, best first;
     ``k`` at most ``len(matrix)``."""
-    step = max(1, (scores_per_call or SCORES_PER_CALL) // max(1, len(matrix)))
+    step = max(1, SCORES_PER_CALL // max(1, len(matrix)))
     scores, rows = [torch.zeros((0, k))], [torch.zeros((0, k), dtype=torch.int64)]
     with torch.inference_mode():
         for start in range(0, len(queries), step):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..models.precision import search_precision
-from ..models.top_k import SCORES_PER_CALL, top_k_inner
+from ..models.top_k import top_k_inner
 from .int8_screen import Int8Screen
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -107,7 +107,7 @@ class FlatSearch:
         depth = max(SCREEN_DEPTH, SCREEN_MARGIN * k)
         if self.screened and self.ntotal > depth:
             return self._screened_search(queries, q, k, depth)
-        scores, rows = top_k_inner(q, self.matrix.to(self.compute_dtype), k, SCORES_PER_CALL)
+        scores, rows = top_k_inner(q, self.matrix.to(self.compute_dtype), k)
         return scores.numpy(), rows.numpy()
 
     def _screened_search(self, queries: np.ndarray, q: torch.Tensor, k: int, depth: int) -> Tuple[np.ndarray, np.ndarray]:
