@@ -117,7 +117,7 @@ def test_switching_int8_kinds_keeps_one_copy_of_each_tower(tiny_encoder_dir):
     blockwise = enc.encode_mentions(mention)
     enc.config.precision = "int8_dynamic"
     enc.encode_mentions(mention)
-    assert [key[1] for key in enc._onnx if key[0] == id(enc.mention_model)] == ["dynamic"]
+    assert [key[1] for key in enc._runtime if key[0] == id(enc.mention_model)] == ["dynamic"]
     enc.config.precision = "int8"
     np.testing.assert_allclose(enc.encode_mentions(mention), blockwise, atol=1e-6)  # remade, the same
-    assert [key[1] for key in enc._onnx if key[0] == id(enc.mention_model)] == ["blockwise"]
+    assert [key[1] for key in enc._runtime if key[0] == id(enc.mention_model)] == ["blockwise"]

@@ -28,9 +28,10 @@ from transformers import AutoModel, AutoTokenizer
 from ..files import InputError, atomic_dir
 from ..kb import Entity
 from .hub import check_hub_name
+from .int8_rows import quantize_rows
 from .onnx_tower import OnnxTower
 from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
-from .precision import ONNX_QUANTIZATIONS, PRECISIONS, pick_device, tower_precision
+from .precision import ONNX_QUANTIZATIONS, PRECISIONS, TORCH_INT8_PRECISIONS, pick_device, tower_precision
 from .span_pooling import pooled_last_layer
 
 PathLike = Union[str, Path]
@@ -72,7 +73,8 @@ class EncoderConfig:
     # "cosine" (proxy loss; vectors are L2-normalised) or "dot" (cross-entropy).
     similarity: str = "cosine"
     # inference precision: "fp32", "bf16", "int8" (CPU: ONNX Runtime, block-wise int8; fp32 elsewhere),
-    # "int8_dynamic" (the same with per-batch activation scales), or "auto" (bf16 where the device has
+    # "int8_rows" (CPU: torch int8 products, activations quantised per row), "int8_dynamic" (ONNX Runtime
+    # with per-batch activation scales), "onnx_fp32", or "auto" (bf16 where the device has
     # bf16 units; on other CPUs int8 where they have VNNI, else fp32)
     precision: str = "fp32"
     extra: Dict[str, object] = field(default_factory=dict)
@@ -167,7 +169,8 @@ class BiEncoder(torch.nn.Module):
         self.config = config
         self.marker_ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
         self.device_ = torch.device("cpu")
-        self._onnx: Dict[Tuple[int, str], Tuple[int, OnnxTower]] = {}  # ONNX Runtime copies of the towers (weights version, copy)
+        # inference copies of the towers (ONNX Runtime's, or torch's int8): (tower id, kind) -> (weights version, copy)
+        self._runtime: Dict[Tuple[int, str], Tuple[int, object]] = {}
         self.eval()  # inference unless a trainer says otherwise
 
     # ---------------------------------------------------------------- loading and saving
@@ -224,18 +227,25 @@ class BiEncoder(torch.nn.Module):
         return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
 
     def runtime_model(self, model: torch.nn.Module):
-        """The tower that inference runs: ``model`` itself, or when the towers run in ONNX Runtime on a CPU
-        (:func:`tower_precision`: ``int8``, block-wise; ``int8_dynamic``, activations quantised per batch;
-        ``onnx_fp32``, unquantised) and no gradient is wanted, an ONNX Runtime copy, made on first use and
-        again whenever the weights have changed since (training, ``nlp.update``). The torch tower stays
+        """The tower that inference runs: ``model`` itself, or when no gradient is wanted and the towers
+        run on a CPU in another precision (:func:`tower_precision`), a copy made on first use and again
+        whenever the weights have changed since (training, ``nlp.update``): ONNX Runtime's for ``int8``
+        (block-wise), ``int8_dynamic`` (activations quantised per batch) and ``onnx_fp32``
+        (unquantised); torch's int8 copy for ``int8_rows`` (:mod:`.int8_rows`). The torch tower stays
         what is trained, saved and fingerprinted."""
-        quantization = ONNX_QUANTIZATIONS.get(self.resolved_precision)
-        if torch.is_grad_enabled() or quantization is None:
+        precision = self.resolved_precision
+        if precision in TORCH_INT8_PRECISIONS:
+            kind, make = "int8_rows", quantize_rows
+        elif precision in ONNX_QUANTIZATIONS:
+            kind = ONNX_QUANTIZATIONS[precision]
+            make = functools.partial(OnnxTower, quantization=kind)
+        else:
             return model
-        for other in [key for key in self._onnx if key[0] == id(model) and key[1] != quantization]:
-            del self._onnx[other]  # a live switch of precision keeps one ONNX Runtime copy of a tower, not two
-        return versioned_copy(self._onnx, (id(model), quantization), model,
-                              functools.partial(OnnxTower, quantization=quantization))
+        if torch.is_grad_enabled():
+            return model
+        for other in [key for key in self._runtime if key[0] == id(model) and key[1] != kind]:
+            del self._runtime[other]  # a live switch of precision keeps one copy of a tower, not two
+        return versioned_copy(self._runtime, (id(model), kind), model, make)
 
     def to_device(self, device: str = "auto") -> "BiEncoder":
         self.device_ = pick_device(device)
@@ -292,8 +302,8 @@ class BiEncoder(torch.nn.Module):
         """
         ids, mask, pool = self._collate(seqs, spans)
         runtime = self.runtime_model(model)
-        if spans is not None and runtime is model:  # inference: the last layer at the pooled positions only
-            pooled = pooled_last_layer(model, ids, mask, pool)
+        if spans is not None and isinstance(runtime, torch.nn.Module):  # inference: the last layer at the pooled positions only
+            pooled = pooled_last_layer(runtime, ids, mask, pool)
             if pooled is not None:
                 return self._finish(pooled, normalize)
         hidden = runtime(input_ids=ids, attention_mask=mask).last_hidden_state

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import torch
 
-PRECISIONS = ("fp32", "bf16", "int8", "int8_dynamic", "onnx_fp32", "auto")
+PRECISIONS = ("fp32", "bf16", "int8", "int8_rows", "int8_dynamic", "onnx_fp32", "auto")
 SEARCH_PRECISIONS = ("fp32", "bf16", "int8", "auto")  # an exact KB search's (int8: screened, then rescored)
-INT8_PRECISIONS = ("int8", "int8_dynamic")
+INT8_PRECISIONS = ("int8", "int8_rows", "int8_dynamic")
+# the precisions torch runs as an int8 copy of the tower on a CPU (inference only): spacy_pel.models.int8_rows
+TORCH_INT8_PRECISIONS = ("int8_rows",)
 # the precisions ONNX Runtime runs on a CPU (inference only), with the quantisation of their ONNX copy
 ONNX_QUANTIZATIONS = {"int8": "blockwise", "int8_dynamic": "dynamic", "onnx_fp32": "none"}
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -102,14 +104,15 @@ def tower_precision(precision: str, device: torch.device) -> str:
       ~1.2× its speed, the same answers however mentions are batched; benchmarks/int8_blockwise.md);
       on a CPU with neither it stays torch's fp32, which links faster than ``"onnx_fp32"`` (torch computes
       the last layer at the pooled positions only; benchmarks/avx2_cpu_speed.md);
-    * the ONNX Runtime paths (:data:`ONNX_QUANTIZATIONS`) are CPU paths: elsewhere they run in fp32.
+    * the ONNX Runtime paths (:data:`ONNX_QUANTIZATIONS`) and ``"int8_rows"`` are CPU paths: elsewhere
+      they run in fp32.
 
     ``"auto"`` never chooses ``"int8_dynamic"``, the fastest: it quantises activations per batch, so a
     mention's vector depends slightly on the mentions batched with it, and a default should give the
     same answer for the same text however it is batched."""
     resolved = resolve_precision(precision, device)
     if device.type != "cpu":
-        return "fp32" if resolved in ONNX_QUANTIZATIONS else resolved
+        return "fp32" if resolved in ONNX_QUANTIZATIONS or resolved in TORCH_INT8_PRECISIONS else resolved
     if precision == "auto" and resolved == "fp32" and cpu_has_vnni():
         return "int8"
     return resolved
