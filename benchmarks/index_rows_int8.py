@@ -1,6 +1,7 @@
-"""A KB's name rows, and its entity rows, encoded in block-wise int8 instead of fp32, in the pipeline
-``spacy project run all`` assembled: the calibrated pipeline copied with its rows replaced by ones built
-with ``--precision int8``, evaluated on dev gold mentions; the build times from each build's report.
+"""A KB's name rows, and its entity rows, encoded in int8 (block-wise ``int8`` or ``int8_rows``) instead of
+as built, in the pipeline ``spacy project run all`` assembled: the calibrated pipeline copied with its
+rows replaced by ones built with ``--precision int8`` (or ``int8_rows``), evaluated on dev gold mentions;
+the build times from each build's report. Rows are labelled by the precisions the builds report.
 
     python benchmarks/index_rows_int8.py --project DIR --names NAMES_INT8 [--kb KB_INT8]
 
@@ -54,9 +55,12 @@ def main(project: Path = typer.Option(..., help="A folder where `spacy project r
          output: Path = typer.Option(HERE / "index_rows_int8", help="Report path without suffix")) -> None:
     pipeline = project / "training" / "pipeline_calibrated"
     linker = pipeline / "pel_linker"
-    variants = [("as built (fp32 rows)", None, None), ("int8 name rows", names, None)]
+    built = {k: build_row(project / f)["precision"] for k, f in (("kb", fp32_kb), ("names", fp32_names))}
+    new = {k: build_row(f)["precision"] for k, f in (("kb", kb), ("names", names)) if f}
+    variants = [(f"as built ({built['kb']} entity rows, {built['names']} name rows)", None, None),
+                (f"{new['names']} name rows", names, None)]
     if kb is not None:
-        variants.append(("int8 name rows + int8 entity rows", names, kb))
+        variants.append((f"{new['names']} name rows + {new['kb']} entity rows", names, kb))
     rows = []
     with tempfile.TemporaryDirectory(prefix="index_rows_int8_") as tmp:
         for label, name_rows, entity_rows in variants:
@@ -73,6 +77,7 @@ def main(project: Path = typer.Option(..., help="A folder where `spacy project r
               "rows": rows, "builds": builds, "command": invocation(), "notes": notes}
     output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
     lines = ["# A KB's rows encoded in int8: the pipeline `all` assembled, BC5CDR dev gold mentions", "",
+             f"Pipeline: `{pipeline}`; linked with its saved settings (`precision = \"auto\"`) in this environment.", "",
              machine_line(report["machine"]), "", "| rows | R@1 | unseen R@1 | R@64 | accuracy with NIL |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['variant']} | {r['R@1']:.4f} | {r['unseen R@1']:.4f} | {r['R@64']:.4f} | {r['accuracy with NIL']:.4f} |"

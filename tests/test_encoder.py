@@ -119,9 +119,10 @@ def test_precision_auto_follows_the_device(monkeypatch):
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"
     assert precision.resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for explicitly: kept
-    # the towers: the int8 paths (ONNX Runtime) are CPU paths, fp32 elsewhere; auto picks block-wise
-    # int8 on a CPU with VNNI and no bf16, never the batch-dependent int8_dynamic
-    for int8 in ("int8", "int8_dynamic"):
+    # the towers: the int8 paths (ONNX Runtime's, torch's int8_rows) are CPU paths, fp32 elsewhere; auto
+    # picks int8_rows on a CPU with VNNI and no bf16 (block-wise int8 where torch has no int8 product),
+    # never the batch-dependent int8_dynamic
+    for int8 in ("int8", "int8_rows", "int8_dynamic"):
         assert precision.tower_precision(int8, torch.device("cpu")) == int8
         assert precision.tower_precision(int8, torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)
@@ -131,6 +132,10 @@ def test_precision_auto_follows_the_device(monkeypatch):
     assert precision.search_precision("onnx_fp32", torch.device("cpu")) == "fp32"
     assert precision.tower_precision("onnx_fp32", torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
+    monkeypatch.setattr(precision, "int_mm_available", lambda: True)
+    assert precision.tower_precision("auto", torch.device("cpu")) == "int8_rows"
+    assert precision.search_precision("auto", torch.device("cpu")) == "int8"  # and the int8 screen
+    monkeypatch.setattr(precision, "int_mm_available", lambda: False)
     assert precision.tower_precision("auto", torch.device("cpu")) == "int8"
     assert precision.tower_precision("fp32", torch.device("cpu")) == "fp32"  # asked for explicitly: kept
     assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"  # training and search: no int8
@@ -139,7 +144,9 @@ def test_precision_auto_follows_the_device(monkeypatch):
     assert precision.index_precision("auto", torch.device("cpu")) == "onnx_fp32"
     assert precision.index_precision("auto", torch.device("cuda")) in ("fp32", "bf16")
     # name rows: int8 with VNNI (the pipeline's R@1 unchanged), onnx_fp32 without it
-    assert precision.index_precision("auto", torch.device("cpu"), "names") == "int8"
+    assert precision.index_precision("auto", torch.device("cpu"), "names") == "int8"  # torch without _int_mm
+    monkeypatch.setattr(precision, "int_mm_available", lambda: True)
+    assert precision.index_precision("auto", torch.device("cpu"), "names") == "int8_rows"
     assert precision.index_precision("fp32", torch.device("cpu"), "names") == "fp32"  # asked for explicitly: kept
     with pytest.raises(ValueError, match="rows"):
         precision.index_precision("auto", torch.device("cpu"), "mentions")
@@ -179,7 +186,7 @@ def test_onnx_fp32_vectors_equal_torch_fp32_and_training_uses_torch(tiny_encoder
     assert onnx.fingerprint() == fp32.fingerprint()
 
 
-@pytest.mark.parametrize("precision", ["int8", "int8_dynamic"])
+@pytest.mark.parametrize("precision", ["int8", "int8_rows", "int8_dynamic"])
 def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir, tmp_path, precision):
     """precision int8: inference through int8 copies of the towers; what is trained and saved is fp32."""
     fp32 = BiEncoder.from_pretrained(tiny_encoder_dir)
@@ -194,7 +201,8 @@ def test_int8_vectors_stay_close_to_fp32_and_training_uses_fp32(tiny_encoder_dir
     assert not any("quantized" in type(m).__module__ for m in int8.modules())  # int8 copies are not submodules
     with torch.inference_mode():
         tower = int8.runtime_model(int8.mention_model)
-        assert isinstance(tower, OnnxTower) and int8.runtime_model(int8.mention_model) is tower  # made once
+        assert isinstance(tower, torch.nn.Module if precision == "int8_rows" else OnnxTower)
+        assert tower is not int8.mention_model and int8.runtime_model(int8.mention_model) is tower  # made once
     ids, mask, pool = int8._collate([int8.mention_inputs(mentions)[0][0]])
     out = int8.mention_model(input_ids=ids, attention_mask=mask).last_hidden_state.sum()
     out.backward()  # the trained tower is the fp32 one, with gradients

@@ -69,11 +69,13 @@ def test_int8_vectors_do_not_depend_on_the_batch_but_int8_dynamic_ones_do(tiny_e
 
 
 def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_and_encodes_entity_rows_in_fp32(tiny_encoder_dir, monkeypatch):
-    """There a KB's entity rows are encoded in fp32, by ONNX Runtime (``onnx_fp32``), its name rows in
-    block-wise int8 (the pipeline's R@1 unchanged, ~1.36× faster)."""
+    """There the towers link through torch's int8 copies (``int8_rows``), a KB's entity rows are encoded
+    in fp32, by ONNX Runtime (``onnx_fp32``), its name rows in block-wise int8 (the pipeline's R@1
+    unchanged, ~1.36× faster)."""
     import torch
 
     from spacy_pel.models import precision
+    from spacy_pel.models.int8_rows import RowInt8Linear, int_mm_available
     from spacy_pel.models.onnx_tower import OnnxTower
     from spacy_pel.retrieval.build import load_encoder
 
@@ -81,19 +83,31 @@ def test_auto_links_in_int8_on_a_vnni_cpu_without_bf16_and_encodes_entity_rows_i
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: True)
     linking = BiEncoder.from_pretrained(tiny_encoder_dir, precision="auto")
     with torch.inference_mode():
-        assert isinstance(linking.runtime_model(linking.mention_model), OnnxTower)
-    for rows, expected, quantization in (("entities", "onnx_fp32", "none"), ("names", "int8", "blockwise")):
-        building = load_encoder(str(tiny_encoder_dir), "auto", "cpu", rows=rows)
-        assert building.config.precision == expected
-        with torch.inference_mode():
-            tower = building.runtime_model(building.entity_model)
-        assert isinstance(tower, OnnxTower) and tower.quantization == quantization
+        tower = linking.runtime_model(linking.mention_model)
+    if int_mm_available():
+        assert linking.resolved_precision == "int8_rows" and any(isinstance(m, RowInt8Linear) for m in tower.modules())
+    else:
+        assert isinstance(tower, OnnxTower)
+    building = load_encoder(str(tiny_encoder_dir), "auto", "cpu", rows="entities")
+    assert building.config.precision == "onnx_fp32"
+    with torch.inference_mode():
+        tower = building.runtime_model(building.entity_model)
+    assert isinstance(tower, OnnxTower) and tower.quantization == "none"
+    building = load_encoder(str(tiny_encoder_dir), "auto", "cpu", rows="names")
+    with torch.inference_mode():
+        tower = building.runtime_model(building.entity_model)
+    if int_mm_available():  # name rows: torch's int8 products
+        assert building.config.precision == "int8_rows" and any(isinstance(m, RowInt8Linear) for m in tower.modules())
+    else:
+        assert building.config.precision == "int8" and isinstance(tower, OnnxTower) and tower.quantization == "blockwise"
 
 
 def test_build_names_encodes_in_int8_on_a_vnni_cpu_without_bf16(kb_file, tiny_encoder_dir, tmp_path, monkeypatch):
-    """``build-kb`` and ``build-names`` with ``auto`` there: the reports say onnx_fp32 and int8 (as
-    resolved, not "auto"), and the name vectors are the int8 tower's."""
+    """``build-kb`` and ``build-names`` with ``auto`` there: the reports say onnx_fp32 and int8_rows (as
+    resolved, not "auto"; block-wise int8 where torch has no int8 product), and the name vectors are the
+    int8 tower's."""
     from spacy_pel.models import precision
+    from spacy_pel.models.int8_rows import int_mm_available
     from spacy_pel.retrieval.build import build_kb
     from spacy_pel.retrieval.names import NameIndex, build_names
 
@@ -102,7 +116,7 @@ def test_build_names_encodes_in_int8_on_a_vnni_cpu_without_bf16(kb_file, tiny_en
     kb_dir = tmp_path / "kb"
     assert build_kb(kb_file, kb_dir, format="jsonl", encoder=str(tiny_encoder_dir), progress=False)["precision"] == "onnx_fp32"
     report = build_names(kb_dir, tmp_path / "names", progress=False)
-    assert report["precision"] == "int8"
+    assert report["precision"] == ("int8_rows" if int_mm_available() else "int8")
     auto = NameIndex.from_disk(tmp_path / "names").searcher.matrix.float().numpy()
     fp32 = build_names(kb_dir, tmp_path / "fp32", precision="fp32", progress=False)
     assert fp32["precision"] == "fp32"

@@ -7,7 +7,7 @@ import torch
 from .test_linker import linked, make_doc
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8", "int8_dynamic"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8", "int8_rows", "int8_dynamic"])
 def test_precision_round_trips_with_the_pipeline(precision, kb_dir, tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "precision": precision})
@@ -24,22 +24,23 @@ def test_precision_round_trips_with_the_pipeline(precision, kb_dir, tmp_path):
     np.testing.assert_allclose([c[2] for x in after for c in x[3]], [c[2] for x in before for c in x[3]], atol=1e-5)
 
 
-def test_int8_links_like_fp32_on_a_tiny_model(kb_dir):
-    """The int8 path changes scores a little, not which entity wins on clear cases."""
+@pytest.mark.parametrize("int8", ["int8", "int8_rows"])
+def test_int8_links_like_fp32_on_a_tiny_model(kb_dir, int8):
+    """The int8 paths change scores a little, not which entity wins on clear cases."""
     runs, vectors = {}, {}
-    for precision in ("fp32", "int8"):
+    for precision in ("fp32", int8):
         nlp = spacy.blank("en")
         nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "precision": precision})
         doc = nlp(make_doc(nlp))
         runs[precision] = linked(doc)
         vectors[precision] = nlp.get_pipe("pel_linker").mention_vectors([doc], [[(e.start, e.end, e.label_) for e in doc.ents]])
     top_fp32 = [x[3][0] for x in runs["fp32"]]
-    top_int8 = [x[3][0] for x in runs["int8"]]
+    top_int8 = [x[3][0] for x in runs[int8]]
     scores = np.array([[c[2] for c in x[3]] for x in runs["fp32"]])
     clear = scores[:, 0] - scores[:, 1] > 0.02  # winners by a margin int8 error cannot bridge
     assert [a[0] for a, c in zip(top_fp32, clear) if c] == [b[0] for b, c in zip(top_int8, clear) if c]
     np.testing.assert_allclose([a[2] for a in top_fp32], [b[2] for b in top_int8], atol=0.02)
-    a, b = vectors["fp32"], vectors["int8"]
+    a, b = vectors["fp32"], vectors[int8]
     assert (a * b).sum(1).min() > 0.98 and not np.allclose(a, b, atol=1e-6)  # close, and really int8
 
 

@@ -3,9 +3,10 @@
 a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — for encoding a KB on a CPU, fp32 run by ONNX
 Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's), or block-wise int8 for
 its name rows where the CPU has VNNI (:func:`index_precision`) —, and for the towers' linking int8 on a
-CPU with VNNI and no bf16. ``"int8"`` (block-wise, answers independent of batching),
-``"int8_dynamic"`` (per-batch activation scales, the fastest) and ``"onnx_fp32"`` are ONNX Runtime CPU
-paths (:mod:`spacy_pel.models.onnx_tower`); training always runs the torch towers.
+CPU with VNNI and no bf16 (``"int8_rows"``: torch's int8 products, activations quantised per row,
+:mod:`spacy_pel.models.int8_rows`). ``"int8"`` (block-wise, answers independent of batching),
+``"int8_dynamic"`` (per-batch activation scales) and ``"onnx_fp32"`` are ONNX Runtime CPU paths
+(:mod:`spacy_pel.models.onnx_tower`); training always runs the torch towers.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import functools
 from pathlib import Path
 
 import torch
+
+from .int8_rows import int_mm_available
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8_rows", "int8_dynamic", "onnx_fp32", "auto")
 SEARCH_PRECISIONS = ("fp32", "bf16", "int8", "auto")  # an exact KB search's (int8: screened, then rescored)
@@ -71,9 +74,11 @@ def index_precision(precision: str, device: torch.device, rows: str = "entities"
     """The precision a KB's entity rows (``rows="entities"``) or name rows (``"names"``) are encoded in: as
     asked, except that ``"auto"`` is :func:`resolve_precision`'s bf16, or on a CPU without bf16
 
-    * name rows: ``"int8"`` (block-wise) on a CPU with VNNI — MeSH's 756,400 names in 13.5 min instead of
-      18.2, the pipeline's BC5CDR dev R@1 0.9316 vs 0.9317 (benchmarks/index_rows_int8.md) — else
-      ``"onnx_fp32"``;
+    * name rows: int8 on a CPU with VNNI — ``"int8_rows"`` (torch's int8 products, activations per row:
+      MeSH's 756,400 names in 12.1 min instead of block-wise ``"int8"``'s 14.3 on a simulated Xeon, the
+      pipeline's BC5CDR dev R@1 0.9325 vs 0.9317, benchmarks/index_rows_int8rows_s51.md), or block-wise
+      ``"int8"`` where torch has no int8 product (18.2 → 13.5 min against ``"onnx_fp32"``, R@1 0.9316 vs
+      0.9317, benchmarks/index_rows_int8.md) — else ``"onnx_fp32"``;
     * entity rows: ``"onnx_fp32"`` (fp32 by ONNX Runtime: MeSH entities 1.17× torch fp32's rate,
       benchmarks/onnx_fp32.md) — never int8: a MeSH KB encoded by block-wise int8 towers lost 0.5 pt of
       retriever-alone R@1 on BC5CDR dev (0.7034 vs 0.7082, benchmarks/int8_blockwise.md), though not in
@@ -83,7 +88,9 @@ def index_precision(precision: str, device: torch.device, rows: str = "entities"
     resolved = resolve_precision(precision, device)
     if precision != "auto" or resolved != "fp32" or device.type != "cpu":
         return resolved
-    return "int8" if rows == "names" and cpu_has_vnni() else "onnx_fp32"
+    if rows == "names" and cpu_has_vnni():
+        return "int8_rows" if int_mm_available() else "int8"
+    return "onnx_fp32"
 
 
 def search_precision(precision: str, device: torch.device) -> str:
@@ -100,8 +107,10 @@ def search_precision(precision: str, device: torch.device) -> str:
 def tower_precision(precision: str, device: torch.device) -> str:
     """The precision the towers run inference in: :func:`resolve_precision`'s, except that
 
-    * ``"auto"`` on a CPU without bf16 units but with VNNI is ``"int8"`` (block-wise: R@1 as fp32's,
-      ~1.2× its speed, the same answers however mentions are batched; benchmarks/int8_blockwise.md);
+    * ``"auto"`` on a CPU without bf16 units but with VNNI is ``"int8_rows"`` (torch's int8 products,
+      activations quantised per row: the pipeline's R@1 as fp32's, the same answers however mentions are
+      batched, ~1.1× torch fp32's and ~1.25× block-wise ``"int8"``'s mentions/s on a simulated Xeon,
+      benchmarks/int8_rows_nobf16_s51.md), or block-wise ``"int8"`` where torch has no int8 product;
       on a CPU with neither it stays torch's fp32, which links faster than ``"onnx_fp32"`` (torch computes
       the last layer at the pooled positions only; benchmarks/avx2_cpu_speed.md);
     * the ONNX Runtime paths (:data:`ONNX_QUANTIZATIONS`) and ``"int8_rows"`` are CPU paths: elsewhere
@@ -114,5 +123,5 @@ def tower_precision(precision: str, device: torch.device) -> str:
     if device.type != "cpu":
         return "fp32" if resolved in ONNX_QUANTIZATIONS or resolved in TORCH_INT8_PRECISIONS else resolved
     if precision == "auto" and resolved == "fp32" and cpu_has_vnni():
-        return "int8"
+        return "int8_rows" if int_mm_available() else "int8"
     return resolved

@@ -59,11 +59,13 @@ class LinkerSettings:
     top_k: candidates kept per mention. threshold: best score below it → ``nil_label`` (null: never).
     batch_size: mentions per forward pass (documents per pass: batch_size // 8, at least 1).
     context_window: word pieces of a mention input. device: ``auto``, ``cpu``, ``cuda[:N]`` or ``mps``.
-    precision: the encoder's inference precision, ``fp32``, ``bf16``, ``int8``, ``int8_dynamic`` or ``auto``
-    (bf16 where the device has bf16 units — BC5CDR dev R@1 unchanged, ~3× faster on such CPUs — else int8
-    on CPUs with VNNI, else fp32). ``int8`` (CPU): ONNX Runtime, 8-bit weights per block, activations
-    quantised per row, so no answer depends on batching; R@1 as fp32's. ``int8_dynamic`` (CPU): activations
-    quantised per batch — the fastest, but a few answers depend on what was batched together.
+    precision: the encoder's inference precision, ``fp32``, ``bf16``, ``int8_rows``, ``int8``,
+    ``int8_dynamic``, ``onnx_fp32`` or ``auto`` (bf16 where the device has bf16 units — BC5CDR dev R@1
+    unchanged, ~3× faster on such CPUs — else ``int8_rows`` on CPUs with VNNI, else fp32). ``int8_rows``
+    (CPU): torch's int8 products, weights per output channel, activations quantised per row, so no
+    answer depends on batching; R@1 as fp32's. ``int8`` (CPU): the same idea in ONNX Runtime's block-wise
+    kernels (slower for a batch's many rows). ``int8_dynamic`` (CPU): activations quantised per batch —
+    a few answers depend on what was batched together.
     search_precision: the KB search's, ``fp32``, ``bf16``, ``int8`` or ``auto`` (bf16 where the CPU has bf16
     units, else int8 on CPUs with VNNI, else fp32). ``int8``: each mention's best rows found by int8
     products, then rescored exactly from the KB's float16 vectors (the same kb_ids as fp32).

@@ -1,0 +1,89 @@
+"""Torch int8 towers (precision ``int8_rows``): int8 weights per output channel, activations quantised per
+row, products close to fp32's, a mention's vector independent of its batch, the trained tower untouched."""
+import numpy as np
+import pytest
+import torch
+
+from spacy_pel.models.encoder import BiEncoder, Mention
+from spacy_pel.models.int8_rows import RowInt8Linear, int_mm_available, quantize_rows
+from spacy_pel.models.precision import tower_precision
+
+pytestmark = pytest.mark.skipif(not int_mm_available(), reason="this torch has no int8 matrix product on CPU")
+
+
+def test_row_int8_linear_is_close_to_fp32_and_each_row_is_its_own():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 40)
+    x = torch.randn(2, 5, 96)
+    x[1, 2] *= 80  # one row with a far larger range: under a per-batch scale the others would lose precision
+    x[0, 1] = 0.0  # an all-zero row: its scale must not divide by zero
+    quantised = RowInt8Linear(linear)
+    with torch.no_grad():
+        exact, y = linear(x), quantised(x)
+        alone = torch.stack([torch.stack([quantised(x[b, t][None])[0] for t in range(5)]) for b in range(2)])
+    assert y.shape == exact.shape
+    cos = torch.nn.functional.cosine_similarity(y.reshape(-1, 40), exact.reshape(-1, 40), dim=1)
+    assert cos.min() > 0.999
+    torch.testing.assert_close(y[0, 1], linear.bias.detach())  # a zero row: the bias alone
+    assert torch.equal(alone, y)  # exact int32 sums and per-row scales: nothing depends on the other rows
+
+
+def test_row_int8_linear_keeps_weights_as_int8_per_output_channel():
+    linear = torch.nn.Linear(8, 3, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0] * 8, [-0.5] * 8, [1000.0] + [1.0] * 7]))
+    quantised = RowInt8Linear(linear)
+    assert quantised.weight_t.dtype == torch.int8 and quantised.weight_t.shape == (8, 3)
+    # one scale per output channel: channel 2's large weight does not flatten channels 0 and 1
+    assert quantised.weight_t[:, 0].tolist() == [127] * 8 and quantised.weight_t[:, 1].tolist() == [-127] * 8
+    with torch.no_grad():
+        out = quantised(torch.ones(1, 8))
+    torch.testing.assert_close(out[0, :2], torch.tensor([8.0, -4.0]), rtol=1e-5, atol=1e-5)
+
+
+def test_quantize_rows_replaces_every_linear_of_a_copy(tiny_encoder_dir):
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir)
+    before = {k: v.clone() for k, v in enc.mention_model.state_dict().items()}
+    twin = quantize_rows(enc.mention_model)
+    assert not any(isinstance(m, torch.nn.Linear) for m in twin.modules())
+    assert sum(isinstance(m, RowInt8Linear) for m in twin.modules()) >= 6 * enc.mention_model.config.num_hidden_layers
+    assert any(isinstance(m, torch.nn.Linear) for m in enc.mention_model.modules())  # the trained tower stays fp32
+    after = enc.mention_model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def _mentions():
+    return [Mention("aspirin and warfarin were given after the operation", 0, 7),
+            Mention("atrial flutter recurred", 0, 14),
+            Mention("Li2CO3 " * 20 + "was stopped", 0, 6)]  # long and wide-ranging: would change a batch's scale
+
+
+def test_int8_rows_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch(tiny_encoder_dir):
+    mentions = _mentions()
+    fp32 = BiEncoder.from_pretrained(tiny_encoder_dir, precision="fp32").encode_mentions(mentions)
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8_rows")
+    together = enc.encode_mentions(mentions)
+    alone = np.concatenate([enc.encode_mentions([m]) for m in mentions])
+    assert np.abs(together - alone).max() < 1e-6  # fp32's own reordering noise; int8_dynamic moves ~5e-5
+    assert (together * fp32).sum(1).min() > 0.99
+    assert not np.array_equal(together, fp32)  # the int8 copy ran, not the fp32 tower
+
+
+def test_int8_rows_copy_follows_the_weights_and_training_runs_the_torch_tower(tiny_encoder_dir):
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8_rows")
+    mention = [Mention("atrial flutter recurred", 0, 14)]
+    first = enc.encode_mentions(mention)
+    with torch.inference_mode():
+        copy = enc.runtime_model(enc.mention_model)
+    assert copy is not enc.mention_model and any(isinstance(m, RowInt8Linear) for m in copy.modules())
+    assert enc.runtime_model(enc.mention_model) is enc.mention_model  # gradients on: the tower that trains
+    with torch.no_grad():
+        for p in enc.mention_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    assert not np.allclose(enc.encode_mentions(mention), first, atol=1e-4)  # remade from the new weights
+    assert [key[1] for key in enc._runtime if key[0] == id(enc.mention_model)] == ["int8_rows"]
+
+
+def test_int8_rows_is_a_cpu_path():
+    assert tower_precision("int8_rows", torch.device("cpu")) == "int8_rows"
+    assert tower_precision("int8_rows", torch.device("cuda")) == "fp32"
