@@ -84,6 +84,11 @@ def test_int8_rows_copy_follows_the_weights_and_training_runs_the_torch_tower(ti
     assert [key[1] for key in enc._runtime if key[0] == id(enc.mention_model)] == ["int8_rows"]
 
 
-def test_int8_rows_is_a_cpu_path():
+def test_int8_rows_is_a_cpu_path_and_falls_back_to_blockwise_int8_without_exact_int8_products(monkeypatch):
+    from spacy_pel.models import precision
+
     assert tower_precision("int8_rows", torch.device("cpu")) == "int8_rows"
     assert tower_precision("int8_rows", torch.device("cuda")) == "fp32"
+    monkeypatch.setattr(precision, "int_mm_available", lambda: False)  # e.g. an AVX2-only CPU
+    with pytest.warns(UserWarning, match="block-wise 'int8'"):
+        assert tower_precision("int8_rows", torch.device("cpu")) == "int8"

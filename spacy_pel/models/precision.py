@@ -11,6 +11,7 @@ CPU with VNNI and no bf16 (``"int8_rows"``: torch's int8 products, activations q
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 import torch
@@ -114,7 +115,8 @@ def tower_precision(precision: str, device: torch.device) -> str:
       on a CPU with neither it stays torch's fp32, which links faster than ``"onnx_fp32"`` (torch computes
       the last layer at the pooled positions only; benchmarks/avx2_cpu_speed.md);
     * the ONNX Runtime paths (:data:`ONNX_QUANTIZATIONS`) and ``"int8_rows"`` are CPU paths: elsewhere
-      they run in fp32.
+      they run in fp32; ``"int8_rows"`` on a CPU without exact int8 products (no VNNI) runs block-wise
+      ``"int8"``, with a warning (a pipeline saved with it still links on another machine).
 
     ``"auto"`` never chooses ``"int8_dynamic"``, the fastest: it quantises activations per batch, so a
     mention's vector depends slightly on the mentions batched with it, and a default should give the
@@ -124,4 +126,8 @@ def tower_precision(precision: str, device: torch.device) -> str:
         return "fp32" if resolved in ONNX_QUANTIZATIONS or resolved in TORCH_INT8_PRECISIONS else resolved
     if precision == "auto" and resolved == "fp32" and cpu_has_vnni():
         return "int8_rows" if int_mm_available() else "int8"
+    if resolved in TORCH_INT8_PRECISIONS and not int_mm_available():
+        warnings.warn("precision 'int8_rows' needs exact int8 matrix products (a CPU with VNNI); this one has "
+                      "none, so the towers run block-wise 'int8' (ONNX Runtime) instead", stacklevel=2)
+        return "int8"
     return resolved
