@@ -76,7 +76,7 @@ def index_precision(precision: str, device: torch.device, rows: str = "entities"
     asked, except that ``"auto"`` is :func:`resolve_precision`'s bf16, or on a CPU without bf16
 
     * name rows: int8 on a CPU with VNNI — ``"int8_rows"`` (torch's int8 products, activations per row:
-      MeSH's 756,400 names in 12.1 min instead of block-wise ``"int8"``'s 14.3 on a simulated Xeon, the
+      MeSH's 756,400 names in 12.1 min against block-wise ``"int8"``'s 12.8 the same day on a simulated Xeon, the
       pipeline's BC5CDR dev R@1 0.9325 vs 0.9317, benchmarks/index_rows_int8rows_s51.md), or block-wise
       ``"int8"`` where torch has no int8 product (18.2 → 13.5 min against ``"onnx_fp32"``, R@1 0.9316 vs
       0.9317, benchmarks/index_rows_int8.md) — else ``"onnx_fp32"``;
