@@ -8,9 +8,10 @@ from spacy_pel.models.encoder import BiEncoder, Mention
 from spacy_pel.models.int8_rows import RowInt8Linear, int_mm_available, quantize_rows
 from spacy_pel.models.precision import tower_precision
 
-pytestmark = pytest.mark.skipif(not int_mm_available(), reason="this torch has no int8 matrix product on CPU")
+needs_int_mm = pytest.mark.skipif(not int_mm_available(), reason="no exact int8 matrix product on this CPU (no VNNI)")
 
 
+@needs_int_mm
 def test_row_int8_linear_is_close_to_fp32_and_each_row_is_its_own():
     torch.manual_seed(0)
     linear = torch.nn.Linear(96, 40)
@@ -28,6 +29,7 @@ def test_row_int8_linear_is_close_to_fp32_and_each_row_is_its_own():
     assert torch.equal(alone, y)  # exact int32 sums and per-row scales: nothing depends on the other rows
 
 
+@needs_int_mm
 def test_row_int8_linear_keeps_weights_as_int8_per_output_channel():
     linear = torch.nn.Linear(8, 3, bias=False)
     with torch.no_grad():
@@ -41,6 +43,7 @@ def test_row_int8_linear_keeps_weights_as_int8_per_output_channel():
     torch.testing.assert_close(out[0, :2], torch.tensor([8.0, -4.0]), rtol=1e-5, atol=1e-5)
 
 
+@needs_int_mm
 def test_quantize_rows_replaces_every_linear_of_a_copy(tiny_encoder_dir):
     enc = BiEncoder.from_pretrained(tiny_encoder_dir)
     before = {k: v.clone() for k, v in enc.mention_model.state_dict().items()}
@@ -58,6 +61,7 @@ def _mentions():
             Mention("Li2CO3 " * 20 + "was stopped", 0, 6)]  # long and wide-ranging: would change a batch's scale
 
 
+@needs_int_mm
 def test_int8_rows_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch(tiny_encoder_dir):
     mentions = _mentions()
     fp32 = BiEncoder.from_pretrained(tiny_encoder_dir, precision="fp32").encode_mentions(mentions)
@@ -69,6 +73,7 @@ def test_int8_rows_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch(tiny
     assert not np.array_equal(together, fp32)  # the int8 copy ran, not the fp32 tower
 
 
+@needs_int_mm
 def test_int8_rows_copy_follows_the_weights_and_training_runs_the_torch_tower(tiny_encoder_dir):
     enc = BiEncoder.from_pretrained(tiny_encoder_dir, precision="int8_rows")
     mention = [Mention("atrial flutter recurred", 0, 14)]
@@ -87,6 +92,7 @@ def test_int8_rows_copy_follows_the_weights_and_training_runs_the_torch_tower(ti
 def test_int8_rows_is_a_cpu_path_and_falls_back_to_blockwise_int8_without_exact_int8_products(monkeypatch):
     from spacy_pel.models import precision
 
+    monkeypatch.setattr(precision, "int_mm_available", lambda: True)
     assert tower_precision("int8_rows", torch.device("cpu")) == "int8_rows"
     assert tower_precision("int8_rows", torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "int_mm_available", lambda: False)  # e.g. an AVX2-only CPU
