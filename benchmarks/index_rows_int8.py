@@ -55,12 +55,12 @@ def main(project: Path = typer.Option(..., help="A folder where `spacy project r
          output: Path = typer.Option(HERE / "index_rows_int8", help="Report path without suffix")) -> None:
     pipeline = project / "training" / "pipeline_calibrated"
     linker = pipeline / "pel_linker"
-    built = {k: build_row(project / f)["precision"] for k, f in (("kb", fp32_kb), ("names", fp32_names))}
-    new = {k: build_row(f)["precision"] for k, f in (("kb", kb), ("names", names)) if f}
-    variants = [(f"as built ({built['kb']} entity rows, {built['names']} name rows)", None, None),
-                (f"{new['names']} name rows", names, None)]
+    builds = [build_row(project / f) for f in (fp32_kb, fp32_names)] + [build_row(f) for f in (names, kb) if f]
+    built_kb, built_names, new_names = (b["precision"] for b in builds[:3])
+    variants = [(f"as built ({built_kb} entity rows, {built_names} name rows)", None, None),
+                (f"{new_names} name rows", names, None)]
     if kb is not None:
-        variants.append((f"{new['names']} name rows + {new['kb']} entity rows", names, kb))
+        variants.append((f"{new_names} name rows + {builds[3]['precision']} entity rows", names, kb))
     rows = []
     with tempfile.TemporaryDirectory(prefix="index_rows_int8_") as tmp:
         for label, name_rows, entity_rows in variants:
@@ -72,7 +72,6 @@ def main(project: Path = typer.Option(..., help="A folder where `spacy project r
             if entity_rows:
                 shutil.copy(entity_rows / "embeddings.npy", copy / "pel_linker" / "kb" / "embeddings.npy")
             rows.append({"variant": label, **evaluate(project, copy, Path(tmp) / "metrics.json")})
-    builds = [build_row(project / f) for f in (fp32_kb, fp32_names)] + [build_row(f) for f in (names, kb) if f]
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "project": str(project), "pipeline": str(linker),
               "rows": rows, "builds": builds, "command": invocation(), "notes": notes}
     output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")

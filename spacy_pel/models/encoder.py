@@ -233,6 +233,8 @@ class BiEncoder(torch.nn.Module):
         (block-wise), ``int8_dynamic`` (activations quantised per batch) and ``onnx_fp32``
         (unquantised); torch's int8 copy for ``int8_rows`` (:mod:`.int8_rows`). The torch tower stays
         what is trained, saved and fingerprinted."""
+        if torch.is_grad_enabled():
+            return model
         precision = self.resolved_precision
         if precision in TORCH_INT8_PRECISIONS:
             kind, make = "int8_rows", quantize_rows
@@ -240,8 +242,6 @@ class BiEncoder(torch.nn.Module):
             kind = ONNX_QUANTIZATIONS[precision]
             make = functools.partial(OnnxTower, quantization=kind)
         else:
-            return model
-        if torch.is_grad_enabled():
             return model
         for other in [key for key in self._runtime if key[0] == id(model) and key[1] != kind]:
             del self._runtime[other]  # a live switch of precision keeps one copy of a tower, not two

@@ -2,12 +2,14 @@
 
 Every linear layer of a copy of the tower becomes :class:`RowInt8Linear`: its weights int8 with one
 scale per output channel, and at each call every input row (one word piece's activations) quantised on
-its own, symmetrically (scale = the row's max |x| / 127), before an int8 × int8 → int32 matrix product (``torch._int_mm``:
-oneDNN's VNNI kernels on a CPU that has them). A row's result depends on that row alone, and int32 sums are exact, so a mention's vector does not
-depend on what is batched with it (unlike ``"int8_dynamic"``'s per-batch scales), while the product is
-a real GEMM over the whole batch (unlike ``"int8"``'s block-wise kernels, tuned for few rows). The rest
-of the tower (embeddings, attention scores, layer norms, activations) stays fp32, and span pooling
-still computes the last layer at the pooled positions only. Figures: ``benchmarks/int8_rows.md``.
+its own, symmetrically (scale = the row's max |x| / 127), before an int8 × int8 → int32 matrix product
+(``torch._int_mm``: oneDNN's VNNI kernels on a CPU that has them). A row's result depends on that row
+alone, and int32 sums are exact, so a mention's vector does not depend on what is batched with it
+(unlike ``"int8_dynamic"``'s per-batch scales), while the product is a real GEMM over the whole batch
+(unlike ``"int8"``'s block-wise kernels, tuned for few rows). The rest of the tower (embeddings,
+attention scores, layer norms, activations) stays fp32, and span pooling still computes the last layer
+at the pooled positions only. Figures: ``benchmarks/int8_rows_nobf16_s51.md`` (linking),
+``benchmarks/index_rows_int8rows_s51.md`` (a KB's name rows).
 
 Symmetric rather than asymmetric rows (an offset per row, its term added back through the weights'
 sums): vectors a little further from fp32's (mean cosine 0.9979 vs 0.9990 for BC5CDR dev mentions) but
@@ -76,7 +78,7 @@ def quantize_rows(model: torch.nn.Module) -> torch.nn.Module:
         raise RuntimeError(f"precision 'int8_rows' needs exact int8 matrix products on this CPU (torch._int_mm with "
                            f"VNNI); torch {torch.__version__} here has none: use 'int8' or 'fp32'")
     twin = copy.deepcopy(model).eval()
-    for name, module in list(twin.named_modules()):
+    for module in list(twin.modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
                 setattr(module, child_name, RowInt8Linear(child))
