@@ -127,7 +127,15 @@ def test_precision_auto_follows_the_device(monkeypatch):
         assert precision.tower_precision(int8, torch.device("cpu")) == int8
         assert precision.tower_precision(int8, torch.device("cuda")) == "fp32"
     monkeypatch.setattr(precision, "cpu_has_vnni", lambda: False)
+    monkeypatch.setattr(precision, "cpu_has_avx2", lambda: True)
+    monkeypatch.setattr(precision, "int_mm_available", lambda: True)  # AVX2 alone: exact with 7-bit weights
+    assert precision.tower_precision("auto", torch.device("cpu")) == "int8_rows"
+    assert precision.search_precision("auto", torch.device("cpu")) == "fp32"  # no VNNI: no int8 screen
+    monkeypatch.setattr(precision, "int_mm_available", lambda: False)
     assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"  # torch links faster than onnx_fp32
+    monkeypatch.setattr(precision, "int_mm_available", lambda: True)
+    monkeypatch.setattr(precision, "cpu_has_avx2", lambda: False)  # not x86 (an ARM CPU): torch fp32
+    assert precision.tower_precision("auto", torch.device("cpu")) == "fp32"
     assert precision.index_precision("auto", torch.device("cpu"), "names") == "onnx_fp32"  # no VNNI: no int8
     assert precision.tower_precision("onnx_fp32", torch.device("cpu")) == "onnx_fp32"  # asked for explicitly: kept
     assert precision.search_precision("onnx_fp32", torch.device("cpu")) == "fp32"

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from spacy_pel.models.encoder import BiEncoder, Mention
-from spacy_pel.models.int8_rows import RowInt8Linear, int_mm_available, quantize_rows
+from spacy_pel.models.int8_rows import RowInt8Linear, RowQuantiser, int_mm_available, int_mm_weight_limit, quantize_rows
 from spacy_pel.models.precision import tower_precision
 
-needs_int_mm = pytest.mark.skipif(not int_mm_available(), reason="no exact int8 matrix product on this CPU (no VNNI)")
+needs_int_mm = pytest.mark.skipif(not int_mm_available(), reason="no exact int8 matrix product on this CPU (neither VNNI nor AVX2)")
 
 
 @needs_int_mm
@@ -18,13 +18,13 @@ def test_row_int8_linear_is_close_to_fp32_and_each_row_is_its_own():
     x = torch.randn(2, 5, 96)
     x[1, 2] *= 80  # one row with a far larger range: under a per-batch scale the others would lose precision
     x[0, 1] = 0.0  # an all-zero row: its scale must not divide by zero
-    quantised = RowInt8Linear(linear)
+    quantised = RowInt8Linear(linear, int_mm_weight_limit())
     with torch.no_grad():
         exact, y = linear(x), quantised(x)
         alone = torch.stack([torch.stack([quantised(x[b, t][None])[0] for t in range(5)]) for b in range(2)])
     assert y.shape == exact.shape
     cos = torch.nn.functional.cosine_similarity(y.reshape(-1, 40), exact.reshape(-1, 40), dim=1)
-    assert cos.min() > 0.999
+    assert cos.min() > (0.999 if int_mm_weight_limit() == 127 else 0.998)
     torch.testing.assert_close(y[0, 1], linear.bias.detach())  # a zero row: the bias alone
     assert torch.equal(alone, y)  # exact int32 sums and per-row scales: nothing depends on the other rows
 
@@ -34,13 +34,79 @@ def test_row_int8_linear_keeps_weights_as_int8_per_output_channel():
     linear = torch.nn.Linear(8, 3, bias=False)
     with torch.no_grad():
         linear.weight.copy_(torch.tensor([[1.0] * 8, [-0.5] * 8, [1000.0] + [1.0] * 7]))
-    quantised = RowInt8Linear(linear)
+    quantised = RowInt8Linear(linear, 127)
     assert quantised.weight_t.dtype == torch.int8 and quantised.weight_t.shape == (8, 3)
     # one scale per output channel: channel 2's large weight does not flatten channels 0 and 1
     assert quantised.weight_t[:, 0].tolist() == [127] * 8 and quantised.weight_t[:, 1].tolist() == [-127] * 8
+    assert RowInt8Linear(linear, 64).weight_t[:, :2].unique().tolist() == [-64, 64]  # AVX2's 7-bit weights
     with torch.no_grad():
-        out = quantised(torch.ones(1, 8))
+        out = RowInt8Linear(linear, int_mm_weight_limit())(torch.ones(1, 8))
     torch.testing.assert_close(out[0, :2], torch.tensor([8.0, -4.0]), rtol=1e-5, atol=1e-5)
+
+
+def test_the_weight_limit_is_the_widest_range_multiplied_exactly(monkeypatch):
+    """127 where full-range products are exact (VNNI), 64 where only 7-bit weights are (AVX2: u8 × s8 pairs
+    summed in 16 bits), none where neither; int8_rows refuses to build without one."""
+    from spacy_pel.models import int8_rows
+
+    for exact, want in (({127, 64}, 127), ({64}, 64), (set(), 0)):
+        monkeypatch.setattr(int8_rows, "_exact_at", lambda limit, exact=exact: limit in exact)
+        int8_rows.int_mm_weight_limit.cache_clear()
+        assert int8_rows.int_mm_weight_limit() == want and int8_rows.int_mm_available() == bool(want)
+    with pytest.raises(RuntimeError, match="exact int8 matrix products"):
+        quantize_rows(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+    int8_rows.int_mm_weight_limit.cache_clear()
+
+
+def test_a_saturating_product_is_not_taken_for_exact(monkeypatch):
+    """The probe itself: a product that saturates 16-bit pair sums (as AVX2's kernels do with full-range
+    weights) is found inexact at 127 and exact at 64."""
+    from spacy_pel.models import int8_rows
+
+    def saturating(a, b):
+        pairs = (a.long() + 128).reshape(a.shape[0], -1, 2, 1) * b.long().reshape(1, -1, 2, b.shape[1])
+        return pairs.sum(2).clamp(-32768, 32767).sum(1).sub(128 * b.long().sum(0)).int()
+
+    monkeypatch.setattr(torch, "_int_mm", saturating)
+    assert not int8_rows._exact_at(127) and int8_rows._exact_at(64)
+
+
+@needs_int_mm
+def test_query_key_and_value_quantise_their_shared_input_once(tiny_encoder_dir):
+    enc = BiEncoder.from_pretrained(tiny_encoder_dir)
+    twin = quantize_rows(enc.mention_model)
+    quantisers = {id(m.quantiser) for m in twin.modules() if isinstance(m, RowInt8Linear)}
+    assert len(quantisers) == 1  # one per copy
+    calls = []
+    quantiser = next(m.quantiser for m in twin.modules() if isinstance(m, RowInt8Linear))
+    original = RowQuantiser.__call__
+
+    def counted(self, x):
+        calls.append(x)
+        return original(self, x)
+
+    ids = torch.tensor([[101, 2000, 2001, 102]])
+    with torch.inference_mode():
+        RowQuantiser.__call__ = counted
+        try:
+            out = twin(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+        finally:
+            RowQuantiser.__call__ = original
+        quantiser.forget()
+        fresh = twin(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+    layers = enc.mention_model.config.num_hidden_layers
+    linears = sum(isinstance(m, RowInt8Linear) for m in twin.modules())  # 6 a layer, and the pooler's
+    assert len(calls) == linears and len({id(x) for x in calls}) == linears - 2 * layers  # q, k, v read one tensor
+    assert torch.equal(out, fresh)
+
+
+def test_the_quantiser_requantises_an_input_changed_in_place():
+    quantiser = RowQuantiser()
+    x = torch.randn(3, 8)
+    first = quantiser(x)[0].clone()
+    assert quantiser(x)[0] is quantiser(x)[0]  # the same tensor again: remembered
+    x.mul_(-1)  # changed in place: torch's version counter moved
+    assert torch.equal(quantiser(x)[0], -first)
 
 
 @needs_int_mm

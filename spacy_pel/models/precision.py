@@ -2,8 +2,8 @@
 ``"auto"`` precision resolved to bf16 where the hardware computes it natively (a CUDA device with bf16,
 a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — for encoding a KB on a CPU, fp32 run by ONNX
 Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's), or block-wise int8 for
-its name rows where the CPU has VNNI (:func:`index_precision`) —, and for the towers' linking int8 on a
-CPU with VNNI and no bf16 (``"int8_rows"``: torch's int8 products, activations quantised per row,
+its name rows where the CPU has VNNI (:func:`index_precision`) —, and for the towers' linking int8 on an
+x86 CPU without bf16 (``"int8_rows"``: torch's int8 products, activations quantised per row,
 :mod:`spacy_pel.models.int8_rows`). ``"int8"`` (block-wise, answers independent of batching),
 ``"int8_dynamic"`` (per-batch activation scales) and ``"onnx_fp32"`` are ONNX Runtime CPU paths
 (:mod:`spacy_pel.models.onnx_tower`); training always runs the torch towers.
@@ -61,6 +61,12 @@ def cpu_has_vnni() -> bool:
     return _cpu_has(VNNI_CPU_FLAGS)
 
 
+def cpu_has_avx2() -> bool:
+    """Whether this CPU has AVX2 (on which torch's int8 products are exact with 7-bit weights:
+    :func:`spacy_pel.models.int8_rows.int_mm_weight_limit`)."""
+    return _cpu_has(("avx2",))
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``"auto"`` → ``"bf16"`` on a CUDA device with bf16 or a CPU with bf16 units, else ``"fp32"``
     (``"int8"`` stays itself: :meth:`BiEncoder.runtime_model` applies it)."""
@@ -97,11 +103,12 @@ def index_precision(precision: str, device: torch.device, rows: str = "entities"
 def search_precision(precision: str, device: torch.device) -> str:
     """The precision of an exact KB search (``spacy_pel.retrieval.search``): :func:`resolve_precision`'s,
     except that ``"auto"`` on a CPU without bf16 units but with VNNI is ``"int8"`` (int8 candidates,
-    rescored exactly in float32: benchmarks/int8_search.md), and an int8 precision asked for stays
-    ``"int8"`` on a CPU (elsewhere: float32)."""
+    rescored exactly in float32: benchmarks/int8_search.md; without VNNI, float32), and an int8 precision
+    asked for stays ``"int8"`` on a CPU (elsewhere: float32)."""
     resolved = tower_precision(precision, device)
     if resolved in INT8_PRECISIONS:
-        return "int8"
+        # the int8 screen is ONNX Runtime's VNNI product; without VNNI, "auto" searches in float32
+        return "int8" if precision != "auto" or cpu_has_vnni() else "fp32"
     return "fp32" if resolved == "onnx_fp32" else resolved
 
 
@@ -112,10 +119,12 @@ def tower_precision(precision: str, device: torch.device) -> str:
       activations quantised per row: the pipeline's R@1 as fp32's, the same answers however mentions are
       batched, ~1.1× torch fp32's and ~1.25× block-wise ``"int8"``'s mentions/s on a simulated Xeon,
       benchmarks/int8_rows_nobf16_s51.md), or block-wise ``"int8"`` where torch has no int8 product;
-      on a CPU with neither it stays torch's fp32, which links faster than ``"onnx_fp32"`` (torch computes
-      the last layer at the pooled positions only; benchmarks/avx2_cpu_speed.md);
+      on a CPU with AVX2 and neither, ``"int8_rows"`` with 7-bit weights (exact there; +8–12% over torch
+      fp32, R@1 0.9308 vs 0.9315, benchmarks/int8_rows_avx2_s52.md), else torch's fp32, which links faster
+      than ``"onnx_fp32"`` (torch computes the last layer at the pooled positions only;
+      benchmarks/avx2_cpu_speed.md); not x86 (no AVX2 flag): fp32;
     * the ONNX Runtime paths (:data:`ONNX_QUANTIZATIONS`) and ``"int8_rows"`` are CPU paths: elsewhere
-      they run in fp32; ``"int8_rows"`` on a CPU without exact int8 products (no VNNI) runs block-wise
+      they run in fp32; ``"int8_rows"`` on a CPU without exact int8 products runs block-wise
       ``"int8"``, with a warning (a pipeline saved with it still links on another machine).
 
     ``"auto"`` never chooses ``"int8_dynamic"``, the fastest: it quantises activations per batch, so a
@@ -124,10 +133,12 @@ def tower_precision(precision: str, device: torch.device) -> str:
     resolved = resolve_precision(precision, device)
     if device.type != "cpu":
         return "fp32" if resolved in ONNX_QUANTIZATIONS or resolved in TORCH_INT8_PRECISIONS else resolved
-    if precision == "auto" and resolved == "fp32" and cpu_has_vnni():
-        return "int8_rows" if int_mm_available() else "int8"
+    if precision == "auto" and resolved == "fp32" and (cpu_has_vnni() or cpu_has_avx2()):
+        if int_mm_available():
+            return "int8_rows"
+        return "int8" if cpu_has_vnni() else "fp32"
     if resolved in TORCH_INT8_PRECISIONS and not int_mm_available():
-        warnings.warn("precision 'int8_rows' needs exact int8 matrix products (a CPU with VNNI); this one has "
+        warnings.warn("precision 'int8_rows' needs exact int8 matrix products (a CPU with VNNI or AVX2); this one has "
                       "none, so the towers run block-wise 'int8' (ONNX Runtime) instead", stacklevel=2)
         return "int8"
     return resolved

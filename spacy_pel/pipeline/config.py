@@ -61,8 +61,8 @@ class LinkerSettings:
     context_window: word pieces of a mention input. device: ``auto``, ``cpu``, ``cuda[:N]`` or ``mps``.
     precision: the encoder's inference precision, ``fp32``, ``bf16``, ``int8_rows``, ``int8``,
     ``int8_dynamic``, ``onnx_fp32`` or ``auto`` (bf16 where the device has bf16 units — BC5CDR dev R@1
-    unchanged, ~3× faster on such CPUs — else ``int8_rows`` on CPUs with VNNI, else fp32). ``int8_rows``
-    (CPU): torch's int8 products, weights per output channel, activations quantised per row, so no
+    unchanged, ~3× faster on such CPUs — else ``int8_rows`` on x86 CPUs (VNNI or AVX2), else fp32).
+    ``int8_rows`` (CPU): torch's int8 products, weights per output channel, activations quantised per row, so no
     answer depends on batching; R@1 as fp32's. ``int8`` (CPU): the same idea in ONNX Runtime's block-wise
     kernels (slower for a batch's many rows). ``int8_dynamic`` (CPU): activations quantised per batch —
     a few answers depend on what was batched together.
