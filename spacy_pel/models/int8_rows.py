@@ -85,7 +85,9 @@ class RowQuantiser:
 
 
 class RowInt8Linear(torch.nn.Module):
-    """``linear`` with int8 weights (per output channel) and int8 activations (per input row)."""
+    """``linear`` with int8 weights (per output channel, in ±``weight_limit``: 127, or 64 where this CPU
+    multiplies only 7-bit weights exactly — :func:`quantize_rows` picks it) and int8 activations (per input
+    row, by ``quantiser``, which the layers of one copy share)."""
 
     def __init__(self, linear: torch.nn.Linear, weight_limit: int = 127, quantiser: RowQuantiser | None = None):
         super().__init__()

@@ -1,7 +1,7 @@
 """Where and in which precision the towers run: the device (``"auto"``: CUDA when present), and
 ``"auto"`` precision resolved to bf16 where the hardware computes it natively (a CUDA device with bf16,
 a CPU with ``avx512_bf16`` / ``amx_bf16``), else fp32 — for encoding a KB on a CPU, fp32 run by ONNX
-Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's), or block-wise int8 for
+Runtime (``"onnx_fp32"``: the same vectors to ~1e-6, 10-17% faster than torch's), or int8 for
 its name rows where the CPU has VNNI (:func:`index_precision`) —, and for the towers' linking int8 on an
 x86 CPU without bf16 (``"int8_rows"``: torch's int8 products, activations quantised per row,
 :mod:`spacy_pel.models.int8_rows`). ``"int8"`` (block-wise, answers independent of batching),
