@@ -27,6 +27,7 @@ TORCH_INT8_PRECISIONS = ("int8_rows",)
 ONNX_QUANTIZATIONS = {"int8": "blockwise", "int8_dynamic": "dynamic", "onnx_fp32": "none"}
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 VNNI_CPU_FLAGS = ("avx512_vnni", "avx_vnni")
+AVX2_CPU_FLAGS = ("avx2",)
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -64,7 +65,7 @@ def cpu_has_vnni() -> bool:
 def cpu_has_avx2() -> bool:
     """Whether this CPU has AVX2 (on which torch's int8 products are exact with 7-bit weights:
     :func:`spacy_pel.models.int8_rows.int_mm_weight_limit`)."""
-    return _cpu_has(("avx2",))
+    return _cpu_has(AVX2_CPU_FLAGS)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
