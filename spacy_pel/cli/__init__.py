@@ -50,7 +50,26 @@ COMMANDS = {
     "bulk": bulk,
 }
 
-app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
+HELP = (
+    "Link biomedical entity mentions to knowledge-base ids (MeSH, MEDIC, an OBO ontology or your own KB) with a "
+    "bi-encoder in spaCy pipelines. These commands prepare corpora and KB indexes, train the models, and calibrate, "
+    "evaluate and run the pipelines.\n\n"
+    "Run python -m spacy_pel COMMAND --help for what a command reads and writes, with an example. In this "
+    "repository, spacy project run all runs the whole workflow, from the raw corpus and KB to a packaged pipeline "
+    "(project.yml); spacy project run demo builds, links and evaluates a bundled sample in a few minutes."
+)
+
+
+def summary(help_text: str) -> str:
+    """The first sentence of a command's help (its first paragraph up to the first full stop followed by a
+    space): what the command list shows beside the command's name."""
+    first = help_text.split("\n\n", 1)[0].strip()
+    end = first.find(". ")
+    return first if end < 0 else first[: end + 1]
+
+
+app = typer.Typer(add_completion=False, help=HELP, no_args_is_help=True)
 for _name, _module in COMMANDS.items():
     _info = _module.app.registered_commands[0]  # each module's app holds its one command
-    app.command(_name, context_settings=_info.context_settings, help=_module.app.info.help)(_info.callback)
+    app.command(_name, context_settings=_info.context_settings, help=_module.HELP,
+                short_help=summary(_module.HELP))(_info.callback)

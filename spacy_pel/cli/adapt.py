@@ -9,16 +9,23 @@ from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key 
 
 from ..kb import READERS
 from ..training.adapt import adapt
-from ..training.self_alignment import __doc__ as LIBRARY_DOC
 from ..training.self_alignment import adapt_retriever
 from ._errors import cli_errors, fail, require_file, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Teach an encoder a KB's own synonyms, with no annotated text needed.\n\n"
+    "Reads a KB file or folder (jsonl, mesh, medic or obo) and writes an encoder folder to use with build-kb, train or a "
+    "pipeline; an interrupted run resumes from OUTPUT.work/. --objective names trains on name pairs instead, and any config "
+    "setting can be overridden as --section.key value.\n\n"
+    "Example: python -m spacy_pel adapt assets/mesh --format mesh -o training/adapted --max-minutes 20"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 OBJECTIVES = ("retriever", "names")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
     ctx: typer.Context,

@@ -8,14 +8,20 @@ import spacy
 import typer
 
 from ..corpora import read_docbin
-from ..pipeline.aliases import __doc__ as LIBRARY_DOC
 from ..pipeline.aliases import mention_counts, write_aliases
 from ._errors import cli_errors, fail, require_file, require_writable_parent
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Count each gold mention's surface form per entity id, for the linker's alias table.\n\n"
+    "Reads one or more annotated .spacy corpora and writes a JSON table, given to spacy assemble as --paths.aliases: a mention "
+    "whose text was seen in annotated text is linked to that text's most frequent entity.\n\n"
+    "Example: python -m spacy_pel aliases corpus/bc5cdr_train.spacy --output training/aliases.json"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     corpora: List[Path] = typer.Argument(..., help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy)"),

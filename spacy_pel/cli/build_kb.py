@@ -9,16 +9,22 @@ import typer
 from ..kb import READERS
 from ..models.encoder import DEFAULT_ENCODER
 from ..retrieval.build import CHUNK, build_kb
-from ..retrieval.build import __doc__ as LIBRARY_DOC
 from ..retrieval.index import INDEX_KINDS
 from ..retrieval.ray_build import RayBuildError
 from ._errors import cli_errors, fail, ray_options
 from ._output import echo_json, echo_skipped
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Encode every entity of a KB file into an entity index folder that the linker searches.\n\n"
+    "Reads a KB in jsonl, mesh, medic or obo format and writes a KB folder of entity vectors; an interrupted build resumes "
+    "where it stopped. --add appends new entities without retraining, and --ray encodes on Ray Data workers.\n\n"
+    "Example: python -m spacy_pel build-kb --kb assets/mesh --format mesh --output kbs/mesh"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     kb: Path = typer.Option(None, "--kb", help="KB file (for --format mesh: the folder with both MeSH TSVs)"),

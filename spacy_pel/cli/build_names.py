@@ -8,15 +8,21 @@ import typer
 
 from ..retrieval.build import CHUNK
 from ..retrieval.names import INPUTS, MAX_LENGTH, build_names
-from ..retrieval.names import __doc__ as LIBRARY_DOC
 from ..retrieval.ray_build import RayBuildError
 from ._errors import cli_errors, fail, ray_options, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Encode every name and synonym of a KB's entities as its own row, for name-level search.\n\n"
+    "Reads a KB folder written by build-kb and writes a name index (default: KB/names) for the linker's name_rows rule, where "
+    "an entity scores by its best-matching name. Resumable, like build-kb.\n\n"
+    "Example: python -m spacy_pel build-names kbs/mesh --output kbs/mesh_names"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     kb: Path = typer.Argument(..., help="KB folder (from build-kb)"),

@@ -6,15 +6,22 @@ from typing import Optional
 
 import typer
 
-from ..bulk.run import __doc__ as LIBRARY_DOC
 from ..bulk.run import link_corpus
 from ._errors import cli_errors, fail, require_dir, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Link a large corpus on a Ray Data actor pool and write the mentions as Parquet files.\n\n"
+    "Reads a shard or a folder of shards (JSONL or Parquet with id and text, or PubTator) and a saved pipeline, and writes "
+    "mentions/*.parquet per shard, errors/ and summary.json into OUTPUT; a re-run skips finished shards. Needs Ray Data and "
+    "pyarrow installed.\n\n"
+    "Example: python -m spacy_pel bulk corpus/ linked/ --pipeline training/pipeline --workers 2 --batch-size 64"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     input: Path = typer.Argument(..., help="A shard or a folder of shards: JSONL / Parquet {id, text}, or PubTator"),

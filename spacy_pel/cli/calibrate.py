@@ -7,14 +7,23 @@ from typing import Optional
 import typer
 
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
-from ..evaluation.nil import __doc__ as LIBRARY_DOC
 from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Fit how a pipeline decides that a mention has no KB entity (NIL), and save it.\n\n"
+    "Reads a saved pipeline and a gold .spacy corpus with NIL mentions, chooses the NIL threshold with the best NIL F1 (--nil "
+    "classifier or classifier_pairs first fits a logistic model over the NIL evidence) and writes the calibrated pipeline to "
+    "--output; --plot saves the precision-recall curve. With --e2e, for a pipeline that finds its own mentions, the threshold "
+    "with the best strict end-to-end F1 on raw text is chosen instead.\n\n"
+    "Example: python -m spacy_pel calibrate training/pipeline corpus/bc5cdr_dev.spacy -o training/pipeline_calibrated --nil "
+    "classifier_pairs --max-r1-loss 0.01"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),

@@ -13,10 +13,18 @@ from ..id_map import read_id_map
 from ._errors import cli_errors, fail, require_file, require_writable_parent
 from ._output import echo_json, echo_skipped
 
-app = typer.Typer(add_completion=False, help=__doc__)
+HELP = (
+    "Convert annotated corpora into one spaCy .spacy file of linked gold mentions.\n\n"
+    "Reads PubTator, BioC XML or JSON, or .spacy files (several inputs go into one output) and writes a DocBin whose gold "
+    "mentions carry their KB ids, NIL for a mention with none. Prints counts of mentions, NIL, composite and unaligned mentions "
+    "as JSON; --labels keeps some mention types, --id-map rewrites ids of an older KB release.\n\n"
+    "Example: python -m spacy_pel convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     inputs: List[Path] = typer.Argument(

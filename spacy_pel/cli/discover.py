@@ -10,15 +10,22 @@ from spacy.util import filter_spans
 
 from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
-from ..discovery.cluster import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
 from ._errors import cli_errors, fail, require_file, require_pipeline_or_kb, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Cluster a corpus's gold mentions with the KB, giving new NIL:<n> ids to unlinked groups.\n\n"
+    "Reads a gold-span .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), and writes a .spacy corpus whose "
+    "mentions carry an entity id or a stable NIL cluster id, the gold ids kept in the pel_gold span group. Prints counts as "
+    "JSON, with ARI and NMI against the gold ids when the corpus has them.\n\n"
+    "Example: python -m spacy_pel discover corpus/dev.spacy out.spacy --kb kbs/mesh --threshold 0.5 --mention-margin 0.3"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     corpus: Path = typer.Argument(..., help="Gold-span .spacy corpus (from spacy_pel.convert)"),

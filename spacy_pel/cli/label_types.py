@@ -16,11 +16,20 @@ from ..retrieval.index import EntityIndex
 from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=__doc__)
+HELP = (
+    "Learn which KB types each span label can link to, for the linker's label_types rule.\n\n"
+    "Reads annotated .spacy corpora and their KB folder, keeps for each label the KB types that cover most of its gold "
+    "entities, and writes the map as JSON; with --config and --config-out it also writes a pipeline config with the map "
+    "inlined.\n\n"
+    "Example: python -m spacy_pel label-types corpus/train.spacy --kb kbs/medic -o training/label_types.json --config "
+    "configs/linker_rules.cfg --config-out training/linker_rules.cfg"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 LEARN = "learn"
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     corpora: List[Path] = typer.Argument(..., help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy)"),

@@ -6,15 +6,22 @@ from typing import List
 
 import typer
 
-from ..evaluation.okb import __doc__ as LIBRARY_DOC
 from ..evaluation.okb import make_okb
 from ._errors import cli_errors, require_dir, require_file, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Make an out-of-KB test set: remove KB branches and relabel their mentions NIL.\n\n"
+    "Reads a KB folder and .spacy corpora, removes the entities of the given MeSH tree branches (nothing is re-encoded), and "
+    "writes the reduced KB to OUTPUT/kb with the relabelled corpora beside it, to test how a pipeline handles entities its KB "
+    "lacks.\n\n"
+    "Example: python -m spacy_pel okb --kb kbs/mesh --remove C10 --corpus corpus/bc5cdr_dev.spacy -o corpus/okb_c10"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     kb: Path = typer.Option(..., "--kb", help="KB folder (from build_kb)"),

@@ -6,14 +6,22 @@ from typing import Optional
 
 import typer
 
-from ..pipeline.retarget import __doc__ as LIBRARY_DOC
 from ..pipeline.retarget import retarget
 from ._errors import cli_errors, require_dir, require_writable_parent
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Make a trained pipeline link against another KB, keeping its rules and settings.\n\n"
+    "Reads a saved pipeline and a KB folder from build-kb (with --names, that KB's name rows from build-names) and writes a "
+    "self-contained pipeline with the new KB and its encoder saved in it. Calibrate its NIL decision again on a corpus of the "
+    "new KB.\n\n"
+    "Example: python -m spacy_pel retarget training/pipeline_calibrated --kb kbs/onto --names kbs/onto_names -o "
+    "training/pipeline_onto"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     pipeline: Path = typer.Argument(..., help="A saved spaCy pipeline with pel_linker"),

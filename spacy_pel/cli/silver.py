@@ -12,14 +12,21 @@ from ..corpora import write_docbin
 from ..files import BadLines
 from ..kb import READERS, read_kb
 from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
-from ..training.silver import __doc__ as LIBRARY_DOC
 from ._errors import cli_errors, fail, require_writable_parent
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Find a KB's unambiguous names in raw text and write them as linked training mentions.\n\n"
+    "Reads raw text (.txt files, one document a line, or any corpus convert reads, its annotations unused) and a KB, and writes "
+    "a .spacy corpus of these silver mentions in context, training data for adapt --paths.train. --swap writes a share of them "
+    "with another synonym of their entity.\n\n"
+    "Example: python -m spacy_pel silver abstracts.txt --kb my_kb.jsonl --format jsonl -o corpus/silver.spacy --swap 0.5"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     texts: List[Path] = typer.Argument(..., help="Raw text: .txt files (one document a line) or corpora in any "

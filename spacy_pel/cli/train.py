@@ -10,12 +10,18 @@ from spacy.cli._util import (
 )
 
 from ..training.config_files import read_config
-from ..training.retriever import __doc__ as LIBRARY_DOC
 from ..training.retriever import train
 from ._errors import cli_errors, require_file
 from ._output import echo_json
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Train the retriever, the bi-encoder that links mentions, on an annotated corpus.\n\n"
+    "Reads a training config (configs/train_*.cfg) that names the .spacy corpora and the KB folder, and writes the best encoder "
+    "to OUTPUT/best and a resumable checkpoint to OUTPUT/last. Any config setting can be overridden as --section.key value.\n\n"
+    "Example: python -m spacy_pel train configs/train_pb_random.cfg --output training/retriever --training.max_steps 200"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 T = TypeVar("T")
 
 
@@ -36,7 +42,7 @@ def read_typed_config(cls: Type[T], ctx: typer.Context, config: Optional[Path], 
     return read_config(cls, config, overrides)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
     ctx: typer.Context,

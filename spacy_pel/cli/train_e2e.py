@@ -5,16 +5,23 @@ from pathlib import Path
 
 import typer
 
-from ..training.joint import __doc__ as LIBRARY_DOC
 from ..training.joint import train_e2e_seeds
 from ._errors import cli_errors
 from ._output import echo_json
 from .train import run_config
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Train the span model that lets a pipeline find its own mentions in raw text.\n\n"
+    "Reads a training config (configs/train_e2e.cfg) and trains the mention encoder, span scorer and label head together with "
+    "the linking loss; writes OUTPUT/best, a resumable OUTPUT/last and span_models.json. --seeds N trains N span models that "
+    "the span finder averages; settings can be overridden as --section.key value.\n\n"
+    "Example: python -m spacy_pel train-e2e configs/train_e2e.cfg --output training/e2e --seeds 2"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
     ctx: typer.Context,

@@ -8,16 +8,24 @@ import typer
 
 from ..retrieval.build import load_encoder
 from ..training.config_files import RerankerFile, train_reranker_from_config
-from ..training.reranker import __doc__ as LIBRARY_DOC
 from ._errors import cli_errors, require_file
 from ._output import echo_json
 from .train import read_typed_config
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Train a cross-encoder re-ranker on the retriever's own top candidates.\n\n"
+    "Reads a trained retriever, the KB folder built with it and a training .spacy corpus, and writes the re-ranker to "
+    "OUTPUT/best with a report on held-out mentions; a re-run resumes from OUTPUT/last (--restart starts over). Settings come "
+    "from --config or its defaults, and each flag overrides one.\n\n"
+    "Example: python -m spacy_pel train-reranker --config configs/train_reranker.cfg -o training/reranker --encoder "
+    "training/retriever/best --kb kbs/mesh --train corpus/train.spacy"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 D = RerankerFile()
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
     ctx: typer.Context,

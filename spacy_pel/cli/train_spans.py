@@ -8,16 +8,24 @@ import typer
 
 from ..retrieval.build import load_encoder
 from ..training.config_files import SpanScorerFile, train_spans_from_config
-from ..training.span_scorer import __doc__ as LIBRARY_DOC
 from ._errors import cli_errors
 from ._output import echo_json
 from .train import read_typed_config
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Train a span scorer that finds mentions, on frozen token vectors of an encoder.\n\n"
+    "Reads an encoder and training and dev .spacy corpora with gold spans, and writes OUTPUT/span_scorer.safetensors with a "
+    "report giving the span threshold chosen on dev. Only the scorer learns, so it is quick on a CPU; settings come from "
+    "--config or its defaults, and each flag overrides one.\n\n"
+    "Example: python -m spacy_pel train-spans --config configs/train_spans.cfg -o training/spans --encoder "
+    "training/retriever/best --train corpus/train.spacy --dev corpus/dev.spacy --epochs 4"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 D = SpanScorerFile()
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @cli_errors
 def main(
     ctx: typer.Context,

@@ -8,7 +8,6 @@ import typer
 
 from ..corpora import read_docbin
 from ..evaluation.visualize import AUTO_URL, link_docs, render
-from ..evaluation.visualize import __doc__ as LIBRARY_DOC
 from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
@@ -18,10 +17,18 @@ from ._errors import (
     require_writable_parent,
 )
 
-app = typer.Typer(add_completion=False, help=LIBRARY_DOC)
+HELP = (
+    "Link a corpus and write displaCy HTML whose entities link to their KB entries.\n\n"
+    "Reads a .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), links the first --limit documents and "
+    "writes one HTML file: each mention shows its id and NIL confidence, and hovering it shows its top candidates. "
+    "--url-template sets the link for your own KB.\n\n"
+    "Example: python -m spacy_pel visualize corpus/demo.spacy metrics/demo.html --pipeline training/demo_pipeline --limit 5"
+)
+
+app = typer.Typer(add_completion=False, help=HELP)
 
 
-@app.command()
+@app.command(help=HELP)
 @cli_errors
 def main(
     corpus: Path = typer.Argument(..., help=".spacy corpus whose entities are linked"),
