@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from spacy_pel.cli import COMMANDS, app
@@ -72,3 +73,17 @@ def test_top_level_help_lists_every_command_with_its_first_sentence():
     assert "python -m spacy_pel COMMAND --help" in shown and "spacy project run all" in shown
     for name, module in COMMANDS.items():
         assert f" {name} {flat(first_sentence(module.HELP))}" in shown, name
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_example_uses_only_the_command_s_own_options(name):
+    """Each option in the Example line is one the command has (or, for a command that takes config
+    overrides, a ``--section.key``), so an option renamed or removed fails here, not in a user's terminal."""
+    module = COMMANDS[name]
+    example = module.HELP.split("\n\n")[-1].split(f"python -m spacy_pel {name} ", 1)[1]
+    command = module.app.registered_commands[0]
+    params = typer.main.get_command(module.app).params
+    known = {opt for p in params for opt in (*p.opts, *p.secondary_opts)}
+    takes_overrides = bool((command.context_settings or {}).get("allow_extra_args"))
+    for option in re.findall(r"(?<!\S)(--?[A-Za-z][\w.-]*)", example):
+        assert option in known or (takes_overrides and "." in option), f"{name}: {option} is not an option of the command"
