@@ -51,14 +51,16 @@ DATASET_STEPS = ["convert", "build_kb", "label_types", "final_kb", "build_names"
                  "evaluate", "package", "train_e2e", "pipeline_e2e", "calibrate_e2e", "evaluate_e2e", "adapt",
                  "spacy_train", "spacy_evaluate"]
 # the BC5CDR + MeSH commands as they were before the vars (git show f4f8b11:project.yml); since final_kb
-# (issue 28 item 5) the name rows and the pipelines use kbs/mesh_final, the KB of the trained entity tower
+# (issue 28 item 5) the name rows and the pipelines use kbs/mesh_final, the KB of the trained entity tower; the
+# KB and name-index builds pass --force since session 53 (weasel re-runs a step only when its inputs changed, so
+# what it finds at the output is stale: without it, re-running `all` after retraining stopped at build_names)
 BC5CDR_MESH = {
     "convert": ["python -m spacy_pel.convert assets/bc5cdr/CDR_TrainingSet.PubTator.txt corpus/bc5cdr_train.spacy",
                 "python -m spacy_pel.convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"],
-    "build_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder all-MiniLM-L6-v2 --output kbs/mesh --device auto"],
+    "build_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder all-MiniLM-L6-v2 --output kbs/mesh --force --device auto"],
     "final_kb": ["python -m spacy_pel.build_kb --kb assets/mesh --format mesh --encoder training/retriever/best "
                  "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
-    "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --device auto"],
+    "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --force --device auto"],
     "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto --encoder.base all-MiniLM-L6-v2 "
               "--encoder.mention_max_length 32 --paths.kb kbs/mesh --training.epochs 3 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
@@ -180,7 +182,7 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
         "python -m spacy_pel.convert assets/ncbi-disease/NCBItrainset_corpus.txt corpus/ncbi_train.spacy --skip-bad-lines",
         "python -m spacy_pel.convert assets/ncbi-disease/NCBIdevelopset_corpus.txt corpus/ncbi_dev.spacy --skip-bad-lines"]
     assert commands["build_kb"]["script"] == ["python -m spacy_pel.build_kb --kb assets/ncbi-disease/medic_06Jul2012.txt "
-                                              "--format medic --encoder all-MiniLM-L6-v2 --output kbs/medic --device auto"]
+                                              "--format medic --encoder all-MiniLM-L6-v2 --output kbs/medic --force --device auto"]
     data = "--paths.train corpus/ncbi_train.spacy --paths.dev corpus/ncbi_dev.spacy"
     assert commands["train"]["script"][0].endswith(f"--paths.kb kbs/medic --training.epochs 3 --loss.name ce_cosine "
                                                    f"--negatives.hard_fraction 0.5 --training.lr 0.00005 {data}")
@@ -237,7 +239,7 @@ def test_retriever_epochs_var_and_a_users_own_epochs_override_it():
 def test_build_options_send_the_kb_and_name_rows_to_ray():
     commands, _ = render(ROOT, ["--vars.build_options", " --ray --workers 4"])
     assert commands["build_kb"]["script"] == [BC5CDR_MESH["build_kb"][0] + " --ray --workers 4"]
-    assert commands["build_names"]["script"][0].endswith("--output kbs/mesh_names --device auto --ray --workers 4")
+    assert commands["build_names"]["script"][0].endswith("--output kbs/mesh_names --force --device auto --ray --workers 4")
     assert commands["build_kb"]["outputs"] == ["kbs/mesh"]
 
 
@@ -323,6 +325,19 @@ def test_the_docs_example_through_all_and_e2e(recipe, tmp_path, tiny_encoder_dir
     assert "end to end on my corpus dev vs my catalogue" in (project / "metrics/mine/mine_dev_e2e.md").read_text()
     assert not [p for p in ("training/pipeline", "training/retriever", "metrics/bc5cdr_dev.json", "kbs/mesh", "corpus/bc5cdr_train.spacy")
                 if (project / p).exists()]
+    if recipe == "both":  # a user retrains (another seed): weasel re-runs the steps after train, and each replaces its stale output
+        extra[extra.index("--vars.train_overrides") + 1] += " --training.seed 1"
+        commands, _ = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
+        shutil.rmtree(project / "training/mine/retriever")
+        for step in ("train", "final_kb", "build_names"):
+            for line in commands[step]["script"]:
+                run_line(line)
+        retrained = EntityIndex.from_disk(project / "kbs/catalogue_final")
+        assert retrained.fingerprint != last.fingerprint
+        names = json.loads((project / "kbs/catalogue_names/build_report.json").read_text())
+        assert names["names_encoded"] == names["names"]  # encoded again by the retrained tower, none reused
+        meta = json.loads((project / "kbs/catalogue_names/meta.json").read_text())
+        assert meta["encoder_fingerprint"] == retrained.fingerprint
 
 
 def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatch):
