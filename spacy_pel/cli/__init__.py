@@ -71,5 +71,4 @@ def summary(help_text: str) -> str:
 app = typer.Typer(add_completion=False, help=HELP, no_args_is_help=True)
 for _name, _module in COMMANDS.items():
     _info = _module.app.registered_commands[0]  # each module's app holds its one command
-    app.command(_name, context_settings=_info.context_settings, help=_module.HELP,
-                short_help=summary(_module.HELP))(_info.callback)
+    app.command(_name, context_settings=_info.context_settings, help=_info.help, short_help=summary(_info.help))(_info.callback)

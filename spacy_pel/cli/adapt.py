@@ -21,7 +21,7 @@ HELP = (
     "Example: python -m spacy_pel adapt assets/mesh --format mesh -o training/adapted --max-minutes 20"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 OBJECTIVES = ("retriever", "names")
 
 

@@ -18,7 +18,7 @@ HELP = (
     "Example: python -m spacy_pel aliases corpus/bc5cdr_train.spacy --output training/aliases.json"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

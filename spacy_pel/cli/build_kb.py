@@ -21,7 +21,7 @@ HELP = (
     "Example: python -m spacy_pel build-kb --kb assets/mesh --format mesh --output kbs/mesh"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

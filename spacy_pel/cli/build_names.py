@@ -19,7 +19,7 @@ HELP = (
     "Example: python -m spacy_pel build-names kbs/mesh --output kbs/mesh_names"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

@@ -18,7 +18,7 @@ HELP = (
     "Example: python -m spacy_pel bulk corpus/ linked/ --pipeline training/pipeline --workers 2 --batch-size 64"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

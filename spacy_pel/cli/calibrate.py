@@ -20,7 +20,7 @@ HELP = (
     "classifier_pairs --max-r1-loss 0.01"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

@@ -21,7 +21,7 @@ HELP = (
     "Example: python -m spacy_pel convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

@@ -22,7 +22,7 @@ HELP = (
     "Example: python -m spacy_pel discover corpus/dev.spacy out.spacy --kb kbs/mesh --threshold 0.5 --mention-margin 0.3"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

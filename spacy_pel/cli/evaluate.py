@@ -31,7 +31,7 @@ HELP = (
     "corpus/bc5cdr_train.spacy --markdown metrics/bc5cdr_dev.md"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 @app.command(help=HELP)
 @cli_errors

@@ -25,7 +25,7 @@ HELP = (
     "configs/linker_rules.cfg --config-out training/linker_rules.cfg"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 LEARN = "learn"
 
 

@@ -18,7 +18,7 @@ HELP = (
     "Example: python -m spacy_pel okb --kb kbs/mesh --remove C10 --corpus corpus/bc5cdr_dev.spacy -o corpus/okb_c10"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

@@ -18,7 +18,7 @@ HELP = (
     "training/pipeline_onto"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

@@ -23,7 +23,7 @@ HELP = (
     "Example: python -m spacy_pel silver abstracts.txt --kb my_kb.jsonl --format jsonl -o corpus/silver.spacy --swap 0.5"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)

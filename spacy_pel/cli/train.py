@@ -21,7 +21,7 @@ HELP = (
     "Example: python -m spacy_pel train configs/train_pb_random.cfg --output training/retriever --training.max_steps 200"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 T = TypeVar("T")
 
 

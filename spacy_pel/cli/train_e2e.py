@@ -18,7 +18,7 @@ HELP = (
     "Example: python -m spacy_pel train-e2e configs/train_e2e.cfg --output training/e2e --seeds 2"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -21,7 +21,7 @@ HELP = (
     "training/retriever/best --kb kbs/mesh --train corpus/train.spacy"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 D = RerankerFile()
 
 

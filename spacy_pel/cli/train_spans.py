@@ -21,7 +21,7 @@ HELP = (
     "training/retriever/best --train corpus/train.spacy --dev corpus/dev.spacy --epochs 4"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 D = SpanScorerFile()
 
 

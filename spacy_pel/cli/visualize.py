@@ -25,7 +25,7 @@ HELP = (
     "Example: python -m spacy_pel visualize corpus/demo.spacy metrics/demo.html --pipeline training/demo_pipeline --limit 5"
 )
 
-app = typer.Typer(add_completion=False, help=HELP)
+app = typer.Typer(add_completion=False)
 
 
 @app.command(help=HELP)
