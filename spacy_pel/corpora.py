@@ -216,6 +216,8 @@ class ConversionStats:
     left_out_by_label: Dict[str, int] = field(default_factory=dict)
     # mentions whose gold ids an id map rewrote (convert --id-map), by old id
     remapped: Dict[str, int] = field(default_factory=dict)
+    # gold ids whose namespace prefix was removed (convert --strip-id-prefix), by prefix
+    prefix_stripped: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}

@@ -5,7 +5,8 @@ for one KB).
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
 ``.spacy`` a DocBin, anything else PubTator. ``labels`` keeps the mentions of those types only (BC5CDR's
 diseases beside a disease corpus); the others are counted as ``left_out_by_label``, never silently lost.
-``id_map`` rewrites gold ids annotated against an older KB release (:mod:`.id_map`), counted as ``remapped``.
+``id_map`` rewrites gold ids annotated against an older KB release (:mod:`.id_map`), counted as ``remapped``,
+after ``strip_prefixes`` has removed a namespace the KB's ids lack (``UMLS:``), counted as ``prefix_stripped``.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from .corpora import (
     read_pubtator,
     write_docbin,
 )
-from .id_map import map_ids
+from .id_map import map_ids, strip_prefixes
 
 FORMATS = ("pubtator", "bioc-xml", "bioc-json", "spacy")
 _BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".spacy": "spacy"}
@@ -49,10 +50,11 @@ def corpus_format(path: PathLike, format: Optional[str] = None) -> str:
 
 def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, stats: Optional[ConversionStats] = None,
                 bad_lines: Optional[files.BadLines] = None, labels: Optional[Collection[str]] = None,
-                id_map: Optional[Dict[str, str]] = None) -> Iterator[Doc]:
+                id_map: Optional[Dict[str, str]] = None, strip: Sequence[str] = ()) -> Iterator[Doc]:
     """The gold docs of one corpus file in any supported format; counts go to ``stats``. With ``labels``,
     only mentions of those types are kept (the others counted in ``stats.left_out_by_label``); with
-    ``id_map``, gold ids are rewritten (:func:`.id_map.map_ids`, counted in ``stats.remapped``)."""
+    ``strip``, those prefixes are removed from gold ids (:func:`.id_map.strip_prefixes`), then with
+    ``id_map`` they are rewritten (:func:`.id_map.map_ids`, counted in ``stats.remapped``)."""
     stats = stats if stats is not None else ConversionStats()
     keep = None if labels is None else set(labels)
     path = Path(path)
@@ -63,8 +65,8 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
         for doc in read_docbin(nlp, path):
             if keep is not None:
                 _keep_labels(doc, keep, stats)
-            if id_map:
-                _map_gold_ids(doc, id_map, stats)
+            if id_map or strip:
+                _map_gold_ids(doc, id_map or {}, strip, stats)
             stats.docs += 1
             spans = gold_spans(doc)
             stats.mentions += len(spans)
@@ -84,9 +86,9 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
                 if ann.type not in keep:
                     stats.left_out_by_label[ann.type] = stats.left_out_by_label.get(ann.type, 0) + 1
             pdoc.annotations = [a for a in pdoc.annotations if a.type in keep]
-        if id_map:
+        if id_map or strip:
             for ann in pdoc.annotations:
-                ann.ids = map_ids(ann.ids, id_map, stats.remapped)
+                ann.ids = _rewrite(ann.ids, id_map or {}, strip, stats)
         yield make_doc(nlp, pdoc, stats)
 
 
@@ -99,10 +101,15 @@ def _keep_labels(doc: Doc, keep: set, stats: ConversionStats) -> None:
     set_gold_spans(doc, [s for s in spans if s.label_ in keep])
 
 
-def _map_gold_ids(doc: Doc, id_map: Dict[str, str], stats: ConversionStats) -> None:
-    """Rewrite the gold ids of ``doc`` (a ``.spacy`` input) through ``id_map``."""
+def _rewrite(ids: List[str], id_map: Dict[str, str], strip: Sequence[str], stats: ConversionStats) -> List[str]:
+    """A mention's gold ids without the ``strip`` prefixes, then through ``id_map``."""
+    return map_ids(strip_prefixes(ids, strip, stats.prefix_stripped), id_map, stats.remapped)
+
+
+def _map_gold_ids(doc: Doc, id_map: Dict[str, str], strip: Sequence[str], stats: ConversionStats) -> None:
+    """Rewrite the gold ids of ``doc`` (a ``.spacy`` input): ``strip`` prefixes removed, then ``id_map``."""
     set_gold_spans(doc, [Span(doc, s.start, s.end, label=s.label_,
-                               kb_id=ID_SEP.join(map_ids(gold_ids(s.kb_id_), id_map, stats.remapped)))
+                               kb_id=ID_SEP.join(_rewrite(gold_ids(s.kb_id_), id_map, strip, stats)))
                           for s in gold_spans(doc)])
 
 
@@ -114,14 +121,15 @@ def set_gold_spans(doc: Doc, spans: List[Span]) -> None:
 
 def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "en", skip_bad_lines: bool = False,
                     format: Optional[str] = None, labels: Optional[Collection[str]] = None,
-                    id_map: Optional[Dict[str, str]] = None) -> dict:
+                    id_map: Optional[Dict[str, str]] = None, strip_id_prefixes: Sequence[str] = ()) -> dict:
     """Convert ``inputs`` (each PubTator, BioC XML/JSON or .spacy; ``format`` for all of them, else by
     extension) into one ``.spacy`` file, documents in input order; returns the conversion statistics.
 
     Every input is read before anything is written: a malformed one stops with its location and writes
     nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted. With
     ``labels``, mentions of other types are left out and counted by type; with ``id_map`` (from
-    :func:`.id_map.read_id_map`), gold ids of an older KB release become the current ones.
+    :func:`.id_map.read_id_map`), gold ids of an older KB release become the current ones, after
+    ``strip_id_prefixes`` are removed from them (``["UMLS:"]``).
     """
     if not inputs:
         raise files.InputError("no corpus to convert")
@@ -131,7 +139,7 @@ def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "e
     bad = files.BadLines() if skip_bad_lines else None
     docs: List[Doc] = []
     for path, fmt in zip(inputs, formats):
-        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels, id_map))
+        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels, id_map, tuple(strip_id_prefixes)))
     if labels is not None and not stats.mentions and stats.left_out_by_label:
         found = ", ".join(f"{n} {t}" for t, n in sorted(stats.left_out_by_label.items()))
         raise files.InputError(f"no mention has a type in labels {sorted(labels)}; the corpora have {found}")

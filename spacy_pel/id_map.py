@@ -12,10 +12,14 @@ and no pipeline can link them. ``convert --id-map FILE`` rewrites such gold ids 
 * a malformed line, an old id mapped twice to different ids, or a map whose targets are themselves
   mapped (a chain) is refused with its ``FILE:LINE``;
 * the counts of mentions changed, by old id, are part of the conversion statistics.
+
+``convert --strip-id-prefix PREFIX`` (:func:`strip_prefixes`) removes a namespace a corpus writes before
+its ids and the KB does not (MedMentions' ``UMLS:C0027051`` against a UMLS KB's ``C0027051``, PubTator3's
+``MESH:D003920`` against MeSH's ``D003920``), before the id map is applied.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from . import files
 from .corpora import NIL
@@ -67,3 +71,17 @@ def map_ids(ids: List[str], mapping: Dict[str, str], counts: Optional[Dict[str, 
             out.append(new)
     kept = [i for i in out if i != NIL]
     return kept or [NIL]
+
+
+def strip_prefixes(ids: List[str], prefixes: Sequence[str], counts: Optional[Dict[str, int]] = None) -> List[str]:
+    """A mention's gold ids with the first of ``prefixes`` each starts with removed (an id that is the
+    prefix alone stays as it is); each id stripped is counted in ``counts``, by prefix."""
+    out: List[str] = []
+    for i in ids:
+        prefix = next((p for p in prefixes if i.startswith(p) and len(i) > len(p)), None)
+        if prefix is not None:
+            i = i[len(prefix):]
+            if counts is not None:
+                counts[prefix] = counts.get(prefix, 0) + 1
+        out.append(i)
+    return out

@@ -54,8 +54,8 @@ def test_an_unregistered_format_is_refused_naming_the_known_ones(tmp_path, tsv_f
 
 
 def test_the_builtin_formats_keep_their_order_and_names():
-    assert list(READERS)[:4] == ["jsonl", "mesh", "medic", "obo"]
-    assert "nope" not in READERS and len(READERS) >= 4
+    assert list(READERS)[:5] == ["jsonl", "mesh", "medic", "obo", "umls"]
+    assert "nope" not in READERS and len(READERS) >= 5
     with pytest.raises(KeyError):
         READERS["nope"]
 
@@ -83,4 +83,4 @@ def test_a_format_from_an_installed_package_entry_point(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "['jsonl', 'medic', 'mesh', 'names', 'obo']", "[('N0', 'Lithium'), ('N2', 'Fever')]"]
+        "['jsonl', 'medic', 'mesh', 'names', 'obo', 'umls']", "[('N0', 'Lithium'), ('N2', 'Fever')]"]

@@ -17,6 +17,7 @@ GOOD = {
     "mesh": "D000001\tCalcimycin\tA-23187\tD03.633.100\t\n",
     "medic": "D000001||Calcimycin|A-23187\n",
     "obo": "format-version: 1.2\n\n[Term]\nid: X:1\nname: alpha\n",
+    "umls": "C0000001|ENG|P|L0000001|PF|S0000001|Y|A0000001||M0001||MSH|PT|D000001|alpha|0|N|256|\n",
 }
 
 
@@ -39,7 +40,8 @@ def refused(path: Path, format: str, line: int, fragment: str = "") -> KBFormatE
 def test_non_utf8_byte_names_file_and_line(tmp_path, format):
     good = GOOD[format].encode("utf8")
     bad = {"jsonl": b'{"id": "B", "name": "caf\xe9"}\n', "mesh": b"D000002\tcaf\xe9\t\tD03\t\n",
-           "medic": b"D000002||caf\xe9\n", "obo": b"synonym: \"caf\xe9\" EXACT []\n"}[format]
+           "medic": b"D000002||caf\xe9\n", "obo": b"synonym: \"caf\xe9\" EXACT []\n",
+           "umls": b"C0000002|ENG|P|L1|PF|S1|Y|A2||M2||MSH|PT|D2|caf\xe9|0|N|256|\n"}[format]
     path = write(tmp_path, f"kb.{format}", good + bad)
     line = good.count(b"\n") + 1
     refused(path, format, line, "not UTF-8 text (byte 0xe9 at column")
@@ -134,6 +136,8 @@ PIECES = {
     "medic": ["D000001", "||", "|", "OMIM:1", "123", "#", "name", " ", "\r", "\n", "MESH:D1"],
     "obo": ["[Term]", "[Typedef]", "[Term", "id: X:1", "name: n", "synonym: ", '"s"', " EXACT []", "def: ",
             "is_obsolete: true", "namespace: ns", "!", ":", "\r", "\n", "\n", " ! c"],
+    "umls": ["C0000001", "C0000002", "|", "||", "ENG", "FRE", "P", "S", "PF", "VC", "Y", "N", "O", "MSH", "name", "\x00",
+             "\r", "\n", " "],
 }
 
 

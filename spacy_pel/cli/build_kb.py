@@ -16,7 +16,7 @@ from ._output import echo_json, echo_skipped
 
 HELP = (
     "Encode every entity of a KB file into an entity index folder that the linker searches.\n\n"
-    "Reads a KB in jsonl, mesh, medic or obo format and writes a KB folder of entity vectors; an interrupted build resumes "
+    "Reads a KB in jsonl, mesh, medic, obo or umls format and writes a KB folder of entity vectors; an interrupted build resumes "
     "where it stopped. --add appends new entities without retraining, and --ray encodes on Ray Data workers.\n\n"
     "Example: python -m spacy_pel build-kb --kb assets/mesh --format mesh --output kbs/mesh"
 )
@@ -27,7 +27,7 @@ app = typer.Typer(add_completion=False)
 @app.command(help=HELP)
 @cli_errors
 def main(
-    kb: Path = typer.Option(None, "--kb", help="KB file (for --format mesh: the folder with both MeSH TSVs)"),
+    kb: Path = typer.Option(None, "--kb", help="KB file (for --format mesh: the folder with both MeSH TSVs; umls: the META folder or its MRCONSO.RRF)"),
     output: Path = typer.Option(..., "--output", "-o", help="KB folder to write (or extend, with --add)"),
     format: str = typer.Option("jsonl", "--format", "-f", help=f"KB format: {', '.join(READERS)}"),
     encoder: str = typer.Option(DEFAULT_ENCODER, "--encoder", help="Encoder folder or Hugging Face name/path"),

@@ -17,7 +17,8 @@ HELP = (
     "Convert annotated corpora into one spaCy .spacy file of linked gold mentions.\n\n"
     "Reads PubTator, BioC XML or JSON, or .spacy files (several inputs go into one output) and writes a DocBin whose gold "
     "mentions carry their KB ids, NIL for a mention with none. Prints counts of mentions, NIL, composite and unaligned mentions "
-    "as JSON; --labels keeps some mention types, --id-map rewrites ids of an older KB release.\n\n"
+    "as JSON; --labels keeps some mention types, --id-map rewrites ids of an older KB release, --strip-id-prefix removes a "
+    "namespace the KB's ids lack (UMLS: for MedMentions against a UMLS KB).\n\n"
     "Example: python -m spacy_pel convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"
 )
 
@@ -46,6 +47,10 @@ def main(
         None, "--id-map", help="Tab-separated OLD_ID<TAB>NEW_ID lines: gold ids of an older KB release rewritten to the "
         "current ones (NEW_ID NIL: retired); the mentions changed are counted, by old id"
     ),
+    strip_id_prefix: Optional[List[str]] = typer.Option(
+        None, "--strip-id-prefix", help="Remove this prefix from gold ids that start with it, before --id-map (repeat for "
+        "several; e.g. UMLS: for MedMentions against a UMLS KB, MESH: for PubTator3 exports against MeSH)"
+    ),
 ):
     """Convert annotated corpora; prints counts of mentions, NIL, composite, overlapping and unaligned
     mentions, and of the relations left out (by type)."""
@@ -69,7 +74,7 @@ def main(
         require_file(id_map, "id map")
         mapping = read_id_map(id_map)
     stats = convert_corpora(inputs, output, lang, skip_bad_lines=skip_bad_lines, format=format, labels=labels or None,
-                            id_map=mapping)
+                            id_map=mapping, strip_id_prefixes=strip_id_prefix or ())
     echo_json(stats)
     if stats["relations_skipped"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(stats["relations_skipped"].items()))
@@ -77,6 +82,9 @@ def main(
     echo_skipped(stats)
     if stats["remapped"]:
         typer.echo(f"{sum(stats['remapped'].values())} mention(s) of {len(stats['remapped'])} old id(s) rewritten by the id map", err=True)
+    if stats["prefix_stripped"]:
+        stripped = ", ".join(f"{n} {prefix}" for prefix, n in sorted(stats["prefix_stripped"].items()))
+        typer.echo(f"gold ids with a prefix removed: {stripped}", err=True)
     if stats["unaligned"]:
         typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow", err=True)
 
