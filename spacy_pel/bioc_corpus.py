@@ -197,7 +197,7 @@ def read_bioc(path: PathLike, format: Optional[str] = None, bad_lines: Optional[
 
 def pubtator_to_bioc(pdocs: List[PubTatorDoc]) -> bioc.BioCCollection:
     """A BioC collection of PubTator documents (a title passage at 0 and an abstract passage after it,
-    or one passage when the title is not known; ids joined by ``|``, NIL as ``-1``; the relations left
+    or one ``text`` passage when the title is not known; ids joined by ``|``, NIL as ``-1``; the relations left
     out, as relations of their type without nodes)."""
     collection = bioc.BioCCollection()
     collection.source, collection.key = "spacy_pel", "pubtator"
@@ -205,7 +205,8 @@ def pubtator_to_bioc(pdocs: List[PubTatorDoc]) -> bioc.BioCCollection:
         document = bioc.BioCDocument()
         document.id = pdoc.pmid
         cut = pdoc.title_length if pdoc.title_length is not None else len(pdoc.text)
-        for offset, text, kind in ((0, pdoc.text[:cut], "title"), (cut + 1, pdoc.text[cut + 1 :], "abstract")):
+        first = "title" if pdoc.title_length is not None else "text"
+        for offset, text, kind in ((0, pdoc.text[:cut], first), (cut + 1, pdoc.text[cut + 1 :], "abstract")):
             if offset > len(pdoc.text):
                 continue
             passage = bioc.BioCPassage()

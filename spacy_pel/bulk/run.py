@@ -22,13 +22,11 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-import spacy
-
 from .. import files
 from ..retrieval.ray_build import connect
 from . import output as out
 from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk, split_chunk
-from .worker import LinkWorker, mention_finders
+from .worker import LinkWorker, check_mention_source
 
 log = logging.getLogger(__name__)
 ACTOR_RESTARTS = 2  # an actor process that dies (OOM, segfault) is started again …
@@ -37,20 +35,8 @@ BATCH_RETRIES = 1  # … and the batch it held is run once more
 
 def check_pipeline(pipeline: Path, shards: List[Shard]) -> None:
     """Refuse a pipeline that cannot find mentions in raw-text shards (before starting anything)."""
-    if not (pipeline / "config.cfg").is_file():
-        raise files.InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
-    try:
-        finds_own, finders = mention_finders(spacy.util.load_config(pipeline / "config.cfg", interpolate=True))
-    except ValueError as err:
-        raise files.InputError(f"pipeline {pipeline}: {err}") from err
     raw = [s for s in shards if s.format != "pubtator"]
-    if raw and not finds_own and not finders:
-        raise files.InputError(
-            f"{raw[0].path} is raw text ({{id, text}}), but pipeline {pipeline} cannot find mentions in it: it has "
-            "no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder; "
-            "give PubTator input with the mentions, or a pipeline with an NER or spacy_pel.mentions.span_finder.v1")
-    if finds_own and len(raw) < len(shards):
-        log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")
+    check_mention_source(pipeline, raw[0].path if raw else None, given=len(raw) < len(shards))
 
 
 def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker: int, batch_size: int,

@@ -11,6 +11,7 @@ come back linked. Each output item is one document: its mention rows as JSON, co
 from __future__ import annotations
 
 import json
+import logging
 import time
 import traceback
 from pathlib import Path
@@ -22,8 +23,10 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..corpora import Annotation, PubTatorDoc, make_doc
+from ..files import InputError
 from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, find_linker, load_pipeline
 
+log = logging.getLogger(__name__)
 SPAN_FINDER = "spacy_pel.mentions.span_finder.v1"
 ATTEMPTS_ALONE = 2
 
@@ -57,6 +60,25 @@ def mention_finders(config) -> Tuple[bool, List[str]]:
         if any(a == wanted or a.startswith(wanted + "[") or (wanted == "doc.spans" and a.startswith("doc.spans")) for a in assigns):
             found.append(name)
     return mentions.get("@misc") == SPAN_FINDER, found
+
+
+def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> None:
+    """Refuse a pipeline that cannot find mentions in raw text (``raw``: the path of an input of raw text,
+    if any) before anything is linked; warn that the spans of ``given`` (annotated) input are not used
+    when ``pel_linker`` finds its own."""
+    if not (pipeline / "config.cfg").is_file():
+        raise InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
+    try:
+        finds_own, finders = mention_finders(spacy.util.load_config(pipeline / "config.cfg", interpolate=True))
+    except ValueError as err:
+        raise InputError(f"pipeline {pipeline}: {err}") from err
+    if raw is not None and not finds_own and not finders:
+        raise InputError(
+            f"{raw} is raw text ({{id, text}}), but pipeline {pipeline} cannot find mentions in it: it has "
+            "no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder; "
+            "give PubTator input with the mentions, or a pipeline with an NER or spacy_pel.mentions.span_finder.v1")
+    if finds_own and given:
+        log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")
 
 
 def mention_rows(doc: Doc, doc_id: str, linker: PELLinker) -> List[dict]:

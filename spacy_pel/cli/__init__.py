@@ -19,6 +19,7 @@ from . import (
     discover,
     evaluate,
     label_types,
+    link,
     okb,
     retarget,
     silver,
@@ -47,11 +48,12 @@ COMMANDS = {
     "retarget": retarget,
     "discover": discover,
     "visualize": visualize,
+    "link": link,
     "bulk": bulk,
 }
 
 HELP = (
-    "Link biomedical entity mentions to knowledge-base ids (MeSH, MEDIC, an OBO ontology or your own KB) with a "
+    "Link biomedical entity mentions to knowledge-base ids (MeSH, UMLS, MEDIC, an OBO ontology or your own KB) with a "
     "bi-encoder in spaCy pipelines. These commands prepare corpora and KB indexes, train the models, and calibrate, "
     "evaluate and run the pipelines.\n\n"
     "Run python -m spacy_pel COMMAND --help for what a command reads and writes, with an example. In this "

@@ -1,0 +1,125 @@
+"""Linked documents written as files other tools read: JSON lines, PubTator, BioC XML or BioC JSON.
+
+* ``jsonl``: one document a line, ``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id,
+  score, confidence, candidates: [{id, name, score}]}]}`` — everything the linker set;
+* ``pubtator``: ``ID|t|title``, ``ID|a|abstract`` and ``ID<TAB>start<TAB>end<TAB>text<TAB>label<TAB>kb_id``
+  lines, ``-1`` for NIL (BC5CDR's convention: what its evaluation scripts and ``convert`` read). A document
+  whose title is not known (JSON lines input) is written whole as its title, with an empty abstract, so
+  the offsets stay those of its text; line breaks in a text become spaces (the same length);
+* ``bioc-xml`` / ``bioc-json`` (PyPI ``bioc``): a passage per title and abstract (one when the title is not
+  known), an annotation per mention with the ``type`` and ``identifier`` infons ``convert`` reads
+  (``-1`` for NIL) and the linker's ``confidence``, ``score`` and ``name`` (its entity's KB name).
+
+Every file is written atomically: a run that stops leaves the previous file or none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import bioc
+
+from .. import files
+from ..bioc_corpus import pubtator_to_bioc
+from ..corpora import NIL, Annotation, PubTatorDoc
+
+OUTPUT_FORMATS = ("jsonl", "pubtator", "bioc-xml", "bioc-json")
+_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".pubtator": "pubtator", ".txt": "pubtator", ".xml": "bioc-xml",
+              ".json": "bioc-json"}
+PUBTATOR_NIL = "-1"
+_PUBTATOR_BAD_ID = ("|", "\t", "\n", "\r")
+
+
+@dataclass
+class LinkedDoc:
+    """One linked document: its id and text, the title's length when the input had a title (PubTator,
+    BioC), and one row per mention (:func:`spacy_pel.bulk.worker.mention_rows`)."""
+
+    doc_id: str
+    text: str
+    title_length: Optional[int] = None
+    rows: List[dict] = field(default_factory=list)
+
+
+def output_format(path: files.PathLike, format: Optional[str] = None) -> str:
+    """``format`` if given (checked), else the one of ``path``'s extension."""
+    if format is not None:
+        if format not in OUTPUT_FORMATS:
+            raise files.InputError(f"unknown output format {format!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
+        return format
+    found = _BY_SUFFIX.get(Path(path).suffix.lower())
+    if found is None:
+        raise files.InputError(f"{path}: name the output .jsonl, .pubtator (or .txt), .xml (BioC) or .json (BioC), "
+                               f"or give --output-format ({', '.join(OUTPUT_FORMATS)})")
+    return found
+
+
+def _ids(kb_id: str, nil_label: str) -> List[str]:
+    return [NIL] if kb_id in (nil_label, NIL, "") else [kb_id]
+
+
+def _pubtator_doc(doc: LinkedDoc, nil_label: str) -> PubTatorDoc:
+    annotations = [Annotation(r["start_char"], r["end_char"], r["text"], r["label"], _ids(r["kb_id"], nil_label))
+                   for r in doc.rows]
+    return PubTatorDoc(doc.doc_id, doc.text, annotations, title_length=doc.title_length)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and tabs as spaces (PubTator is line- and tab-separated; same length)."""
+    return text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
+
+
+def pubtator_lines(doc: LinkedDoc, nil_label: str) -> List[str]:
+    """The PubTator lines of one linked document (no blank line after it)."""
+    if any(c in doc.doc_id for c in _PUBTATOR_BAD_ID) or not doc.doc_id:
+        raise files.InputError(f"document id {doc.doc_id!r} cannot be a PubTator id (empty, or with '|', a tab or a line break)")
+    text = _one_line(doc.text)
+    cut = doc.title_length if doc.title_length is not None else len(text)
+    lines = [f"{doc.doc_id}|t|{text[:cut]}", f"{doc.doc_id}|a|{text[cut + 1:]}"]
+    for r in doc.rows:
+        ids = "|".join(PUBTATOR_NIL if i == NIL else i for i in _ids(r["kb_id"], nil_label))
+        lines.append(f"{doc.doc_id}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{ids}")
+    return lines
+
+
+def bioc_collection(docs: Sequence[LinkedDoc], nil_label: str) -> bioc.BioCCollection:
+    """The BioC collection of linked documents (see the module's docstring)."""
+    collection = pubtator_to_bioc([_pubtator_doc(d, nil_label) for d in docs])
+    collection.source, collection.key = "spacy_pel", "linked"
+    for document, doc in zip(collection.documents, docs):
+        annotations: Dict[str, bioc.BioCAnnotation] = {a.id: a for p in document.passages for a in p.annotations}
+        for i, row in enumerate(doc.rows):
+            infons = annotations[f"T{i}"].infons
+            top = row["candidates"][0] if row["candidates"] else None
+            if row["confidence"] is not None:
+                infons["confidence"] = f"{row['confidence']:.4f}"
+            if row["score"] is not None:
+                infons["score"] = f"{row['score']:.4f}"
+            if top is not None and top["id"] == row["kb_id"]:
+                infons["name"] = top["name"]
+    return collection
+
+
+def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, nil_label: str = NIL) -> None:
+    """Write linked documents to ``path`` in ``format`` (:data:`OUTPUT_FORMATS`), atomically."""
+    if format not in OUTPUT_FORMATS:
+        raise files.InputError(f"unknown output format {format!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
+    if format == "jsonl":
+        files.write_jsonl(({"id": d.doc_id, "text": d.text,
+                            "mentions": [{k: v for k, v in r.items() if k != "doc_id"} for r in d.rows]} for d in docs), path)
+        return
+    if format == "pubtator":
+        lines = [line for d in docs for line in (*pubtator_lines(d, nil_label), "")]
+
+        def write(tmp: Path) -> None:
+            tmp.write_text("\n".join(lines) + "\n" if lines else "", encoding="utf8")
+    else:
+        collection = bioc_collection(docs, nil_label)
+        dump = bioc.biocxml.dump if format == "bioc-xml" else bioc.biocjson.dump
+
+        def write(tmp: Path) -> None:
+            with tmp.open("w", encoding="utf8") as fp:
+                dump(collection, fp)
+    files.atomic_write(path, write)
+

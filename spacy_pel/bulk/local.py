@@ -1,0 +1,106 @@
+"""Link one corpus file in this process and write it as JSON lines, PubTator or BioC: :func:`link_file`
+(``python -m spacy_pel link``), the small-scale counterpart of :func:`.run.link_corpus` (no Ray, one
+output file in a format other tools read: :mod:`.linked_formats`).
+
+Input, by ``format`` or the file's extension:
+
+* PubTator (``.txt``, ``.pubtator``, any other), BioC XML (``.xml``) or BioC JSON (``.json``): the
+  mentions are given: they are linked (their ids in the file are not read), read as ``convert`` reads
+  a corpus (a malformed line stops the run with its ``FILE:LINE``, or is skipped and counted);
+* JSON lines (``.jsonl``, ``.ndjson``) or Parquet (``.parquet``) of ``{id, text}``: raw text, whose
+  mentions the pipeline's NER or span finder finds (a pipeline that has neither is refused), read as
+  a ``bulk`` shard is read.
+
+The documents are linked in batches by :class:`.worker.LinkWorker` (given spans become ``doc.ents``
+and the pipeline's own NER is left out, as in ``bulk``) with every torch thread of this process.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import files
+from ..bioc_corpus import read_bioc
+from ..corpora import PubTatorDoc, read_pubtator
+from .linked_formats import LinkedDoc, output_format, write_linked
+from .shards import Shard, plan_chunks, read_chunk
+from .worker import LinkWorker, check_mention_source
+
+INPUT_FORMATS = ("pubtator", "bioc-xml", "bioc-json", "jsonl", "parquet")
+_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+ALL_DOCS = 1 << 62  # one chunk holds the whole file
+
+
+def input_format(path: files.PathLike, format: Optional[str] = None) -> str:
+    """``format`` if given (checked), else the one of ``path``'s extension (PubTator by default)."""
+    if format is not None:
+        if format not in INPUT_FORMATS:
+            raise files.InputError(f"unknown input format {format!r}; choose one of {', '.join(INPUT_FORMATS)}")
+        return format
+    return _BY_SUFFIX.get(Path(path).suffix.lower(), "pubtator")
+
+
+def _annotated_items(docs: List[PubTatorDoc]) -> List[Tuple[dict, Optional[int]]]:
+    return [({"doc_id": d.pmid, "text": d.text, "error": "",
+              "spans": json.dumps([[a.start, a.end, a.type] for a in d.annotations])}, d.title_length) for d in docs]
+
+
+def read_documents(path: Path, format: str, bad_lines: Optional[files.BadLines] = None) -> List[Tuple[dict, Optional[int]]]:
+    """``(item, title length)`` of every document of ``path`` (an item as :class:`.worker.LinkWorker` links
+    it: ``doc_id``, ``text`` and the given ``spans``, or ``""`` for raw text). A malformed document raises
+    its ``FILE:LINE``, or with ``bad_lines`` is recorded there and left out."""
+    if format == "pubtator":
+        return _annotated_items(read_pubtator(path, bad_lines))
+    if format in ("bioc-xml", "bioc-json"):
+        return _annotated_items(read_bioc(path, format, bad_lines))
+    (chunk,) = plan_chunks(Shard(str(path), path.name, format), ALL_DOCS) or [None]
+    items = [] if chunk is None else list(read_chunk(chunk.as_item()))
+    kept = []
+    for item in items:
+        if item["error"]:  # already "FILE:LINE: reason" (a Parquet row: "FILE#rowN: reason")
+            if bad_lines is None:
+                raise files.InputError(item["error"])
+            bad_lines.add(files.InputError(item["error"]))
+            continue
+        kept.append((item, None))
+    if not kept:
+        raise files.InputError(f"{path}: no document to link" + (f" ({bad_lines.count} malformed skipped)" if bad_lines else ""))
+    return kept
+
+
+def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.PathLike, *, format: Optional[str] = None,
+              output_format_name: Optional[str] = None, batch_size: int = 1000, skip_bad_lines: bool = False,
+              progress: bool = True) -> dict:
+    """Link every document of ``input`` with the saved ``pipeline`` and write them to ``output`` (see the
+    module's docstring), with a progress bar (documents, and mentions/s) unless ``progress`` is false. Returns the counts:
+    documents, mentions, NIL, malformed lines skipped, seconds and mentions/s of the linking."""
+    input, output, pipeline = Path(input), Path(output), Path(pipeline)
+    if not input.is_file():
+        raise FileNotFoundError(f"input not found: {input}" if not input.exists() else f"input {input} is not a file")
+    fmt, out_fmt = input_format(input, format), output_format(output, output_format_name)
+    raw = fmt in ("jsonl", "parquet")
+    check_mention_source(pipeline, str(input) if raw else None, given=not raw)
+    bad = files.BadLines() if skip_bad_lines else None
+    documents = read_documents(input, fmt, bad)
+    worker = LinkWorker(str(pipeline), threads=torch.get_num_threads(), batch_size=batch_size)
+    linked: List[LinkedDoc] = []
+    started, mentions = time.perf_counter(), 0
+    with tqdm(total=len(documents), desc="linking", unit=" docs", disable=not progress) as bar:
+        for i in range(0, len(documents), batch_size):
+            batch = documents[i : i + batch_size]
+            for (item, title), rows in zip(batch, worker.link([item for item, _ in batch])):
+                linked.append(LinkedDoc(item["doc_id"], item["text"], title, rows))
+                mentions += len(rows)
+            bar.update(len(batch))
+            bar.set_postfix(mentions_per_s=round(mentions / max(time.perf_counter() - started, 1e-9)))
+    seconds = time.perf_counter() - started
+    write_linked(linked, output, out_fmt, worker.nil)
+    return {"input": str(input), "format": fmt, "output": str(output), "output_format": out_fmt, "docs": len(linked),
+            "mentions": mentions, "nil": sum(r["kb_id"] == worker.nil for d in linked for r in d.rows),
+            "skipped_lines": bad.count if bad else 0, "skipped_examples": list(bad.examples) if bad else [],
+            "seconds": round(seconds, 2), "mentions_per_s": round(mentions / seconds, 1) if seconds > 0 else None}

@@ -1,0 +1,59 @@
+"""``python -m spacy_pel link``: the command line over :func:`spacy_pel.bulk.local.link_file`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..bulk.linked_formats import OUTPUT_FORMATS
+from ..bulk.local import INPUT_FORMATS, link_file
+from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+from ._output import echo_json, echo_skipped
+
+HELP = (
+    "Link the mentions of one corpus file and write them as JSON lines, PubTator or BioC.\n\n"
+    "Reads PubTator or BioC XML/JSON (the mentions given are linked) or JSON lines / Parquet of id and text (the "
+    "pipeline's NER or span finder finds the mentions), links them in this process with a saved pipeline, and writes "
+    "OUTPUT in the format of its extension: .jsonl (every candidate and score), .pubtator or .txt (NIL as -1, what "
+    "BC5CDR's evaluation reads), .xml or .json (BioC). For a large corpus on many machines, use bulk.\n\n"
+    "Example: python -m spacy_pel link assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt linked/dev.pubtator --pipeline "
+    "training/pipeline_calibrated"
+)
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command(help=HELP)
+@cli_errors
+def main(
+    input: Path = typer.Argument(..., help="Corpus file: PubTator, BioC (.xml, .json), JSON lines (.jsonl) or Parquet of {id, text}"),
+    output: Path = typer.Argument(..., help="Output file: .jsonl, .pubtator / .txt, .xml (BioC) or .json (BioC)"),
+    pipeline: Path = typer.Option(..., "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    format: Optional[str] = typer.Option(None, "--format", help=f"Input format ({'|'.join(INPUT_FORMATS)}); default: by extension"),
+    output_format: Optional[str] = typer.Option(None, "--output-format", help=f"Output format ({'|'.join(OUTPUT_FORMATS)}); "
+                                                "default: by extension"),
+    batch_size: int = typer.Option(1000, "--batch-size", help="Documents linked per call of the pipeline (fewer: a finer progress "
+                                    "bar, but slower: the linker batches the open mentions of a call)"),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Leave out malformed documents (counted and "
+                                        "listed) instead of stopping at the first"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="A progress bar with documents and mentions/s"),
+):
+    """Link the documents of INPUT and write OUTPUT; prints the counts as JSON."""
+    require_file(input, "input")
+    require_dir(pipeline, "pipeline", "config.cfg")
+    require_writable_parent(output, "output")
+    if output.is_dir():
+        fail(f"output {output} is a folder; give a file name")
+    if output.resolve() == input.resolve():
+        fail(f"output {output} is the input; give another file name")
+    if batch_size < 1:
+        fail("--batch-size must be at least 1")
+    stats = link_file(input, output, pipeline, format=format, output_format_name=output_format, batch_size=batch_size,
+                      skip_bad_lines=skip_bad_lines, progress=progress)
+    echo_json(stats)
+    echo_skipped(stats)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,159 @@
+"""``python -m spacy_pel link``: one corpus file linked in this process and written as JSON lines, PubTator or
+BioC (spacy_pel.bulk.local, spacy_pel.bulk.linked_formats), with the tiny BERT and an entity ruler as NER.
+
+What must hold: the ids written are those ``nlp.pipe`` gives the same documents (whatever the batch size);
+PubTator and BioC output read back by ``convert``'s readers give the same mentions with the linked ids
+(NIL as -1); raw text needs a pipeline that finds mentions; a malformed document names its line."""
+import json
+from pathlib import Path
+
+import bioc
+import pytest
+import spacy
+from typer.testing import CliRunner
+
+from spacy_pel.bioc_corpus import read_bioc
+from spacy_pel.bulk.linked_formats import LinkedDoc, pubtator_lines
+from spacy_pel.bulk.local import link_file
+from spacy_pel.cli.link import app
+from spacy_pel.corpora import NIL, pubtator_to_docs, read_pubtator
+from spacy_pel.files import InputError
+from spacy_pel.pipeline.linker import configure_linker
+
+PUBTATOR = """\
+11|t|Lithium carbonate and atrial flutter.
+11|a|A newborn on warfarin had tricuspid regurgitation; aspirin was stopped.
+11\t0\t17\tLithium carbonate\tChemical\tD1
+11\t22\t36\tatrial flutter\tDisease\tD3
+11\t51\t59\twarfarin\tChemical\tD5
+11\t64\t87\ttricuspid regurgitation\tDisease\t-1
+11\t89\t96\taspirin\tChemical\tD4
+
+12|t|Flutter after aspirin.
+12|a|No lithium carbonate was given.
+12\t0\t7\tFlutter\tDisease\tD3
+12\t14\t21\taspirin\tChemical\tD4
+12\t26\t43\tlithium carbonate\tChemical\tD1
+"""
+RAW = [{"id": "a1", "text": "Warfarin and aspirin\nwith atrial flutter."}, {"id": "a2", "text": "No mention here."},
+       {"id": "a3", "text": "Lithium carbonate: tricuspid regurgitation."}]
+PATTERNS = [{"label": "Chemical", "pattern": [{"LOWER": w} for w in term.split()]} for term in
+            ("lithium carbonate", "warfarin", "aspirin")] + \
+           [{"label": "Disease", "pattern": [{"LOWER": w} for w in term.split()]} for term in
+            ("atrial flutter", "tricuspid regurgitation")]
+
+
+def save_pipeline(kb_dir: Path, path: Path, ner: bool) -> Path:
+    """pel_linker over the tiny KB (with an entity ruler before it when ``ner``), a NIL threshold at the
+    median top score, so that some mentions are NIL and some are not."""
+    nlp = spacy.blank("en")
+    if ner:
+        nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3})
+    docs = list(pubtator_to_docs(nlp, write(path.parent / "scores.txt", PUBTATOR)))
+    scores = sorted(e._.pel_candidates[0][2] for d in nlp.pipe(docs) for e in d.ents)
+    configure_linker(nlp, threshold=scores[len(scores) // 2])
+    nlp.to_disk(path)
+    return path
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf8")
+    return path
+
+
+@pytest.fixture
+def pipelines(kb_dir, tmp_path):
+    return save_pipeline(kb_dir, tmp_path / "with_ner", True), save_pipeline(kb_dir, tmp_path / "linker_only", False)
+
+
+def expected_ids(pipeline: Path, corpus: Path):
+    """The kb_ids ``nlp.pipe`` gives the corpus's gold mentions (the path ``evaluate`` takes)."""
+    nlp = spacy.load(pipeline)
+    docs = list(pubtator_to_docs(nlp, corpus))
+    return [[e.kb_id_ for e in d.ents] for d in nlp.pipe(docs, disable=[n for n in nlp.pipe_names if n != "pel_linker"])]
+
+
+def test_pubtator_in_pubtator_out_has_the_mentions_and_the_ids_nlp_pipe_gives(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    stats = link_file(corpus, tmp_path / "out.pubtator", pipelines[0], batch_size=1, progress=False)
+    assert (stats["docs"], stats["mentions"], stats["format"], stats["output_format"]) == (2, 8, "pubtator", "pubtator")
+    gold, out = read_pubtator(corpus), read_pubtator(tmp_path / "out.pubtator")
+    assert [(d.pmid, d.text, d.title_length) for d in out] == [(d.pmid, d.text, d.title_length) for d in gold]
+    assert [[(a.start, a.end, a.text, a.type) for a in d.annotations] for d in out] == \
+        [[(a.start, a.end, a.text, a.type) for a in d.annotations] for d in gold]  # the given mentions, not the ruler's
+    expected = expected_ids(pipelines[0], corpus)
+    written = [[a.ids[0] for a in d.annotations] for d in out]
+    assert written == [["NIL" if i == NIL else i for i in doc] for doc in expected]
+    assert 0 < stats["nil"] < 8 and stats["nil"] == sum(i == NIL for doc in written for i in doc)
+    lines = (tmp_path / "out.pubtator").read_text(encoding="utf8").splitlines()
+    assert sum(line.endswith("\t-1") for line in lines) == stats["nil"]  # NIL as BC5CDR writes it
+    link_file(corpus, tmp_path / "again.pubtator", pipelines[0], batch_size=1000, progress=False)
+    assert (tmp_path / "again.pubtator").read_text() == (tmp_path / "out.pubtator").read_text()
+
+
+@pytest.mark.parametrize("suffix, format", [(".xml", "bioc-xml"), (".json", "bioc-json")])
+def test_bioc_output_reads_back_as_convert_reads_bioc(pipelines, tmp_path, suffix, format):
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    link_file(corpus, tmp_path / f"out{suffix}", pipelines[1], progress=False)
+    back = read_bioc(tmp_path / f"out{suffix}", format)
+    assert [d.text for d in back] == [d.text for d in read_pubtator(corpus)]
+    assert [[a.ids for a in d.annotations] for d in back] == [[[i] for i in doc] for doc in expected_ids(pipelines[1], corpus)]
+    with open(tmp_path / f"out{suffix}", encoding="utf8") as fp:
+        collection = (bioc.biocxml if format == "bioc-xml" else bioc.biocjson).load(fp)
+    infons = [a.infons for p in collection.documents[0].passages for a in p.annotations]
+    assert [p.infons["type"] for p in collection.documents[0].passages] == ["title", "abstract"]
+    assert all(0 <= float(i["confidence"]) <= 1 and "score" in i for i in infons)
+    assert all(("name" in i) == (i["identifier"] != "-1") for i in infons)
+
+
+def test_raw_jsonl_in_jsonl_out_with_the_pipelines_ner(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.jsonl", "".join(json.dumps(r) + "\n" for r in RAW))
+    stats = link_file(corpus, tmp_path / "out.jsonl", pipelines[0], progress=False)
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf8").splitlines()]
+    nlp = spacy.load(pipelines[0])
+    direct = [[(e.start_char, e.end_char, e.label_, e.kb_id_) for e in d.ents] for d in nlp.pipe(r["text"] for r in RAW)]
+    assert [r["id"] for r in records] == ["a1", "a2", "a3"] and [r["text"] for r in records] == [r["text"] for r in RAW]
+    assert [[(m["start_char"], m["end_char"], m["label"], m["kb_id"]) for m in r["mentions"]] for r in records] == direct
+    assert [len(d) for d in direct] == [3, 0, 2] and stats["mentions"] == 5
+    assert all(len(m["candidates"]) == 3 and m["candidates"][0]["score"] == m["score"] for r in records for m in r["mentions"])
+    # the same raw text as PubTator: written whole as the title (line breaks as spaces), offsets unchanged
+    link_file(corpus, tmp_path / "out.pubtator", pipelines[0], progress=False)
+    back = read_pubtator(tmp_path / "out.pubtator")
+    assert [d.text[: len(r["text"])] for d, r in zip(back, RAW)] == [r["text"].replace("\n", " ") for r in RAW]
+    assert [[(a.start, a.end, a.type) for a in d.annotations] for d in back] == [[m[:3] for m in doc] for doc in direct]
+
+
+def test_raw_text_needs_a_pipeline_that_finds_mentions(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.jsonl", json.dumps(RAW[0]) + "\n")
+    with pytest.raises(InputError, match="is raw text .* cannot find mentions in it"):
+        link_file(corpus, tmp_path / "out.jsonl", pipelines[1], progress=False)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_malformed_document_names_its_line_or_is_skipped_and_counted(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.jsonl", json.dumps(RAW[0]) + "\n{not json\n" + json.dumps({"text": "no id"}) + "\n"
+                   + json.dumps(RAW[2]) + "\n")
+    with pytest.raises(InputError, match=rf"^{corpus}:2: not a JSON line"):
+        link_file(corpus, tmp_path / "out.jsonl", pipelines[0], progress=False)
+    stats = link_file(corpus, tmp_path / "out.jsonl", pipelines[0], skip_bad_lines=True, progress=False)
+    assert stats["docs"] == 2 and stats["skipped_lines"] == 2
+    assert stats["skipped_examples"][0].startswith(f"{corpus}:2:") and stats["skipped_examples"][1].startswith(f"{corpus}:3:")
+    bad = write(tmp_path / "bad.txt", PUBTATOR.replace("11\t22\t36\tatrial flutter", "11\t22\t37\tatrial flutter"))
+    with pytest.raises(InputError, match=rf"^{bad}:4: "):
+        link_file(bad, tmp_path / "out.pubtator", pipelines[0], progress=False)
+
+
+def test_pubtator_refuses_an_id_it_cannot_hold():
+    with pytest.raises(InputError, match="cannot be a PubTator id"):
+        pubtator_lines(LinkedDoc("a|b", "text"), NIL)
+
+
+def test_cli_links_and_prints_its_counts_and_refuses_an_unknown_output_suffix(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "out.jsonl"), "--pipeline", str(pipelines[0]),
+                                      "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["mentions"] == 8
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "out.csv"), "--pipeline", str(pipelines[0])])
+    assert result.exit_code == 2 and "give --output-format" in result.stderr and "Traceback" not in result.output
