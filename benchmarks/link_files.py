@@ -2,7 +2,9 @@
 saved pipeline into PubTator, BioC XML and JSON lines, each by the command in a fresh process.
 
 For each output: the command's wall time (load included) and its own linking rate; R@1 of the ids
-written against the gold ids of the in-KB mentions (what ``evaluate`` reports for the same pipeline);
+written against the gold ids of the in-KB mentions (an in-KB mention the NIL decision calls NIL is a
+miss here, while ``evaluate``'s R@1 ranks the candidates before that decision: the two differ by the
+in-KB mentions called NIL);
 whether the output reads back (``read_pubtator`` / ``read_bioc``) with the input's documents, text and
 mention offsets; and whether the three outputs carry the same ids.
 
