@@ -124,6 +124,20 @@ def test_raw_jsonl_in_jsonl_out_with_the_pipelines_ner(pipelines, tmp_path):
     assert [[(a.start, a.end, a.type) for a in d.annotations] for d in back] == [[m[:3] for m in doc] for doc in direct]
 
 
+def test_pubtator_without_any_mention_is_raw_text_for_the_pipelines_ner(pipelines, tmp_path):
+    """Abstracts as PubMed exports them (PubTator with no annotation lines): the NER finds the mentions."""
+    titles = "\n".join(line for line in PUBTATOR.splitlines() if "|t|" in line or "|a|" in line or not line)
+    corpus = write(tmp_path / "abstracts.txt", titles + "\n")
+    assert not any(d.annotations for d in read_pubtator(corpus))
+    link_file(corpus, tmp_path / "out.pubtator", pipelines[0], progress=False)
+    nlp = spacy.load(pipelines[0])
+    direct = [[(e.start_char, e.end_char, e.label_) for e in nlp(d.text).ents] for d in read_pubtator(corpus)]
+    out = read_pubtator(tmp_path / "out.pubtator")
+    assert [[(a.start, a.end, a.type) for a in d.annotations] for d in out] == direct and sum(map(len, direct)) == 7
+    with pytest.raises(InputError, match="abstracts.txt is raw text .* cannot find mentions in it"):
+        link_file(corpus, tmp_path / "none.pubtator", pipelines[1], progress=False)
+
+
 def test_raw_text_needs_a_pipeline_that_finds_mentions(pipelines, tmp_path):
     corpus = write(tmp_path / "in.jsonl", json.dumps(RAW[0]) + "\n")
     with pytest.raises(InputError, match="is raw text .* cannot find mentions in it"):

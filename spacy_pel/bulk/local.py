@@ -6,7 +6,8 @@ Input, by ``format`` or the file's extension:
 
 * PubTator (``.txt``, ``.pubtator``, any other), BioC XML (``.xml``) or BioC JSON (``.json``): the
   mentions are given: they are linked (their ids in the file are not read), read as ``convert`` reads
-  a corpus (a malformed line stops the run with its ``FILE:LINE``, or is skipped and counted);
+  a corpus (a malformed line stops the run with its ``FILE:LINE``, or is skipped and counted); a file
+  without any mention is raw text, as below;
 * JSON lines (``.jsonl``, ``.ndjson``) or Parquet (``.parquet``) of ``{id, text}``: raw text, whose
   mentions the pipeline's NER or span finder finds (a pipeline that has neither is refused), read as
   a ``bulk`` shard is read.
@@ -46,8 +47,12 @@ def input_format(path: files.PathLike, format: Optional[str] = None) -> str:
 
 
 def _annotated_items(docs: List[PubTatorDoc]) -> List[Tuple[dict, Optional[int]]]:
+    """Items of PubTator / BioC documents: their mentions given, or raw text when no document of the file
+    has a mention (abstracts as PubMed exports them: the pipeline finds the mentions)."""
+    given = any(d.annotations for d in docs)
     return [({"doc_id": d.pmid, "text": d.text, "error": "",
-              "spans": json.dumps([[a.start, a.end, a.type] for a in d.annotations])}, d.title_length) for d in docs]
+              "spans": json.dumps([[a.start, a.end, a.type] for a in d.annotations]) if given else ""}, d.title_length)
+            for d in docs]
 
 
 def read_documents(path: Path, format: str, bad_lines: Optional[files.BadLines] = None) -> List[Tuple[dict, Optional[int]]]:
@@ -83,10 +88,10 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
     if not input.is_file():
         raise FileNotFoundError(f"input not found: {input}" if not input.exists() else f"input {input} is not a file")
     fmt, out_fmt = input_format(input, format), output_format(output, output_format_name)
-    raw = fmt in ("jsonl", "parquet")
-    check_mention_source(pipeline, str(input) if raw else None, given=not raw)
     bad = files.BadLines() if skip_bad_lines else None
     documents = read_documents(input, fmt, bad)
+    raw = not documents[0][0]["spans"]
+    check_mention_source(pipeline, str(input) if raw else None, given=not raw)
     worker = LinkWorker(str(pipeline), threads=torch.get_num_threads(), batch_size=batch_size)
     linked: List[LinkedDoc] = []
     started, mentions = time.perf_counter(), 0

@@ -74,7 +74,7 @@ def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> Non
         raise InputError(f"pipeline {pipeline}: {err}") from err
     if raw is not None and not finds_own and not finders:
         raise InputError(
-            f"{raw} is raw text ({{id, text}}), but pipeline {pipeline} cannot find mentions in it: it has "
+            f"{raw} is raw text (no mentions given), but pipeline {pipeline} cannot find mentions in it: it has "
             "no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder; "
             "give PubTator input with the mentions, or a pipeline with an NER or spacy_pel.mentions.span_finder.v1")
     if finds_own and given:
