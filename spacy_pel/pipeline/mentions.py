@@ -101,25 +101,36 @@ def docs_per_pass(batch_size: int) -> int:
 
 
 class DocSpans:
-    """Link the spans a doc already has: ``doc.ents`` or ``doc.spans[spans_key]``."""
+    """Link the spans a doc already has: ``doc.ents`` or ``doc.spans[spans_key]`` — with ``labels``, only
+    the spans of those labels (the others are left as they are: another linker, with another KB, can link
+    them; each linker's candidates and confidence stay on its own spans)."""
 
     label_from_kb = False  # found spans (no label of their own) take their entity's type
 
-    def __init__(self, spans_key: Optional[str] = None):
+    def __init__(self, spans_key: Optional[str] = None, labels: Optional[Sequence[str]] = None, name: str = "ents"):
         if spans_key is not None and (not isinstance(spans_key, str) or not spans_key):
             raise ValueError(f"spacy_pel.mentions.span_group.v1: `spans_key` must be a non-empty string, not {spans_key!r}")
+        if labels is not None and (isinstance(labels, str) or not all(isinstance(x, str) and x for x in labels)):
+            raise ValueError(f"spacy_pel.mentions.{name}.v1: `labels` must be a list of span labels, e.g. "
+                             f"[\"Chemical\"], not {labels!r}")
         self.spans_key = spans_key
+        self.labels = None if labels is None else frozenset(labels)
 
     def spans(self, doc: Doc) -> Sequence[Span]:
-        return doc_spans(doc, self.spans_key)
+        found = doc_spans(doc, self.spans_key)
+        return found if self.labels is None else [s for s in found if s.label_ in self.labels]
 
     def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Found:
         return Found([[(s.start, s.end, s.label) for s in self.spans(d)] for d in docs])
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
-        """Put the linked spans on the doc; False if there was nothing to write."""
+        """Put the linked spans on the doc (in place of the spans they were made from, the others kept
+        as they are when ``labels`` leaves some out); False if there was nothing to write."""
         if not spans:
             return False
+        if self.labels is not None:
+            linked = iter(spans)
+            spans = [next(linked) if s.label_ in self.labels else s for s in doc_spans(doc, self.spans_key)]
         if self.spans_key is None:
             doc.ents = spans  # fresh Span objects: kb_id_ set on doc.ents' copies would not stick
         else:
@@ -322,15 +333,16 @@ def learn_labels(docs: Sequence[Doc], index: EntityIndex) -> Dict[str, str]:
 
 
 @registry.misc("spacy_pel.mentions.ents.v1")
-def ents_mentions() -> DocSpans:
-    """Link ``doc.ents``."""
-    return DocSpans(None)
+def ents_mentions(labels: Optional[List[str]] = None) -> DocSpans:
+    """Link ``doc.ents`` (with ``labels``: those of these labels only; e.g. one linker per KB)."""
+    return DocSpans(None, labels, "ents")
 
 
 @registry.misc("spacy_pel.mentions.span_group.v1")
-def span_group_mentions(spans_key: str) -> DocSpans:
-    """Link ``doc.spans[spans_key]`` (overlapping spans allowed); results go back to the same group."""
-    return DocSpans(spans_key)
+def span_group_mentions(spans_key: str, labels: Optional[List[str]] = None) -> DocSpans:
+    """Link ``doc.spans[spans_key]`` (overlapping spans allowed; with ``labels``, those of these labels
+    only); results go back to the same group."""
+    return DocSpans(spans_key, labels, "span_group")
 
 
 @registry.misc("spacy_pel.mentions.span_finder.v1")

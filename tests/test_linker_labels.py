@@ -1,0 +1,88 @@
+"""Several KBs in one pipeline: ``spacy_pel.mentions.ents.v1`` / ``span_group.v1`` with ``labels`` link the
+spans of those labels only and leave the others as they are, so one linker per KB (chemicals against one KB,
+diseases against another) each sets its own spans' ids, candidates and confidence."""
+import json
+
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_pel.retrieval.build import build_kb
+from tests.conftest import KB_LINES
+
+TEXT = "Lithium carbonate and aspirin caused atrial flutter and tricuspid regurgitation."
+SPANS = [(0, 2, "Chemical"), (3, 4, "Chemical"), (5, 7, "Disease"), (8, 10, "Disease")]
+
+
+@pytest.fixture
+def kbs(tmp_path, tiny_encoder_dir):
+    """A KB of the chemicals and a KB of the diseases of the shared tiny KB."""
+    out = {}
+    for kind in ("Chemical", "Disease"):
+        path = tmp_path / f"{kind}.jsonl"
+        path.write_text("\n".join(line for line in KB_LINES if kind in json.loads(line)["types"]) + "\n", encoding="utf8")
+        build_kb(path, tmp_path / kind, format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
+        out[kind] = tmp_path / kind
+    return out
+
+
+def two_linkers(kbs, mentions: str = "spacy_pel.mentions.ents.v1", **extra):
+    nlp = spacy.blank("en")
+    for kind in ("Chemical", "Disease"):
+        nlp.add_pipe("pel_linker", name=f"{kind.lower()}_linker", config={
+            "kb": str(kbs[kind]), "top_k": 2, "mentions": {"@misc": mentions, "labels": [kind], **extra}})
+    return nlp
+
+
+def doc_with(nlp, key=None):
+    doc = nlp.make_doc(TEXT)
+    spans = [Span(doc, a, b, label) for a, b, label in SPANS]
+    if key is None:
+        doc.ents = spans
+    else:
+        doc.spans[key] = spans
+    return doc
+
+
+def ids_of(kbs, kind):
+    return {json.loads(line)["id"] for line in KB_LINES if kind in json.loads(line)["types"]}
+
+
+def test_each_linker_links_its_labels_against_its_kb_and_keeps_the_others(kbs, tmp_path):
+    nlp = two_linkers(kbs)
+    doc = nlp(doc_with(nlp))
+    assert [(e.start, e.end, e.label_) for e in doc.ents] == SPANS
+    for ent in doc.ents:
+        assert ent.kb_id_ in ids_of(kbs, ent.label_), (ent.text, ent.kb_id_)  # not overwritten by the other linker
+        assert {c[0] for c in ent._.pel_candidates} <= ids_of(kbs, ent.label_) and ent._.pel_confidence is not None
+    # the first linker alone links the chemicals and leaves the diseases without an id
+    alone = spacy.blank("en")
+    alone.add_pipe("pel_linker", config={"kb": str(kbs["Chemical"]), "mentions": {"@misc": "spacy_pel.mentions.ents.v1",
+                                                                                  "labels": ["Chemical"]}})
+    half = alone(doc_with(alone))
+    assert [bool(e.kb_id_) for e in half.ents] == [True, True, False, False]
+    # the setting is the config's: saved and loaded with the pipeline
+    nlp.to_disk(tmp_path / "two")
+    again = spacy.load(tmp_path / "two")
+    assert again.config["components"]["disease_linker"]["mentions"]["labels"] == ["Disease"]
+    assert [e.kb_id_ for e in again(doc_with(again)).ents] == [e.kb_id_ for e in doc.ents]
+
+
+def test_a_span_group_keeps_its_order_and_the_other_labels_spans(kbs):
+    nlp = two_linkers(kbs, "spacy_pel.mentions.span_group.v1", spans_key="sc")
+    doc = nlp.make_doc(TEXT)
+    order = [SPANS[2], SPANS[0], SPANS[3], SPANS[1], (0, 10, "Other")]  # unsorted, overlapping, one unlinked label
+    doc.spans["sc"] = [Span(doc, a, b, label) for a, b, label in order]
+    doc = nlp(doc)
+    assert [(s.start, s.end, s.label_) for s in doc.spans["sc"]] == order
+    group = list(doc.spans["sc"])
+    assert [s.kb_id_ in ids_of(kbs, s.label_) for s in group[:4]] == [True] * 4 and group[4].kb_id_ == ""
+
+
+@pytest.mark.parametrize("labels, message", [("Chemical", "labels.*is not typing.List"), ([1], "labels.*is not <class 'str'>"),
+                                             ([""], "`labels` must be a list of span labels")])
+def test_labels_must_be_a_list_of_labels(kbs, labels, message):
+    nlp = spacy.blank("en")
+    with pytest.raises(Exception, match=message):
+        nlp.add_pipe("pel_linker", config={"kb": str(kbs["Chemical"]),
+                                           "mentions": {"@misc": "spacy_pel.mentions.ents.v1", "labels": labels}})
