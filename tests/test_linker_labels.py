@@ -7,6 +7,7 @@ import pytest
 import spacy
 from spacy.tokens import Span
 
+from spacy_pel.bulk.local import link_file
 from spacy_pel.retrieval.build import build_kb
 from tests.conftest import KB_LINES
 
@@ -77,6 +78,18 @@ def test_a_span_group_keeps_its_order_and_the_other_labels_spans(kbs):
     assert [(s.start, s.end, s.label_) for s in doc.spans["sc"]] == order
     group = list(doc.spans["sc"])
     assert [s.kb_id_ in ids_of(kbs, s.label_) for s in group[:4]] == [True] * 4 and group[4].kb_id_ == ""
+
+
+def test_link_writes_every_linkers_mentions(kbs, tmp_path):
+    nlp = two_linkers(kbs)
+    nlp.to_disk(tmp_path / "two")
+    pubtator = [f"1|t|{TEXT}", "1|a|"] + [f"1\t{s.start_char}\t{s.end_char}\t{s.text}\t{s.label_}\t-1" for s in doc_with(nlp).ents]
+    (tmp_path / "in.txt").write_text("\n".join(pubtator) + "\n\n", encoding="utf8")
+    stats = link_file(tmp_path / "in.txt", tmp_path / "out.jsonl", tmp_path / "two", progress=False)
+    (record,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf8").splitlines()]
+    expected = [(e.label_, e.kb_id_) for e in nlp(doc_with(nlp)).ents]
+    assert stats["mentions"] == 4 and [(m["label"], m["kb_id"]) for m in record["mentions"]] == expected
+    assert all(m["kb_id"] in ids_of(kbs, m["label"]) and m["confidence"] is not None for m in record["mentions"])
 
 
 @pytest.mark.parametrize("labels, message", [("Chemical", "labels.*is not typing.List"), ([1], "labels.*is not <class 'str'>"),

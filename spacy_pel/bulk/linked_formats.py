@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Collection, Dict, List, Optional, Sequence, Union
 
 import bioc
 
@@ -55,11 +55,15 @@ def output_format(path: files.PathLike, format: Optional[str] = None) -> str:
     return found
 
 
-def _ids(kb_id: str, nil_label: str) -> List[str]:
-    return [NIL] if kb_id in (nil_label, NIL, "") else [kb_id]
+NilLabels = Union[str, Collection[str]]  # the NIL label of the pipeline's linker, or of each of its linkers
 
 
-def _pubtator_doc(doc: LinkedDoc, nil_label: str) -> PubTatorDoc:
+def _ids(kb_id: str, nil_label: NilLabels) -> List[str]:
+    nils = (nil_label,) if isinstance(nil_label, str) else nil_label
+    return [NIL] if kb_id in (NIL, "") or kb_id in nils else [kb_id]
+
+
+def _pubtator_doc(doc: LinkedDoc, nil_label: NilLabels) -> PubTatorDoc:
     annotations = [Annotation(r["start_char"], r["end_char"], r["text"], r["label"], _ids(r["kb_id"], nil_label))
                    for r in doc.rows]
     return PubTatorDoc(doc.doc_id, doc.text, annotations, title_length=doc.title_length)
@@ -70,7 +74,7 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
 
 
-def pubtator_lines(doc: LinkedDoc, nil_label: str) -> List[str]:
+def pubtator_lines(doc: LinkedDoc, nil_label: NilLabels) -> List[str]:
     """The PubTator lines of one linked document (no blank line after it)."""
     if any(c in doc.doc_id for c in _PUBTATOR_BAD_ID) or not doc.doc_id:
         raise files.InputError(f"document id {doc.doc_id!r} cannot be a PubTator id (empty, or with '|', a tab or a line break)")
@@ -83,7 +87,7 @@ def pubtator_lines(doc: LinkedDoc, nil_label: str) -> List[str]:
     return lines
 
 
-def bioc_collection(docs: Sequence[LinkedDoc], nil_label: str) -> bioc.BioCCollection:
+def bioc_collection(docs: Sequence[LinkedDoc], nil_label: NilLabels) -> bioc.BioCCollection:
     """The BioC collection of linked documents (see the module's docstring)."""
     collection = pubtator_to_bioc([_pubtator_doc(d, nil_label) for d in docs])
     collection.source, collection.key = "spacy_pel", "linked"
@@ -101,7 +105,7 @@ def bioc_collection(docs: Sequence[LinkedDoc], nil_label: str) -> bioc.BioCColle
     return collection
 
 
-def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, nil_label: str = NIL) -> None:
+def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, nil_label: NilLabels = NIL) -> None:
     """Write linked documents to ``path`` in ``format`` (:data:`OUTPUT_FORMATS`), atomically."""
     if format not in OUTPUT_FORMATS:
         raise files.InputError(f"unknown output format {format!r}; choose one of {', '.join(OUTPUT_FORMATS)}")

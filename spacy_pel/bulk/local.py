@@ -104,8 +104,8 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
             bar.update(len(batch))
             bar.set_postfix(mentions_per_s=round(mentions / max(time.perf_counter() - started, 1e-9)))
     seconds = time.perf_counter() - started
-    write_linked(linked, output, out_fmt, worker.nil)
+    write_linked(linked, output, out_fmt, worker.nil_labels)
     return {"input": str(input), "format": fmt, "output": str(output), "output_format": out_fmt, "docs": len(linked),
-            "mentions": mentions, "nil": sum(r["kb_id"] == worker.nil for d in linked for r in d.rows),
+            "mentions": mentions, "nil": sum(r["kb_id"] in worker.nil_labels for d in linked for r in d.rows),
             "skipped_lines": bad.count if bad else 0, "skipped_examples": list(bad.examples) if bad else [],
             "seconds": round(seconds, 2), "mentions_per_s": round(mentions / seconds, 1) if seconds > 0 else None}

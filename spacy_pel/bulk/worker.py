@@ -81,10 +81,12 @@ def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> Non
         log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")
 
 
-def mention_rows(doc: Doc, doc_id: str, linker: PELLinker) -> List[dict]:
-    """The output rows of a linked doc, one per mention the linker wrote, in document order."""
+def mention_rows(doc: Doc, doc_id: str, linkers: Sequence[PELLinker]) -> List[dict]:
+    """The output rows of a linked doc, one per mention the pipeline's linkers wrote (one linker per KB,
+    each linking its labels: each its own spans), in document order."""
+    spans = {(s.start_char, s.end_char, s.label_): s for linker in linkers for s in linker.mentions.spans(doc)}
     rows = []
-    for span in linker.mentions.spans(doc):
+    for span in sorted(spans.values(), key=lambda s: (s.start_char, s.end_char)):
         candidates = span._.get(CANDIDATES_ATTR) or []
         rows.append({
             "doc_id": doc_id, "start_char": span.start_char, "end_char": span.end_char, "text": span.text,
@@ -126,7 +128,9 @@ class LinkWorker:
         self.batch_size = batch_size
         _, self.finders = mention_finders(self.nlp.config)
         self.linker_name = find_linker(self.nlp)[0]
+        self.linkers = [proc for _, proc in self.nlp.pipeline if isinstance(proc, PELLinker)]
         self.nil = self.linker.cfg.nil_label
+        self.nil_labels = frozenset(linker.cfg.nil_label for linker in self.linkers)
         self.load_seconds = time.perf_counter() - started
 
     def link(self, items: Sequence[dict]) -> List[List[dict]]:
@@ -135,7 +139,7 @@ class LinkWorker:
         docs = [build_doc(self.nlp, item) for item in items]
         disable = self.finders if given else []
         linked = self.nlp.pipe(docs, batch_size=self.batch_size, disable=disable)
-        return [mention_rows(doc, item["doc_id"], self.linker) for doc, item in zip(linked, items)]
+        return [mention_rows(doc, item["doc_id"], self.linkers) for doc, item in zip(linked, items)]
 
     def _link_each(self, items: Sequence[dict]) -> Dict[int, object]:
         """{position: rows or error}: the documents of a failed batch, alone, ``ATTEMPTS_ALONE`` times."""
@@ -172,7 +176,7 @@ class LinkWorker:
             out["doc_id"].append(item["doc_id"])
             out["rows"].append(json.dumps(rows, ensure_ascii=False))
             out["mentions"].append(len(rows))
-            out["nil"].append(sum(r["kb_id"] == self.nil for r in rows))
+            out["nil"].append(sum(r["kb_id"] in self.nil_labels for r in rows))
             out["error"].append("" if isinstance(result, list) else str(result))
             out["seconds"].append(seconds / len(items))
         return out
