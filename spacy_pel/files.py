@@ -113,7 +113,7 @@ class BadLines:
         self.keep = keep
         self.examples: List[str] = []
 
-    def add(self, error: LineError) -> None:
+    def add(self, error: InputError) -> None:
         self.count += 1
         if len(self.examples) < self.keep:
             self.examples.append(str(error))

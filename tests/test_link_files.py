@@ -17,6 +17,7 @@ from spacy_pel.bulk.linked_formats import LinkedDoc, pubtator_lines
 from spacy_pel.bulk.local import link_file
 from spacy_pel.cli.link import app
 from spacy_pel.corpora import NIL, pubtator_to_docs, read_pubtator
+from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.files import InputError
 from spacy_pel.pipeline.linker import configure_linker
 
@@ -105,6 +106,15 @@ def test_bioc_output_reads_back_as_convert_reads_bioc(pipelines, tmp_path, suffi
     assert [p.infons["type"] for p in collection.documents[0].passages] == ["title", "abstract"]
     assert all(0 <= float(i["confidence"]) <= 1 and "score" in i for i in infons)
     assert all(("name" in i) == (i["identifier"] != "-1") for i in infons)
+
+
+def test_a_spacy_corpus_links_as_its_pubtator_source(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    convert_corpora([corpus], tmp_path / "in.spacy")
+    link_file(corpus, tmp_path / "a.jsonl", pipelines[1], progress=False)
+    link_file(tmp_path / "in.spacy", tmp_path / "b.jsonl", pipelines[1], progress=False)
+    a, b = ((tmp_path / n).read_text(encoding="utf8") for n in ("a.jsonl", "b.jsonl"))
+    assert a == b and '"id": "12"' in b
 
 
 def test_raw_jsonl_in_jsonl_out_with_the_pipelines_ner(pipelines, tmp_path):

@@ -4,7 +4,8 @@ output file in a format other tools read: :mod:`.linked_formats`).
 
 Input, by ``format`` or the file's extension:
 
-* PubTator (``.txt``, ``.pubtator``, any other), BioC XML (``.xml``) or BioC JSON (``.json``): the
+* PubTator (``.txt``, ``.pubtator``, any other), BioC XML (``.xml``), BioC JSON (``.json``) or a
+  ``.spacy`` corpus (``convert``'s output, its gold mentions; ids from its docs' ``pmid``, else their rank): the
   mentions are given: they are linked (their ids in the file are not read), read as ``convert`` reads
   a corpus (a malformed line stops the run with its ``FILE:LINE``, or is skipped and counted); a file
   without any mention is raw text, as below;
@@ -22,18 +23,20 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+import spacy
 import torch
 from tqdm.auto import tqdm
 
 from .. import files
 from ..bioc_corpus import read_bioc
-from ..corpora import PubTatorDoc, read_pubtator
+from ..corpora import NIL, Annotation, PubTatorDoc, gold_spans, read_docbin, read_pubtator
 from .linked_formats import LinkedDoc, output_format, write_linked
 from .shards import Shard, plan_chunks, read_chunk
 from .worker import LinkWorker, check_mention_source
 
-INPUT_FORMATS = ("pubtator", "bioc-xml", "bioc-json", "jsonl", "parquet")
-_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+INPUT_FORMATS = ("pubtator", "bioc-xml", "bioc-json", "spacy", "jsonl", "parquet")
+_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".spacy": "spacy", ".jsonl": "jsonl", ".ndjson": "jsonl",
+              ".parquet": "parquet"}
 ALL_DOCS = 1 << 62  # one chunk holds the whole file
 
 
@@ -63,6 +66,10 @@ def read_documents(path: Path, format: str, bad_lines: Optional[files.BadLines] 
         return _annotated_items(read_pubtator(path, bad_lines))
     if format in ("bioc-xml", "bioc-json"):
         return _annotated_items(read_bioc(path, format, bad_lines))
+    if format == "spacy":
+        docs = read_docbin(spacy.blank("en"), path)
+        return _annotated_items([PubTatorDoc(str(d.user_data.get("pmid", n)), d.text, [
+            Annotation(s.start_char, s.end_char, s.text, s.label_, [NIL]) for s in gold_spans(d)]) for n, d in enumerate(docs)])
     (chunk,) = plan_chunks(Shard(str(path), path.name, format), ALL_DOCS) or [None]
     items = [] if chunk is None else list(read_chunk(chunk.as_item()))
     kept = []

@@ -13,7 +13,7 @@ from ._output import echo_json, echo_skipped
 
 HELP = (
     "Link the mentions of one corpus file and write them as JSON lines, PubTator or BioC.\n\n"
-    "Reads PubTator or BioC XML/JSON (the mentions given are linked) or JSON lines / Parquet of id and text (the "
+    "Reads PubTator, BioC XML/JSON or .spacy (the mentions given are linked) or JSON lines / Parquet of id and text (the "
     "pipeline's NER or span finder finds the mentions), links them in this process with a saved pipeline, and writes "
     "OUTPUT in the format of its extension: .jsonl (every candidate and score), .pubtator or .txt (NIL as -1, what "
     "BC5CDR's evaluation reads), .xml or .json (BioC). For a large corpus on many machines, use bulk.\n\n"
@@ -27,7 +27,7 @@ app = typer.Typer(add_completion=False)
 @app.command(help=HELP)
 @cli_errors
 def main(
-    input: Path = typer.Argument(..., help="Corpus file: PubTator, BioC (.xml, .json), JSON lines (.jsonl) or Parquet of {id, text}"),
+    input: Path = typer.Argument(..., help="Corpus file: PubTator, BioC (.xml, .json), .spacy, JSON lines (.jsonl) or Parquet of {id, text}"),
     output: Path = typer.Argument(..., help="Output file: .jsonl, .pubtator / .txt, .xml (BioC) or .json (BioC)"),
     pipeline: Path = typer.Option(..., "--pipeline", help="A saved spaCy pipeline with pel_linker"),
     format: Optional[str] = typer.Option(None, "--format", help=f"Input format ({'|'.join(INPUT_FORMATS)}); default: by extension"),
