@@ -6,8 +6,12 @@ import json
 import pytest
 import spacy
 from spacy.tokens import Span
+from typer.testing import CliRunner
 
 from spacy_pel.bulk.local import link_file
+from spacy_pel.cli.calibrate import app as calibrate_app
+from spacy_pel.cli.evaluate import app as evaluate_app
+from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.retrieval.build import build_kb
 from tests.conftest import KB_LINES
 
@@ -90,6 +94,29 @@ def test_link_writes_every_linkers_mentions(kbs, tmp_path):
     expected = [(e.label_, e.kb_id_) for e in nlp(doc_with(nlp)).ents]
     assert stats["mentions"] == 4 and [(m["label"], m["kb_id"]) for m in record["mentions"]] == expected
     assert all(m["kb_id"] in ids_of(kbs, m["label"]) and m["confidence"] is not None for m in record["mentions"])
+
+
+def test_evaluate_and_calibrate_one_linker_of_several(kbs, tmp_path):
+    nlp = two_linkers(kbs)
+    nlp.to_disk(tmp_path / "two")
+    ents = doc_with(nlp).ents
+    ids = ["D1", "D4", "D3", "-1"]  # the second disease is NIL: calibration has something to fit
+    lines = [f"1|t|{TEXT}", "1|a|"] + [f"1\t{e.start_char}\t{e.end_char}\t{e.text}\t{e.label_}\t{i}" for e, i in zip(ents, ids)]
+    (tmp_path / "gold.txt").write_text("\n".join(lines) + "\n\n", encoding="utf8")
+    convert_corpora([tmp_path / "gold.txt"], tmp_path / "gold.spacy")
+    result = CliRunner().invoke(evaluate_app, [str(tmp_path / "gold.spacy"), "--pipeline", str(tmp_path / "two"),
+                                               "--linker", "disease_linker", "--output", str(tmp_path / "report.json")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["mentions"] == 2 and report["counts"]["nil"] == 1  # the diseases only
+    result = CliRunner().invoke(calibrate_app, [str(tmp_path / "two"), str(tmp_path / "gold.spacy"), "-o", str(tmp_path / "cal"),
+                                                "--linker", "disease_linker"])
+    assert result.exit_code == 0, result.output
+    config = spacy.util.load_config(tmp_path / "cal" / "config.cfg")
+    assert config["components"]["disease_linker"]["threshold"] is not None
+    assert config["components"]["chemical_linker"]["threshold"] is None
+    result = CliRunner().invoke(evaluate_app, [str(tmp_path / "gold.spacy"), "--pipeline", str(tmp_path / "two"), "--linker", "genes"])
+    assert result.exit_code == 2 and "no pel_linker called 'genes'; its pel_linkers: chemical_linker, disease_linker" in result.stderr
 
 
 @pytest.mark.parametrize("labels, message", [("Chemical", "labels.*is not typing.List"), ([1], "labels.*is not <class 'str'>"),

@@ -40,6 +40,8 @@ def main(
                              "found spans too; needs no NIL mention; keeps the pipeline's NIL strategy, unless --nil "
                              "classifier: a logistic model of a found span being a strict hit, the span model's "
                              "probability among its evidence)"),
+    linker: Optional[str] = typer.Option(None, "--linker", help="The pel_linker to calibrate, in a pipeline with one "
+                                         "per KB (default: the first)"),
 ):
     """Fit the NIL decision (threshold, and the classifier with --nil classifier) with the best NIL F1
     and write it into the pipeline's config; with --e2e, the threshold with the best strict end-to-end F1."""
@@ -51,4 +53,4 @@ def main(
     require_writable_parent(output, "output")
     if plot is not None:
         require_writable_parent(plot, "plot")
-    echo_json(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss, e2e=e2e))
+    echo_json(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss, e2e=e2e, linker_name=linker))

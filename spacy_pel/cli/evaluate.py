@@ -52,6 +52,8 @@ def main(
     corpus_tokens: bool = typer.Option(False, "--corpus-tokens", help="With --e2e: give the pipeline the corpus's tokens "
                                        "(split at the gold mentions' boundaries) instead of tokenizing the text as a user's "
                                        "text is; figures before session 22 were measured this way"),
+    linker_name: Optional[str] = typer.Option(None, "--linker", help="The pel_linker measured, in a pipeline with one "
+                                              "per KB (default: the first)"),
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
     require_pipeline_or_kb(pipeline, kb, encoder)
@@ -64,7 +66,9 @@ def main(
             if path.is_dir():
                 fail(f"{path} is a folder; give a file name")
             require_writable_parent(path, "report")
-    nlp, linker = load_pipeline(pipeline, kb, encoder)
+    if linker_name is not None and pipeline is None:
+        fail("--linker names a pel_linker of --pipeline")
+    nlp, linker = load_pipeline(pipeline, kb, encoder, linker_name)
     docs = read_docbin(nlp, corpus)
     if e2e:
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them

@@ -44,8 +44,11 @@ def mention_table(
     with the NIL evidence it decides on and its time; where ``deep`` is larger, a second pass with
     ``deep`` candidates appends the ones the first lacks, for recall@k beyond ``top_k`` (untimed;
     :func:`~spacy_pel.pipeline.depth.deepen`).
-    With ``k`` given: one pass with ``k`` candidates."""
-    spans = [[(s.start, s.end, s.label) for s in gold_spans(doc)] for doc in docs]
+    With ``k`` given: one pass with ``k`` candidates. A linker whose mention source links some labels only
+    (one linker per KB) is given the gold mentions of those labels only."""
+    labels = getattr(linker.mentions, "labels", None)
+    golds = [[s for s in gold_spans(doc) if labels is None or s.label_ in labels] for doc in docs]
+    spans = [[(s.start, s.end, s.label) for s in doc_golds] for doc_golds in golds]
     linker.ensure_loaded()
     first = k or linker.top_k
     predictions, seconds = _link(linker, docs, spans, first, docs_per_step, progress, "linking")
@@ -54,8 +57,8 @@ def mention_table(
         predictions = [deepen(a, b) for a, b in zip(predictions, further)]
     ids = linker.index.entities.ids
     rows = []
-    for doc, linked in zip(docs, predictions):
-        for span, s, r, c, f in zip(gold_spans(doc), *linked):
+    for doc_golds, linked in zip(golds, predictions):
+        for span, s, r, c, f in zip(doc_golds, *linked):
             gold = [linker.index.canonical(i) for i in gold_ids(span.kb_id_)]  # alternative ids → primary
             rows.append((gold, [ids[j] if j >= 0 else None for j in r], s, float(c), f))
     return rows, seconds

@@ -299,7 +299,8 @@ def plot_e2e_curve(curve: dict, path: Path) -> None:
 
 
 def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] = None, docs: Sequence[int] = (),
-              nil: str = "top_score", max_r1_loss: Optional[float] = None, e2e: bool = False) -> dict:
+              nil: str = "top_score", max_r1_loss: Optional[float] = None, e2e: bool = False,
+              linker_name: Optional[str] = None) -> dict:
     """Calibrate ``pipeline``'s NIL decision on ``corpus`` (optionally only docs[0]:docs[1]) and save
     it to ``output``: ``nil`` is ``top_score`` (a threshold on the best score) or ``classifier``
     (a logistic model over the NIL evidence, then a threshold on its confidence) or ``classifier_pairs``
@@ -307,18 +308,21 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     bounds the share of in-KB mentions linked right that the threshold may turn to NIL. With ``e2e``,
     the threshold on the pipeline's own NIL confidence with the best strict end-to-end F1 (module doc;
     its NIL strategy is kept unless ``nil`` names a classifier, fitted to the strict hits;
-    ``max_r1_loss`` does not apply)."""
+    ``max_r1_loss`` does not apply). ``linker_name``: the pel_linker calibrated, in a pipeline with one per KB
+    (default: the first)."""
     if nil not in NIL_STRATEGIES:
         raise ValueError(f"unknown NIL strategy {nil!r}; choose one of {', '.join(NIL_STRATEGIES)}")
     nlp = spacy.load(pipeline)
-    name, linker = find_linker(nlp)
+    name, linker = find_linker(nlp, linker_name)
     gold_docs = read_docbin(nlp, corpus)
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]
     linker.ensure_loaded()
     if e2e:
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
-    if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)):
+    labels = getattr(linker.mentions, "labels", None)  # a linker of some labels only (one per KB): their mentions
+    if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)
+               if labels is None or span.label_ in labels):
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
     if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))

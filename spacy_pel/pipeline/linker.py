@@ -31,6 +31,7 @@ from spacy.training import Example
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
+from ..files import InputError
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
 from .config import LinkerPart, LinkerSettings
@@ -118,19 +119,24 @@ class Linked(NamedTuple):
     features: np.ndarray
 
 
-def find_linker(nlp: Language) -> Tuple[str, "PELLinker"]:
-    """The (name, component) of the pipeline's pel_linker."""
-    for name, proc in nlp.pipeline:
-        if isinstance(proc, PELLinker):
-            return name, proc
-    raise ValueError("the pipeline has no pel_linker")
+def find_linker(nlp: Language, name: Optional[str] = None) -> Tuple[str, "PELLinker"]:
+    """The (name, component) of the pipeline's pel_linker called ``name``, else its first (one per KB is allowed)."""
+    linkers = {n: proc for n, proc in nlp.pipeline if isinstance(proc, PELLinker)}
+    if name is not None and name not in linkers:
+        raise InputError(f"the pipeline has no pel_linker called {name!r}; its pel_linkers: {', '.join(linkers) or 'none'}")
+    if not linkers:
+        raise ValueError("the pipeline has no pel_linker")
+    name = name if name is not None else next(iter(linkers))
+    return name, linkers[name]
 
 
-def load_pipeline(pipeline=None, kb=None, encoder: Optional[str] = None) -> Tuple[Language, "PELLinker"]:
-    """A saved pipeline (``spacy.load``), or a blank English one linking against a KB folder."""
+def load_pipeline(pipeline=None, kb=None, encoder: Optional[str] = None,
+                  linker: Optional[str] = None) -> Tuple[Language, "PELLinker"]:
+    """A saved pipeline (``spacy.load``) and its pel_linker (``linker``: the one of that name), or a blank
+    English one linking against a KB folder."""
     if pipeline is not None:
         nlp = spacy.load(pipeline)
-        return nlp, find_linker(nlp)[1]
+        return nlp, find_linker(nlp, linker)[1]
     if kb is None:
         raise ValueError("give a saved pipeline or a KB folder")
     nlp = spacy.blank("en")
