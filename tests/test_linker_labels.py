@@ -6,6 +6,7 @@ import json
 import pytest
 import spacy
 from spacy.tokens import Span
+from spacy.training import Example
 from typer.testing import CliRunner
 
 from spacy_pel.bulk.local import link_file
@@ -82,6 +83,20 @@ def test_a_span_group_keeps_its_order_and_the_other_labels_spans(kbs):
     assert [(s.start, s.end, s.label_) for s in doc.spans["sc"]] == order
     group = list(doc.spans["sc"])
     assert [s.kb_id_ in ids_of(kbs, s.label_) for s in group[:4]] == [True] * 4 and group[4].kb_id_ == ""
+
+
+def test_training_a_linker_of_some_labels_learns_from_their_mentions_only(kbs):
+    nlp = two_linkers(kbs)
+    reference = doc_with(nlp)
+    # a disease span with a chemical's id (the chemical KB has it): a chemical linker must not learn from it
+    reference.ents = [Span(reference, a, b, label, kb_id=i) for (a, b, label), i in zip(SPANS, ["D1", "D4", "D5", "D3"])]
+    example = Example(nlp.make_doc(TEXT), reference)
+    for name, expected in (("chemical_linker", ["D1", "D4"]), ("disease_linker", ["D3"])):
+        linker = nlp.get_pipe(name)
+        linker.ensure_loaded()
+        mentions, gold = linker.updater.mentions(linker, [example])
+        ids = linker.index.entities.ids
+        assert [ids[next(iter(g))] for g in gold] == expected and len(mentions) == len(expected)
 
 
 def test_link_writes_every_linkers_mentions(kbs, tmp_path):

@@ -30,7 +30,7 @@ keeps its own dropout, as in the project's trainer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Collection, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -108,19 +108,20 @@ def linkable_mentions(items: Iterable[Gold], row: Mapping[str, int]) -> Tuple[Li
     return mentions, gold, skipped
 
 
-def doc_gold_mentions(doc: Doc) -> List[Gold]:
-    """``(doc text, start, end, gold id)`` of every gold mention of ``doc``."""
-    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(doc)]
+def doc_gold_mentions(doc: Doc, labels: Optional[Collection[str]] = None) -> List[Gold]:
+    """``(doc text, start, end, gold id)`` of every gold mention of ``doc`` (of ``labels`` only, if given)."""
+    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(doc) if labels is None or s.label_ in labels]
 
 
 def example_mentions(examples: Iterable[Example], use_gold_ents: bool,
-                     predicted_spans: Callable[..., Sequence[Span]]) -> Iterator[Gold]:
-    """The reference's gold mentions (``use_gold_ents``), or the predicted spans (``predicted_spans(doc)``,
-    e.g. ``doc.ents`` set by an NER) whose offsets match a gold mention, with its gold id."""
+                     predicted_spans: Callable[..., Sequence[Span]], labels: Optional[Collection[str]] = None) -> Iterator[Gold]:
+    """The reference's gold mentions (``use_gold_ents``; of ``labels`` only, if given: a linker of some labels),
+    or the predicted spans (``predicted_spans(doc)``, e.g. ``doc.ents`` set by an NER) whose offsets match a
+    gold mention, with its gold id."""
     for eg in examples:
         ref = eg.reference
         if use_gold_ents:
-            yield from doc_gold_mentions(ref)
+            yield from doc_gold_mentions(ref, labels)
             continue
         gold = {(s.start_char, s.end_char): s.kb_id_ for s in gold_spans(ref)}
         for s in predicted_spans(eg.predicted):
@@ -165,7 +166,7 @@ class Updater:
 
     def mentions(self, linker, examples: Sequence[Example], sample: bool = False) -> Tuple[List[Mention], List[Set[int]]]:
         """The batch's linkable mentions and gold rows; with ``sample``, at most ``max_mentions`` of them."""
-        items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions.spans)
+        items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions.spans, getattr(linker.mentions, "labels", None))
         mentions, gold, _ = linkable_mentions(items, linker.index.lookup)
         most = self.objective.max_mentions
         if sample and most and len(mentions) > most:
