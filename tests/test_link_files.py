@@ -5,11 +5,15 @@ What must hold: the ids written are those ``nlp.pipe`` gives the same documents 
 PubTator and BioC output read back by ``convert``'s readers give the same mentions with the linked ids
 (NIL as -1); raw text needs a pipeline that finds mentions; a malformed document names its line."""
 import json
+import tempfile
 from pathlib import Path
 
 import bioc
 import pytest
 import spacy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 from typer.testing import CliRunner
 
 from spacy_pel.bioc_corpus import read_bioc
@@ -21,6 +25,7 @@ from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.files import InputError
 from spacy_pel.pipeline.linker import configure_linker
 
+set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "spacy_pel_hypothesis")  # its caches out of the checkout
 PUBTATOR = """\
 11|t|Lithium carbonate and atrial flutter.
 11|a|A newborn on warfarin had tricuspid regurgitation; aspirin was stopped.
@@ -181,3 +186,32 @@ def test_cli_links_and_prints_its_counts_and_refuses_an_unknown_output_suffix(pi
     assert json.loads(result.stdout)["mentions"] == 8
     result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "out.csv"), "--pipeline", str(pipelines[0])])
     assert result.exit_code == 2 and "give --output-format" in result.stderr and "Traceback" not in result.output
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(data=st.data())
+def test_pubtator_output_reads_back_with_its_texts_and_offsets(data):
+    """Any text (line breaks, tabs, pipes, non-ASCII) and any mentions in it: the PubTator written reads back
+    with the same text (line breaks and tabs as spaces) and the same offsets, types and ids."""
+    alphabet = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+    title = data.draw(st.text(alphabet, min_size=1, max_size=30))
+    abstract = data.draw(st.text(alphabet, max_size=60))
+    known = data.draw(st.booleans())
+    text = title + " " + abstract if known else title + abstract
+    rows = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        a = data.draw(st.integers(0, len(text) - 1))
+        b = data.draw(st.integers(a + 1, len(text)))
+        mention = text[a:b]
+        if not mention.strip() or mention != mention.strip():
+            continue  # a mention is a stripped, non-blank piece of the text
+        rows.append({"start_char": a, "end_char": b, "text": mention, "label": "Disease",
+                     "kb_id": data.draw(st.sampled_from(["D1", "NIL", "OMIM:1"]))})
+    doc = LinkedDoc("d1", text, len(title) if known else None, rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "out.pubtator"
+        path.write_text("\n".join(pubtator_lines(doc, NIL)) + "\n\n", encoding="utf8")
+        (back,) = read_pubtator(path)
+    flat = text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
+    assert back.text[: len(flat)] == flat
+    assert [(a.start, a.end, a.ids) for a in back.annotations] == [(r["start_char"], r["end_char"], [r["kb_id"]]) for r in rows]
