@@ -17,7 +17,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from typer.testing import CliRunner
 
 from spacy_pel.bioc_corpus import read_bioc
-from spacy_pel.bulk.linked_formats import LinkedDoc, pubtator_lines
+from spacy_pel.bulk.linked_formats import LinkedDoc, pubtator_lines, write_linked
 from spacy_pel.bulk.local import link_file
 from spacy_pel.cli.link import app
 from spacy_pel.corpora import NIL, pubtator_to_docs, read_pubtator
@@ -215,3 +215,16 @@ def test_pubtator_output_reads_back_with_its_texts_and_offsets(data):
     flat = text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
     assert back.text[: len(flat)] == flat
     assert [(a.start, a.end, a.ids) for a in back.annotations] == [(r["start_char"], r["end_char"], [r["kb_id"]]) for r in rows]
+
+
+def test_bioc_xml_writes_control_characters_as_spaces_and_keeps_the_offsets(tmp_path):
+    """XML cannot hold most control characters (a text from JSON lines may): they become spaces in the XML
+    only, so the document is written and its offsets stay right; BioC JSON keeps the text as it is."""
+    text = "a \x0b aspirin\x01 case"
+    row = {"start_char": 4, "end_char": 11, "text": "aspirin", "label": "Chemical", "kb_id": "D4", "score": 0.9,
+           "confidence": 0.8, "candidates": [{"id": "D4", "name": "aspirin\x02", "score": 0.9}]}
+    write_linked([LinkedDoc("x1", text, None, [row])], tmp_path / "out.xml", "bioc-xml")
+    (back,) = read_bioc(tmp_path / "out.xml", "bioc-xml")
+    assert back.text == "a   aspirin  case" and [(a.start, a.end, a.text, a.ids) for a in back.annotations] == [(4, 11, "aspirin", ["D4"])]
+    write_linked([LinkedDoc("x1", text, None, [row])], tmp_path / "out.json", "bioc-json")
+    assert read_bioc(tmp_path / "out.json", "bioc-json")[0].text == text

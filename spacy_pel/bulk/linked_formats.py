@@ -8,12 +8,14 @@
   the offsets stay those of its text; line breaks in a text become spaces (the same length);
 * ``bioc-xml`` / ``bioc-json`` (PyPI ``bioc``): a passage per title and abstract (one when the title is not
   known), an annotation per mention with the ``type`` and ``identifier`` infons ``convert`` reads
-  (``-1`` for NIL) and the linker's ``confidence``, ``score`` and ``name`` (its entity's KB name).
+  (``-1`` for NIL) and the linker's ``confidence``, ``score`` and ``name`` (its entity's KB name); in XML,
+  characters it cannot hold (control characters other than tab and line breaks) are written as spaces.
 
 Every file is written atomically: a run that stops leaves the previous file or none.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Dict, List, Optional, Sequence, Union
@@ -28,6 +30,7 @@ OUTPUT_FORMATS = ("jsonl", "pubtator", "bioc-xml", "bioc-json")
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".pubtator": "pubtator", ".txt": "pubtator", ".xml": "bioc-xml",
               ".json": "bioc-json"}
 PUBTATOR_NIL = "-1"
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")  # no XML 1.0 document holds these
 _PUBTATOR_BAD_ID = ("|", "\t", "\n", "\r")
 
 
@@ -63,10 +66,15 @@ def _ids(kb_id: str, nil_label: NilLabels) -> List[str]:
     return [NIL] if kb_id in (NIL, "") or kb_id in nils else [kb_id]
 
 
-def _pubtator_doc(doc: LinkedDoc, nil_label: NilLabels) -> PubTatorDoc:
-    annotations = [Annotation(r["start_char"], r["end_char"], r["text"], r["label"], _ids(r["kb_id"], nil_label))
+def _xml_safe(text: str) -> str:
+    """``text`` with the characters XML cannot hold (control characters but tab and line breaks) as spaces."""
+    return _NOT_XML.sub(" ", text)
+
+
+def _pubtator_doc(doc: LinkedDoc, nil_label: NilLabels, clean=lambda text: text) -> PubTatorDoc:
+    annotations = [Annotation(r["start_char"], r["end_char"], clean(r["text"]), r["label"], _ids(r["kb_id"], nil_label))
                    for r in doc.rows]
-    return PubTatorDoc(doc.doc_id, doc.text, annotations, title_length=doc.title_length)
+    return PubTatorDoc(clean(doc.doc_id), clean(doc.text), annotations, title_length=doc.title_length)
 
 
 def _one_line(text: str) -> str:
@@ -87,9 +95,10 @@ def pubtator_lines(doc: LinkedDoc, nil_label: NilLabels) -> List[str]:
     return lines
 
 
-def bioc_collection(docs: Sequence[LinkedDoc], nil_label: NilLabels) -> bioc.BioCCollection:
-    """The BioC collection of linked documents (see the module's docstring)."""
-    collection = pubtator_to_bioc([_pubtator_doc(d, nil_label) for d in docs])
+def bioc_collection(docs: Sequence[LinkedDoc], nil_label: NilLabels, xml: bool = True) -> bioc.BioCCollection:
+    """The BioC collection of linked documents (see the module's docstring); for XML, the characters it
+    cannot hold (control characters) become spaces, so the offsets stay those of the text."""
+    collection = pubtator_to_bioc([_pubtator_doc(d, nil_label, _xml_safe if xml else str) for d in docs])
     collection.source, collection.key = "spacy_pel", "linked"
     for document, doc in zip(collection.documents, docs):
         annotations: Dict[str, bioc.BioCAnnotation] = {a.id: a for p in document.passages for a in p.annotations}
@@ -101,7 +110,7 @@ def bioc_collection(docs: Sequence[LinkedDoc], nil_label: NilLabels) -> bioc.Bio
             if row["score"] is not None:
                 infons["score"] = f"{row['score']:.4f}"
             if top is not None and top["id"] == row["kb_id"]:
-                infons["name"] = top["name"]
+                infons["name"] = _xml_safe(top["name"]) if xml else top["name"]
     return collection
 
 
@@ -119,7 +128,7 @@ def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, n
         def write(tmp: Path) -> None:
             tmp.write_text("\n".join(lines) + "\n" if lines else "", encoding="utf8")
     else:
-        collection = bioc_collection(docs, nil_label)
+        collection = bioc_collection(docs, nil_label, xml=format == "bioc-xml")
         dump = bioc.biocxml.dump if format == "bioc-xml" else bioc.biocjson.dump
 
         def write(tmp: Path) -> None:
