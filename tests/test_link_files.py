@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from spacy_pel.bioc_corpus import read_bioc
 from spacy_pel.bulk.linked_formats import LinkedDoc, pubtator_lines, write_linked
 from spacy_pel.bulk.local import link_file
+from spacy_pel.bulk.worker import LinkWorker
 from spacy_pel.cli.link import app
 from spacy_pel.corpora import NIL, pubtator_to_docs, read_pubtator
 from spacy_pel.corpus_formats import convert_corpora
@@ -173,9 +174,13 @@ def test_a_malformed_document_names_its_line_or_is_skipped_and_counted(pipelines
         link_file(bad, tmp_path / "out.pubtator", pipelines[0], progress=False)
 
 
-def test_pubtator_refuses_an_id_it_cannot_hold():
+def test_pubtator_refuses_an_id_it_cannot_hold_before_linking(pipelines, tmp_path, monkeypatch):
     with pytest.raises(InputError, match="cannot be a PubTator id"):
         pubtator_lines(LinkedDoc("a|b", "text"), NIL)
+    corpus = write(tmp_path / "in.jsonl", json.dumps({"id": "a|b", "text": "Aspirin."}) + "\n")
+    monkeypatch.setattr(LinkWorker, "link", lambda *_: pytest.fail("linked before the id was checked"))
+    with pytest.raises(InputError, match="'a|b' cannot be a PubTator id"):
+        link_file(corpus, tmp_path / "out.pubtator", pipelines[0], progress=False)
 
 
 def test_cli_links_and_prints_its_counts_and_refuses_an_unknown_output_suffix(pipelines, tmp_path):

@@ -82,10 +82,15 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
 
 
+def check_pubtator_id(doc_id: str) -> None:
+    """Refuse a document id that PubTator cannot hold (empty, or with ``|``, a tab or a line break)."""
+    if any(c in doc_id for c in _PUBTATOR_BAD_ID) or not doc_id:
+        raise files.InputError(f"document id {doc_id!r} cannot be a PubTator id (empty, or with '|', a tab or a line break)")
+
+
 def pubtator_lines(doc: LinkedDoc, nil_label: NilLabels) -> List[str]:
     """The PubTator lines of one linked document (no blank line after it)."""
-    if any(c in doc.doc_id for c in _PUBTATOR_BAD_ID) or not doc.doc_id:
-        raise files.InputError(f"document id {doc.doc_id!r} cannot be a PubTator id (empty, or with '|', a tab or a line break)")
+    check_pubtator_id(doc.doc_id)
     text = _one_line(doc.text)
     cut = doc.title_length if doc.title_length is not None else len(text)
     lines = [f"{doc.doc_id}|t|{text[:cut]}", f"{doc.doc_id}|a|{text[cut + 1:]}"]

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from .. import files
 from ..bioc_corpus import read_bioc
 from ..corpora import NIL, Annotation, PubTatorDoc, gold_spans, read_docbin, read_pubtator
-from .linked_formats import LinkedDoc, output_format, write_linked
+from .linked_formats import LinkedDoc, check_pubtator_id, output_format, write_linked
 from .shards import Shard, plan_chunks, read_chunk
 from .worker import LinkWorker, check_mention_source
 
@@ -97,6 +97,9 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
     fmt, out_fmt = input_format(input, format), output_format(output, output_format_name)
     bad = files.BadLines() if skip_bad_lines else None
     documents = read_documents(input, fmt, bad)
+    if out_fmt == "pubtator":  # before linking: a refusal after it would lose the work
+        for item, _ in documents:
+            check_pubtator_id(item["doc_id"])
     raw = not documents[0][0]["spans"]
     check_mention_source(pipeline, str(input) if raw else None, given=not raw)
     worker = LinkWorker(str(pipeline), threads=torch.get_num_threads(), batch_size=batch_size)
