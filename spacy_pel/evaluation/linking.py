@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from ..corpora import NIL, gold_ids, gold_spans
 from ..pipeline.depth import deepen
 from ..pipeline.linker import PELLinker
+from ..pipeline.mentions import linked_gold
 from .metrics import average_precision, prf
 
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -46,8 +47,7 @@ def mention_table(
     :func:`~spacy_pel.pipeline.depth.deepen`).
     With ``k`` given: one pass with ``k`` candidates. A linker whose mention source links some labels only
     (one linker per KB) is given the gold mentions of those labels only."""
-    labels = getattr(linker.mentions, "labels", None)
-    golds = [[s for s in gold_spans(doc) if labels is None or s.label_ in labels] for doc in docs]
+    golds = [linked_gold(linker.mentions, doc) for doc in docs]
     spans = [[(s.start, s.end, s.label) for s in doc_golds] for doc_golds in golds]
     linker.ensure_loaded()
     first = k or linker.top_k

@@ -26,6 +26,7 @@ from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
+from ..pipeline.mentions import linked_gold
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
 from ..retrieval.index import EntityIndex
 from .linking import linked_mentions, mention_table
@@ -320,9 +321,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     linker.ensure_loaded()
     if e2e:
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
-    labels = getattr(linker.mentions, "labels", None)  # a linker of some labels only (one per KB): their mentions
-    if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in gold_spans(doc)
-               if labels is None or span.label_ in labels):
+    if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in linked_gold(linker.mentions, doc)):
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
     if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))

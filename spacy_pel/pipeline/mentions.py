@@ -86,6 +86,13 @@ def doc_spans(doc: Doc, spans_key: Optional[str] = None) -> Sequence[Span]:
     return doc.spans[spans_key] if spans_key in doc.spans else []
 
 
+def linked_gold(source, doc: Doc) -> Sequence[Span]:
+    """The gold mentions of ``doc`` that a mention source links (a source with ``labels``: those of its labels,
+    one linker per KB; a source without the setting: all of them)."""
+    of_labels = getattr(source, "of_labels", None)
+    return gold_spans(doc) if of_labels is None else of_labels(gold_spans(doc))
+
+
 def spans_at(spans: Sequence[list], wanted) -> List[list]:
     """Per doc, the spans whose flat index (counted over all the docs' spans in order) is in ``wanted``."""
     wanted, out, start = set(wanted), [], 0
@@ -117,8 +124,11 @@ class DocSpans:
         self.labels = None if labels is None else frozenset(labels)
 
     def spans(self, doc: Doc) -> Sequence[Span]:
-        found = doc_spans(doc, self.spans_key)
-        return found if self.labels is None else [s for s in found if s.label_ in self.labels]
+        return self.of_labels(doc_spans(doc, self.spans_key))
+
+    def of_labels(self, spans: Sequence[Span]) -> Sequence[Span]:
+        """The spans this source links: those of its ``labels``, or all of them."""
+        return spans if self.labels is None else [s for s in spans if s.label_ in self.labels]
 
     def find(self, docs: Sequence[Doc], encoder: BiEncoder, batch_size: int) -> Found:
         return Found([[(s.start, s.end, s.label) for s in self.spans(d)] for d in docs])

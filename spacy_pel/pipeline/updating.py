@@ -30,11 +30,11 @@ keeps its own dropout, as in the project's trainer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.util import registry
 
@@ -44,6 +44,7 @@ from ..models.linking import NEGATIVE_KINDS, LinkingLoss
 from ..models.losses import LOSSES, Loss, make_loss
 from ..models.negatives import HardNegativeMiner
 from ..retrieval.index import EntityIndex
+from .mentions import linked_gold
 
 Gold = Tuple[str, int, int, str]  # (text, start char, end char, gold kb_id) of one mention
 DEFAULT_LR = 2e-5  # when finish_update gets no thinc optimizer (the project trainer's default)
@@ -108,23 +109,24 @@ def linkable_mentions(items: Iterable[Gold], row: Mapping[str, int]) -> Tuple[Li
     return mentions, gold, skipped
 
 
-def doc_gold_mentions(doc: Doc, labels: Optional[Collection[str]] = None) -> List[Gold]:
-    """``(doc text, start, end, gold id)`` of every gold mention of ``doc`` (of ``labels`` only, if given)."""
-    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(doc) if labels is None or s.label_ in labels]
+def doc_gold_mentions(doc: Doc, source=None) -> List[Gold]:
+    """``(doc text, start, end, gold id)`` of every gold mention of ``doc`` (with a mention ``source``: of those
+    it links, :func:`~spacy_pel.pipeline.mentions.linked_gold`)."""
+    spans = gold_spans(doc) if source is None else linked_gold(source, doc)
+    return [(doc.text, s.start_char, s.end_char, s.kb_id_) for s in spans]
 
 
-def example_mentions(examples: Iterable[Example], use_gold_ents: bool,
-                     predicted_spans: Callable[..., Sequence[Span]], labels: Optional[Collection[str]] = None) -> Iterator[Gold]:
-    """The reference's gold mentions (``use_gold_ents``; of ``labels`` only, if given: a linker of some labels),
-    or the predicted spans (``predicted_spans(doc)``, e.g. ``doc.ents`` set by an NER) whose offsets match a
+def example_mentions(examples: Iterable[Example], use_gold_ents: bool, source) -> Iterator[Gold]:
+    """The reference's gold mentions that the mention ``source`` links (``use_gold_ents``), or the spans it
+    links in the predicted doc (``source.spans(doc)``, e.g. ``doc.ents`` set by an NER) whose offsets match a
     gold mention, with its gold id."""
     for eg in examples:
         ref = eg.reference
         if use_gold_ents:
-            yield from doc_gold_mentions(ref, labels)
+            yield from doc_gold_mentions(ref, source)
             continue
         gold = {(s.start_char, s.end_char): s.kb_id_ for s in gold_spans(ref)}
-        for s in predicted_spans(eg.predicted):
+        for s in source.spans(eg.predicted):
             if (s.start_char, s.end_char) in gold:
                 yield eg.predicted.text, s.start_char, s.end_char, gold[(s.start_char, s.end_char)]
 
@@ -166,7 +168,7 @@ class Updater:
 
     def mentions(self, linker, examples: Sequence[Example], sample: bool = False) -> Tuple[List[Mention], List[Set[int]]]:
         """The batch's linkable mentions and gold rows; with ``sample``, at most ``max_mentions`` of them."""
-        items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions.spans, getattr(linker.mentions, "labels", None))
+        items = example_mentions(examples, linker.cfg.use_gold_ents, linker.mentions)
         mentions, gold, _ = linkable_mentions(items, linker.index.lookup)
         most = self.objective.max_mentions
         if sample and most and len(mentions) > most:
