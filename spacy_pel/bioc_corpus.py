@@ -29,7 +29,7 @@ from bioc.biocjson import decoder as json_decoder
 from lxml import etree
 
 from . import files
-from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids
+from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids, written_ids
 
 ID_INFONS = ("identifier", "MESH", "MeSH", "NCBI Gene", "database_id")
 
@@ -215,7 +215,7 @@ def pubtator_to_bioc(pdocs: List[PubTatorDoc]) -> bioc.BioCCollection:
         for i, ann in enumerate(pdoc.annotations):
             annotation = bioc.BioCAnnotation()
             annotation.id, annotation.text = f"T{i}", ann.text
-            annotation.infons.update(type=ann.type, identifier="|".join("-1" if x == "NIL" else x for x in ann.ids))
+            annotation.infons.update(type=ann.type, identifier=written_ids(ann.ids))
             annotation.add_location(bioc.BioCLocation(ann.start, ann.end - ann.start))
             passage = document.passages[-1] if ann.start >= document.passages[-1].offset else document.passages[0]
             passage.add_annotation(annotation)

@@ -70,6 +70,12 @@ def gold_ids(kb_id: str) -> List[str]:
 NO_ID = ("-1", "-")  # BC5CDR writes -1 for a mention without a concept, BioRED writes -
 
 
+def written_ids(ids: List[str]) -> str:
+    """An id column as PubTator (and BioC's ``identifier`` infon) writes it: joined by ``|``, NIL as ``-1``
+    (BC5CDR's; what :func:`_parse_ids` reads back)."""
+    return ID_SEP.join(NO_ID[0] if i == NIL else i for i in ids)
+
+
 def _parse_ids(raw: str) -> List[str]:
     """Gold ids of an id column: joined by ``|`` or ``,`` (BioRED) or ``+`` (NCBI); -1 or - is NIL."""
     ids = [i.strip() for i in re.split(r"[|+,]", raw) if i.strip()]

@@ -24,12 +24,11 @@ import bioc
 
 from .. import files
 from ..bioc_corpus import pubtator_to_bioc
-from ..corpora import NIL, Annotation, PubTatorDoc
+from ..corpora import NIL, Annotation, PubTatorDoc, written_ids
 
 OUTPUT_FORMATS = ("jsonl", "pubtator", "bioc-xml", "bioc-json")
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".pubtator": "pubtator", ".txt": "pubtator", ".xml": "bioc-xml",
               ".json": "bioc-json"}
-PUBTATOR_NIL = "-1"
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")  # no XML 1.0 document holds these
 _PUBTATOR_BAD_ID = ("|", "\t", "\n", "\r")
 
@@ -95,7 +94,7 @@ def pubtator_lines(doc: LinkedDoc, nil_label: NilLabels) -> List[str]:
     cut = doc.title_length if doc.title_length is not None else len(text)
     lines = [f"{doc.doc_id}|t|{text[:cut]}", f"{doc.doc_id}|a|{text[cut + 1:]}"]
     for r in doc.rows:
-        ids = "|".join(PUBTATOR_NIL if i == NIL else i for i in _ids(r["kb_id"], nil_label))
+        ids = written_ids(_ids(r["kb_id"], nil_label))
         lines.append(f"{doc.doc_id}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{ids}")
     return lines
 
