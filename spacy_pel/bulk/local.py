@@ -30,23 +30,24 @@ from tqdm.auto import tqdm
 from .. import files
 from ..bioc_corpus import read_bioc
 from ..corpora import NIL, Annotation, PubTatorDoc, gold_spans, read_docbin, read_pubtator
+from ..corpus_formats import FORMATS as CORPUS_FORMATS
+from ..corpus_formats import corpus_format
 from .linked_formats import LinkedDoc, check_pubtator_id, output_format, write_linked
 from .shards import Shard, plan_chunks, read_chunk
 from .worker import LinkWorker, check_mention_source
 
-INPUT_FORMATS = ("pubtator", "bioc-xml", "bioc-json", "spacy", "jsonl", "parquet")
-_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".spacy": "spacy", ".jsonl": "jsonl", ".ndjson": "jsonl",
-              ".parquet": "parquet"}
+RAW_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}  # {id, text} files, read as bulk shards
+INPUT_FORMATS = (*CORPUS_FORMATS, "jsonl", "parquet")
 ALL_DOCS = 1 << 62  # one chunk holds the whole file
 
 
 def input_format(path: files.PathLike, format: Optional[str] = None) -> str:
-    """``format`` if given (checked), else the one of ``path``'s extension (PubTator by default)."""
-    if format is not None:
-        if format not in INPUT_FORMATS:
-            raise files.InputError(f"unknown input format {format!r}; choose one of {', '.join(INPUT_FORMATS)}")
-        return format
-    return _BY_SUFFIX.get(Path(path).suffix.lower(), "pubtator")
+    """``format`` if given (checked), else the one of ``path``'s extension: JSON lines or Parquet, else as
+    ``convert`` reads a corpus (:func:`~spacy_pel.corpus_formats.corpus_format`: PubTator by default)."""
+    if format is not None and format not in INPUT_FORMATS:
+        raise files.InputError(f"unknown input format {format!r}; choose one of {', '.join(INPUT_FORMATS)}")
+    raw = RAW_FORMATS.get(Path(path).suffix.lower()) if format is None else None
+    return raw or (format if format in RAW_FORMATS.values() else corpus_format(path, format))
 
 
 def _annotated_items(docs: List[PubTatorDoc]) -> List[Tuple[dict, Optional[int]]]:
