@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Dict, List, Optional, Sequence, Union
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Union
 
 import bioc
 
@@ -70,7 +70,7 @@ def _xml_safe(text: str) -> str:
     return _NOT_XML.sub(" ", text)
 
 
-def _pubtator_doc(doc: LinkedDoc, nil_label: NilLabels, clean=lambda text: text) -> PubTatorDoc:
+def _pubtator_doc(doc: LinkedDoc, nil_label: NilLabels, clean: Callable[[str], str] = str) -> PubTatorDoc:
     annotations = [Annotation(r["start_char"], r["end_char"], clean(r["text"]), r["label"], _ids(r["kb_id"], nil_label))
                    for r in doc.rows]
     return PubTatorDoc(clean(doc.doc_id), clean(doc.text), annotations, title_length=doc.title_length)

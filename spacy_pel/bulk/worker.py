@@ -24,7 +24,7 @@ from spacy.tokens import Doc
 
 from ..corpora import Annotation, PubTatorDoc, make_doc
 from ..files import InputError
-from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, find_linker, load_pipeline
+from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, load_pipeline
 
 log = logging.getLogger(__name__)
 SPAN_FINDER = "spacy_pel.mentions.span_finder.v1"
@@ -122,14 +122,12 @@ class LinkWorker:
     def __init__(self, pipeline: str, threads: int = 1, batch_size: int = 64, setup: Optional[Callable] = None):
         torch.set_num_threads(max(1, threads))
         started = time.perf_counter()
-        self.nlp, self.linker = load_pipeline(pipeline)
+        self.nlp, _ = load_pipeline(pipeline)  # refuses a pipeline without a pel_linker
         if setup is not None:
             setup(self.nlp)
         self.batch_size = batch_size
         _, self.finders = mention_finders(self.nlp.config)
-        self.linker_name = find_linker(self.nlp)[0]
         self.linkers = [proc for _, proc in self.nlp.pipeline if isinstance(proc, PELLinker)]
-        self.nil = self.linker.cfg.nil_label
         self.nil_labels = frozenset(linker.cfg.nil_label for linker in self.linkers)
         self.load_seconds = time.perf_counter() - started
 
