@@ -1,5 +1,5 @@
 """``build-kb --reuse``: the workflow's final KB is the pre-training KB, copied, when the entity tower
-did not change, and is encoded anew when it did (another fingerprint) or when the input changed."""
+did not change, and is encoded anew when it did (another fingerprint); other input is built, not copied."""
 import json
 
 import numpy as np
@@ -42,12 +42,16 @@ def test_a_changed_entity_tower_encodes_anew(tmp_path, kb_file, kb_dir, tiny_enc
     new.check_encoder(BiEncoder.from_pretrained(str(tmp_path / "trained")))
 
 
-def test_a_changed_kb_file_encodes_anew(tmp_path, kb_dir, tiny_encoder_dir):
+def test_a_changed_kb_file_is_not_copied(tmp_path, kb_dir, tiny_encoder_dir):
+    """Another KB file is not the earlier KB: it is built, its unchanged entities taking the earlier vectors
+    (tests/test_kb_update.py) and its changed one encoded."""
     other = tmp_path / "other.jsonl"
-    other.write_text("\n".join(KB_LINES[:3]) + "\n", encoding="utf8")
+    changed = json.dumps({"id": "D3", "name": "atrial flutter", "types": ["Disease"]})
+    other.write_text("\n".join([*KB_LINES[:2], changed]) + "\n", encoding="utf8")
     report = build_kb(other, tmp_path / "final", format="jsonl", encoder=str(tiny_encoder_dir), progress=False,
                       reuse=kb_dir)
-    assert "reused_from" not in report and report["entities_total"] == 3
+    assert "copy_s" not in report and report["entities_total"] == 3
+    assert report["entities_encoded"] == 1 and report["entities_reused"] == 2
 
 
 def test_reuse_into_itself_or_with_add_is_refused(tmp_path, kb_file, kb_dir, tiny_encoder_dir):

@@ -35,6 +35,7 @@ def main(
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Names per resumable chunk of OUTPUT.partial/"),
     force: bool = typer.Option(False, "--force", help="Replace a name index at --output built for another KB, encoder, input or length"),
+    reuse: Optional[Path] = typer.Option(None, "--reuse", help="An earlier name index (e.g. of the KB's last release) built by this entity encoder at this precision: its vectors are taken for the names it holds, only new names are encoded"),
     ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel[ray]'); same output as a local build"),
     address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
     workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),
@@ -44,9 +45,11 @@ def main(
     if not (kb / "meta.json").is_file():
         fail(f"{kb} is not a KB folder (no meta.json); build one with build-kb")
     require_writable_parent(output or kb / "names", "output")
+    if reuse is not None and not (reuse / "meta.json").is_file():
+        fail(f"--reuse {reuse} is not a name index folder (no meta.json)")
     try:
         report = build_names(kb, output, encoder, input, max_length, batch_size, precision, device, chunk_size=chunk_size,
-                             force=force, ray=ray_options(ray, address, workers, cpus_per_worker))
+                             force=force, ray=ray_options(ray, address, workers, cpus_per_worker), reuse=reuse)
     except RayBuildError as err:
         fail(str(err))
     echo_json(report)

@@ -13,6 +13,9 @@ Every option is checked before any heavy work (reading the KB, loading the encod
 reader settings, entity texts, entity encoder fingerprint and precision) is copied instead of
 encoded again: the workflow's final KB after a training run that left the entity tower frozen is
 the KB ``build_kb`` wrote before it, while a trained entity tower (another fingerprint) encodes anew.
+A KB folder of the same entity encoder and precision made from other input (an earlier release of the
+KB) gives the vectors of the entities whose encoded text it holds, and only the others are encoded
+(:mod:`.reuse`).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from ..models.precision import index_precision, pick_device
 from ..retrieval.index import INDEX_KINDS, EntityIndex
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
 from .ray_build import RayOptions, encode_on_ray
+from .reuse import earlier_entities, encode_reusing
 
 __all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_replace", "encode_resumable", "load_encoder", "reusable"]
 log = logging.getLogger(__name__)
@@ -232,7 +236,9 @@ def build_kb(
     (:mod:`.ray_build`), into the same resumable chunks and output as a local build.
 
     ``reuse``: a KB folder to copy instead of encoding, when it was built from exactly this input and
-    entity encoder (:func:`reusable`; the report's ``reused_from`` names it).
+    entity encoder (:func:`reusable`); else, when it was encoded by this entity encoder at this precision,
+    the one whose vectors the entities it holds unchanged take (:func:`.reuse.earlier_entities`; the
+    report's ``reused_from``, ``entities_reused`` and ``resume.reuse`` say what was taken, or why not).
 
     Returns the report written to ``output/build_report.json``: counts, wall time, entities/s, what was
     resumed (``resume``) and, with ``skip_bad_lines``, the malformed lines left out. Without
@@ -304,11 +310,16 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             atomic_write(output / "build_report.json",
                          lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
             return report
-        if ray is None:
-            vectors, resume = encode_resumable(entities, enc, stamp, work, batch_size, progress, chunk_size)
-        else:
-            vectors, resume = encode_on_ray(entities, "entities", str(encoder), enc, stamp, work, batch_size, progress,
-                                            chunk_size, ray)
+        earlier = earlier_entities(reuse, entities, enc) if reuse is not None else None
+
+        def encode(todo):  # the entities to encode, in chunks stamped with their own texts (see .reuse)
+            sub = stamp if len(todo) == len(entities) else {
+                **stamp, "entities": len(todo), "entities_sha256": entity_texts_digest(todo, enc)}
+            if ray is None:
+                return encode_resumable(todo, enc, sub, work, batch_size, progress, chunk_size)
+            return encode_on_ray(todo, "entities", str(encoder), enc, sub, work, batch_size, progress, chunk_size, ray)
+
+        vectors, resume = encode_reusing(entities, earlier, encode, enc.dim)
         index_obj = EntityIndex(
             entities,
             vectors,
@@ -318,7 +329,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             kind=index,
             entity_settings=enc.entity_settings(),
         )
-        encoded = len(entities) - resume["reused_entities"]
+        encoded = len(entities) - resume.get("reused_entities", 0) - (earlier.reused if earlier else 0)
     t_index = time.perf_counter()
     index_obj.to_disk(output)
     _record_input(output, stamp, add, format)
@@ -338,6 +349,8 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         "entities_per_s": round(encoded / max(t_index - t_enc, 1e-9), 1),
     }
     if resume is not None:
+        if resume.get("reuse", {}).get("reused"):
+            report.update(reused_from=resume["reuse"]["from"], entities_reused=resume["reuse"]["reused"])
         report["resume"] = resume
     if bad_lines is not None:
         report.update(bad_lines.as_dict())

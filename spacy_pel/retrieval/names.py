@@ -36,6 +36,7 @@ from .build import load_encoder
 from .chunks import PieceTower, encode_resumable
 from .index import EntityIndex
 from .ray_build import encode_on_ray
+from .reuse import earlier_names, encode_reusing
 from .search import FlatSearch, VectorFile
 from .table import StringColumn
 
@@ -135,10 +136,12 @@ class NameIndex:
     @classmethod
     def build(cls, entities: Sequence[Entity], encoder: BiEncoder, *, input: str = "name", max_length: int = MAX_LENGTH,
               work: Optional[Path] = None, batch_size: int = 256, progress: bool = False,
-              chunk_size: Optional[int] = None, ray=None, source: str = "") -> Tuple["NameIndex", dict]:
+              chunk_size: Optional[int] = None, ray=None, source: str = "",
+              reuse: Optional[PathLike] = None) -> Tuple["NameIndex", dict]:
         """Encode every entity's names (see the module doc); ``work``: a folder for resumable chunks
         (none: encoded in memory); ``ray``: :class:`.ray_build.RayOptions` to encode them on Ray, each
-        actor loading the encoder ``source``. Returns the index and what was resumed."""
+        actor loading the encoder ``source``; ``reuse``: an earlier name index whose vectors the names it
+        holds take (:mod:`.reuse`). Returns the index and what was resumed (and reused)."""
         names, rows, types = [], [], []
         for row, entity in enumerate(entities):
             for name in entity_names(entity):
@@ -148,18 +151,21 @@ class NameIndex:
         seqs = name_inputs(encoder, names, types, input, max_length)
         fingerprint = encoder.fingerprint()
         tower = PieceTower(encoder)
-        if work is None:
-            vectors, resume = tower.encode_entities(seqs, batch_size, progress), {}
-        else:
-            digest = hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
-            stamp = {"names": len(seqs), "names_sha256": digest, "encoder_fingerprint": fingerprint, "input": input,
+
+        def encode(todo):  # the names to encode (all, or those the earlier index lacks)
+            if work is None:
+                return tower.encode_entities(todo, batch_size, progress), {}
+            digest = hashlib.sha256(json.dumps(todo).encode()).hexdigest()
+            stamp = {"names": len(todo), "names_sha256": digest, "encoder_fingerprint": fingerprint, "input": input,
                      "max_length": max_length, "precision": encoder.resolved_precision,
                      "device": encoder.device_.type}
             if ray is None:
-                vectors, resume = encode_resumable(seqs, tower, stamp, Path(work), batch_size, progress, chunk_size, "names")
-            else:
-                vectors, resume = encode_on_ray(seqs, "pieces", source, encoder, stamp, Path(work), batch_size, progress,
-                                                chunk_size, ray)
+                return encode_resumable(todo, tower, stamp, Path(work), batch_size, progress, chunk_size, "names")
+            return encode_on_ray(todo, "pieces", source, encoder, stamp, Path(work), batch_size, progress, chunk_size, ray)
+
+        earlier = None if reuse is None else earlier_names(
+            reuse, names, encoder, input, max_length, cls.from_disk(reuse, in_memory=False))
+        vectors, resume = encode_reusing(seqs, earlier, encode, encoder.dim)
         ids = [entities.ids[i] for i in range(len(entities))] if hasattr(entities, "ids") else [e.id for e in entities]
         index = cls(vectors, np.asarray(rows, np.int32), names, entities=len(entities), ids_sha256=ids_digest(ids),
                     fingerprint=fingerprint, input=input, max_length=max_length)
@@ -315,11 +321,13 @@ class NameIndex:
 
 def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Optional[str] = None, input: str = "name",
                 max_length: int = MAX_LENGTH, batch_size: int = 256, precision: str = "auto", device: str = "auto",
-                progress: bool = True, chunk_size: Optional[int] = None, force: bool = False, ray=None) -> dict:
+                progress: bool = True, chunk_size: Optional[int] = None, force: bool = False, ray=None,
+                reuse: Optional[PathLike] = None) -> dict:
     """Build the name index of the KB folder ``kb`` into ``output`` (default ``kb/names``) with the KB's
     own entity encoder (or ``encoder``, which must match it); resumable from ``OUTPUT.partial/``.
     ``output`` is locked while it is built; a name index there of another KB, encoder, input kind or
-    length is replaced only with ``force``. ``ray``: :class:`.ray_build.RayOptions` (encoded on Ray).
+    length is replaced only with ``force``. ``ray``: :class:`.ray_build.RayOptions` (encoded on Ray);
+    ``reuse``: an earlier name index (e.g. of the KB's last release) whose vectors unchanged names take.
     Returns the report also written to ``output/build_report.json`` (counts, seconds, names/s)."""
     if input not in INPUTS:
         raise InputError(f"unknown name input {input!r}; choose one of {', '.join(INPUTS)}")
@@ -340,11 +348,11 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
                                 "input": input, "max_length": max_length}, force)
         names, resume = NameIndex.build(index.entities, enc, input=input, max_length=max_length, work=work,
                                         batch_size=batch_size, progress=progress, chunk_size=chunk_size, ray=ray,
-                                        source=encoder or index.encoder_source)
+                                        source=encoder or index.encoder_source, reuse=reuse)
         t2 = time.perf_counter()
         names.to_disk(output)
         shutil.rmtree(work, ignore_errors=True)
-        encoded = len(names) - resume.get("reused_entities", 0)
+        encoded = len(names) - resume.get("reused_entities", 0) - resume.get("reuse", {}).get("reused", 0)
         report = {"kb": str(kb), "output": str(output), "encoder": str(encoder or index.encoder_source), "input": input,
                   "max_length": max_length, "precision": enc.resolved_precision, "entities": len(index),
                   "names": len(names), "names_encoded": encoded, "encode_s": round(t2 - t1, 1),

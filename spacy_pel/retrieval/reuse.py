@@ -1,0 +1,116 @@
+"""An earlier build's vectors for the records whose encoded input has not changed: a KB release update.
+
+A KB's next release (MeSH every year, MEDIC every month, a user's catalogue every day) changes a few
+percent of its entities, yet a build encodes all of them again (MeSH: ~8 min for the entities and ~7 for
+the name rows on 2 cores). ``build-kb --reuse EARLIER_KB`` and ``build-names --reuse EARLIER_NAMES`` take
+the vector of every entity whose encoded input — name, types and description-or-synonyms — the earlier
+folder holds (every name spelled as it was, for name rows), whatever its id or row, and encode only the
+others. The earlier folder must come from the same entity encoder (fingerprint and entity settings) at
+the same precision, and name rows from the same input kind and length; otherwise nothing is reused and
+the report's ``reuse`` says why. A reused vector is the earlier folder's float16 row: what encoding the
+entity again writes, up to the rounding that depends on which entities share its batch.
+
+The records still to encode go through the build's usual resumable chunks, stamped with their own
+texts, so a resumed update never mixes chunks of another update or of a full build.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..kb import Entity
+from ..models.encoder import BiEncoder
+from .chunks import STAMP_FILE, read_stamp
+from .index import EntityIndex
+
+READ_ROWS = 65536  # earlier vectors read at once
+
+
+@dataclass
+class Reuse:
+    """Per record, the earlier folder's row holding its vector (``-1``: to encode); ``reason`` says why
+    nothing could be reused (empty when the folder qualified)."""
+
+    source: str
+    rows: np.ndarray
+    vectors: Optional[Callable[[np.ndarray], np.ndarray]] = None  # earlier rows → float32 vectors
+    reason: str = ""
+
+    @property
+    def reused(self) -> int:
+        return int((self.rows >= 0).sum())
+
+    def report(self) -> dict:
+        out = {"from": self.source, "reused": self.reused, "encoded": int((self.rows < 0).sum())}
+        return {**out, "not_reused_because": self.reason} if self.reason else out
+
+
+def _none(source, n: int, reason: str) -> Reuse:
+    return Reuse(str(source), np.full(n, -1, np.int64), None, reason)
+
+
+def _match(keys: Sequence, earlier: Dict) -> np.ndarray:
+    return np.fromiter((earlier.get(k, -1) for k in keys), np.int64, len(keys))
+
+
+def earlier_entities(folder, entities: Sequence[Entity], encoder: BiEncoder) -> Reuse:
+    """The rows of the KB folder ``folder`` whose vectors ``entities`` can take (see the module doc)."""
+    folder = Path(folder)
+    meta = EntityIndex.read_meta(folder)
+    stamp = read_stamp(folder / STAMP_FILE) or {}
+    settings = meta.get("encoder_entity_settings")
+    if meta.get("encoder_fingerprint") != encoder.fingerprint() or (settings and settings != encoder.entity_settings()):
+        return _none(folder, len(entities), "built by another entity encoder")
+    if stamp.get("added"):
+        return _none(folder, len(entities), "extended with --add (the added rows' precision is not recorded)")
+    if stamp.get("precision") != encoder.resolved_precision:
+        return _none(folder, len(entities), f"encoded at precision {stamp.get('precision') or 'unrecorded'}, "
+                                            f"not {encoder.resolved_precision}")
+    index = EntityIndex.from_disk(folder)
+    earlier: Dict[Tuple[str, ...], int] = {}
+    for row, entity in enumerate(index.entities[0 : len(index)]):
+        earlier.setdefault(encoder.entity_text_fields(entity), row)
+    return Reuse(str(folder), _match([encoder.entity_text_fields(e) for e in entities], earlier), index.vectors)
+
+
+def earlier_names(folder, names: Sequence[str], encoder: BiEncoder, input: str, max_length: int, index) -> Reuse:
+    """The rows of the name index ``index`` (read from ``folder``) whose vectors ``names`` can take:
+    the same name string, encoded alone (``input="name"``) in as many word pieces by the same entity
+    encoder at the same precision (its ``build_report.json``)."""
+    try:
+        report = json.loads((Path(folder) / "build_report.json").read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        report = {}
+    if index.fingerprint != encoder.fingerprint():
+        return _none(folder, len(names), "built by another entity encoder")
+    if input != "name" or index.input != "name" or index.max_length != max_length:
+        return _none(folder, len(names), f"name rows of input {index.input!r} / {index.max_length} pieces; reused only "
+                                         f"between 'name' rows of one length (this build: {input!r} / {max_length})")
+    if report.get("precision") != encoder.resolved_precision:
+        return _none(folder, len(names), f"encoded at precision {report.get('precision') or 'unrecorded'}, "
+                                         f"not {encoder.resolved_precision}")
+    earlier: Dict[str, int] = {}
+    for row, name in enumerate(index.names):
+        earlier.setdefault(name, row)
+    return Reuse(str(folder), _match(names, earlier), lambda rows: index.name_vectors(rows).numpy())
+
+
+def encode_reusing(records: Sequence, reuse: Optional[Reuse], encode: Callable[[Sequence], Tuple[np.ndarray, dict]],
+                   dim: int) -> Tuple[np.ndarray, dict]:
+    """Vectors of ``records``: the earlier ones ``reuse`` names, the others by ``encode`` (which returns
+    vectors and its resume report); the report gains ``reuse`` (:meth:`Reuse.report`)."""
+    if reuse is None or reuse.reused == 0:
+        vectors, resume = encode(records)
+        return vectors, ({**resume, "reuse": reuse.report()} if reuse is not None else resume)
+    todo, keep = np.flatnonzero(reuse.rows < 0), np.flatnonzero(reuse.rows >= 0)
+    new, resume = encode([records[i] for i in todo]) if len(todo) else (np.zeros((0, dim), np.float32), {})
+    out = np.empty((len(records), dim), np.float32)
+    out[todo] = new
+    for a in range(0, len(keep), READ_ROWS):
+        part = keep[a : a + READ_ROWS]
+        out[part] = reuse.vectors(reuse.rows[part])
+    return out, {**resume, "reuse": reuse.report()}
