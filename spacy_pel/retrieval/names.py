@@ -148,11 +148,11 @@ class NameIndex:
                 names.append(name)
                 rows.append(row)
                 types.append(" ; ".join(entity.types))
-        seqs = name_inputs(encoder, names, types, input, max_length)
         fingerprint = encoder.fingerprint()
         tower = PieceTower(encoder)
 
-        def encode(todo):  # the names to encode (all, or those the earlier index lacks)
+        def encode(todo):  # the (name, types) to encode: all, or those the earlier index lacks
+            todo = name_inputs(encoder, [n for n, _ in todo], [t for _, t in todo], input, max_length)
             if work is None:
                 return tower.encode_entities(todo, batch_size, progress), {}
             digest = hashlib.sha256(json.dumps(todo).encode()).hexdigest()
@@ -165,7 +165,7 @@ class NameIndex:
 
         earlier = None if reuse is None else earlier_names(
             reuse, names, encoder, input, max_length, cls.from_disk(reuse, in_memory=False))
-        vectors, resume = encode_reusing(seqs, earlier, encode, encoder.dim)
+        vectors, resume = encode_reusing(list(zip(names, types)), earlier, encode, encoder.dim)
         ids = [entities.ids[i] for i in range(len(entities))] if hasattr(entities, "ids") else [e.id for e in entities]
         index = cls(vectors, np.asarray(rows, np.int32), names, entities=len(entities), ids_sha256=ids_digest(ids),
                     fingerprint=fingerprint, input=input, max_length=max_length)
