@@ -151,6 +151,17 @@ def test_obo_reader(tmp_path):
         read_kb(bad, "obo")
 
 
+def test_obo_terms_without_a_namespace_take_the_default_namespace(tmp_path):
+    """HPO's terms carry no namespace line: the header's default-namespace is theirs (OBO 1.4 spec)."""
+    text = ("format-version: 1.2\ndefault-namespace: human_phenotype\n\n[Term]\nid: HP:0000256\nname: Macrocephaly\n"
+            'synonym: "Big head" EXACT layperson []\n\n[Term]\nid: X:1\nname: other\nnamespace: own\n')
+    entities = read_kb(write(tmp_path, "hp.obo", text), "obo")
+    assert [(e.id, e.types, e.aliases) for e in entities] == [("HP:0000256", ["human_phenotype"], ["Big head"]),
+                                                              ("X:1", ["own"], [])]
+    no_default = read_kb(write(tmp_path, "plain.obo", "[Term]\nid: X:2\nname: plain\n"), "obo")
+    assert no_default[0].types == []
+
+
 def test_unknown_format(kb_file):
     with pytest.raises(ValueError, match="unknown KB format"):
         read_kb(kb_file, "csv")

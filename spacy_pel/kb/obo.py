@@ -17,8 +17,9 @@ _OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one
 
 @register_kb_reader("obo")
 def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
-    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace, alt_id (→ ``extra["alt_ids"]``);
-    obsolete terms skipped.
+    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace (a term without one takes the
+    header's ``default-namespace``, as the format says: HPO's terms are all ``human_phenotype``), alt_id
+    (→ ``extra["alt_ids"]``); obsolete terms skipped.
 
     A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
     ``tag: value``, and a second ``id``, ``name`` or ``def`` in one stanza are refused.
@@ -26,6 +27,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
     path = Path(path)
     out = Collector(bad_lines)
     stanza: Optional[dict] = None
+    header: dict = {}
 
     def flush():
         if stanza and stanza["kind"] == "Term" and not stanza["obsolete"]:
@@ -35,7 +37,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
                 stanza["id"],
                 stanza["name"],
                 unique(stanza["synonyms"], stanza["name"]),
-                stanza["types"],
+                stanza["types"] or header.get("default-namespace", []),
                 stanza.get("def", ""),
                 {"alt_ids": stanza["alt_ids"]} if stanza["alt_ids"] else {},
             )
@@ -47,8 +49,8 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             continue
         if line.startswith("["):
             flush()
-            header = line.split(" !")[0].rstrip()
-            kind = header[1:-1].strip() if header.endswith("]") else None
+            opening = line.split(" !")[0].rstrip()
+            kind = opening[1:-1].strip() if opening.endswith("]") else None
             # a stanza whose header is refused is read (so its lines are not mistaken for another
             # stanza's) but yields nothing; the refusal is its one report
             stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "obsolete": False}
@@ -63,9 +65,11 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
         if not sep or not _OBO_TAG.match(tag):
             out.fail(path, lineno, "expected 'tag: value'")
             continue
+        value = value.split(" ! ")[0].strip()
+        if stanza is None and tag == "default-namespace" and value:
+            header[tag] = [value]
         if stanza is None or stanza["kind"] is None:
             continue  # header tags, or a refused stanza's lines
-        value = value.split(" ! ")[0].strip()
         if tag in _OBO_SINGLE and tag in stanza:
             out.fail(path, lineno, f"second {tag!r} line in the stanza at line {stanza['line']} (one is allowed)")
             continue
