@@ -94,3 +94,34 @@ def test_refused_without_name_rows_or_with_rows_of_another_encoder(saved_pipelin
                                       "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "config.cfg").exists()
+
+
+def test_a_new_release_of_the_kb_keeps_the_pipelines_trained_encoder(tmp_path, kb_dir, tiny_encoder_dir):
+    """The workflow's KB names the base model its frozen entity tower came from (``encoder_source``); the
+    pipeline's mention tower is the trained one. A new release encoded by that entity tower must keep the
+    pipeline's encoder, not load the base model's towers from the KB's meta.json."""
+    import torch
+
+    from spacy_pel.models.encoder import BiEncoder
+
+    trained = BiEncoder.from_pretrained(str(tiny_encoder_dir))
+    with torch.no_grad():
+        for p in trained.mention_model.parameters():
+            p.add_(0.05)
+    trained.save(tmp_path / "trained")
+    assert trained.fingerprint() == EntityIndex.from_disk(kb_dir).fingerprint  # the entity tower is the base one
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tmp_path / "trained")})
+    find_linker(nlp)[1].ensure_loaded()
+    nlp.to_disk(tmp_path / "pipeline")
+    (tmp_path / "release.jsonl").write_text("\n".join(OTHER_KB) + "\n", encoding="utf8")
+    build_kb(tmp_path / "release.jsonl", tmp_path / "release_kb", format="jsonl", encoder=str(tiny_encoder_dir),
+             progress=False)
+    assert EntityIndex.read_meta(tmp_path / "release_kb")["encoder_source"] == str(tiny_encoder_dir)
+    _, overrides = retarget(tmp_path / "pipeline", tmp_path / "release_kb", tmp_path / "out")
+    assert not any(k.endswith(".encoder") for k in overrides)
+    linker = find_linker(spacy.load(tmp_path / "out"))[1]
+    linker.ensure_loaded()
+    assert list(linker.index.entities.ids) == ["H1", "H2", "H3"]
+    for mine, theirs in zip(linker.encoder.mention_model.parameters(), trained.mention_model.parameters()):
+        assert torch.equal(mine, theirs)

@@ -28,7 +28,7 @@ def main(
     kb: Path = typer.Option(..., "--kb", help="The KB folder to link against (from build-kb)"),
     output: Path = typer.Option(..., "--output", "-o", help="Pipeline folder to write"),
     names: Optional[Path] = typer.Option(None, "--names", help="The KB's name rows (from build-names), for a pipeline with a name-rows rule"),
-    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the one that built the KB, from its meta.json)"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the pipeline's own when its entity tower encoded the KB, as for a new release of its KB; else the one that built the KB, from its meta.json)"),
 ):
     """Write a trained pipeline that links against another KB."""
     require_dir(pipeline, "pipeline", "config.cfg")

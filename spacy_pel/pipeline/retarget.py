@@ -1,7 +1,8 @@
 """A trained pipeline linking against another KB (``python -m spacy_pel retarget``).
 
 The pipeline keeps its rules, maps and NIL strategy; its ``pel_linker`` gets the new KB folder, the
-encoder that encoded it (the KB's own, recorded in its ``meta.json``, unless another is given) and,
+encoder that encoded it (the KB's own, recorded in its ``meta.json``, unless another is given; a KB
+encoded by the pipeline's own entity tower — a new release of its KB — keeps the pipeline's encoder) and,
 when it has a name-rows rule, the new KB's name rows. A KB never trained on links better when the
 pipeline's encoder is first taught that KB's synonyms (``python -m spacy_pel adapt KB --encoder
 PIPELINE/pel_linker/encoder``: KB self-alignment from the trained retriever, then ``build-kb`` and
@@ -42,14 +43,29 @@ def name_row_rules(pipeline: PathLike) -> List[str]:
     return _name_row_paths(*saved_linker(pipeline))
 
 
+def _own_entity_fingerprint(pipeline: PathLike, name: str) -> Optional[str]:
+    """The entity-tower fingerprint of the KB saved in the pipeline (that of the pipeline's encoder)."""
+    try:
+        return EntityIndex.read_meta(Path(pipeline) / name / "kb").get("encoder_fingerprint")
+    except (FileNotFoundError, InputError):
+        return None
+
+
 def linker_overrides(pipeline: PathLike, kb: PathLike, names: Optional[PathLike] = None,
                      encoder: Optional[str] = None) -> Dict[str, str]:
-    """The config overrides that point a saved pipeline's ``pel_linker`` at ``kb`` (see the module doc)."""
+    """The config overrides that point a saved pipeline's ``pel_linker`` at ``kb`` (see the module doc).
+    A KB encoded by the pipeline's own entity tower (its next release, the same tower's fingerprint)
+    keeps the pipeline's encoder: the KB's ``encoder_source`` may name the base model the frozen
+    tower came from, whose mention tower is not the trained one."""
     name, linker = saved_linker(pipeline)
-    source = encoder or EntityIndex.read_meta(kb).get("encoder_source")
-    if not source:
-        raise InputError(f"{kb}: its meta.json does not say which encoder built it; give that encoder")
-    overrides = {f"components.{name}.kb": str(kb), f"components.{name}.encoder": str(source)}
+    meta = EntityIndex.read_meta(kb)
+    overrides = {f"components.{name}.kb": str(kb)}
+    own = _own_entity_fingerprint(pipeline, name)
+    if encoder is not None or own is None or own != meta.get("encoder_fingerprint"):
+        source = encoder or meta.get("encoder_source")
+        if not source:
+            raise InputError(f"{kb}: its meta.json does not say which encoder built it; give that encoder")
+        overrides[f"components.{name}.encoder"] = str(source)
     rules = _name_row_paths(name, linker)
     if rules and names is None:
         raise InputError(f"{pipeline}: its name-rows rule needs the new KB's name rows "
