@@ -76,6 +76,8 @@ def main() -> None:
     ap.add_argument("--withdrawn", type=float, default=0.005)
     ap.add_argument("--new", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pipeline", help="a trained pipeline over the earlier KB: retargeted to both builds and evaluated")
+    ap.add_argument("--keep-builds", action="store_true", help="take the builds already in --work (and their minutes)")
     ap.add_argument("--output", default="kb_update")
     args = ap.parse_args()
     w = args.work.resolve()
@@ -83,7 +85,8 @@ def main() -> None:
     kb_source = json.loads((args.earlier_kb / "meta.json").read_text())["encoder_source"]
     build = f"python -m spacy_pel build-kb --kb {w / 'release'} --format mesh --encoder {kb_source} --force"
     names = "python -m spacy_pel build-names"
-    minutes = {
+    kept = w / "minutes.json"
+    minutes = json.loads(kept.read_text()) if args.keep_builds and kept.exists() else {
         "build-kb, from nothing": run_timed(f"{build} --output {w / 'full'} > {w / 'full.log'}", 2),
         "build-kb --reuse (the 2024 KB)": run_timed(f"{build} --output {w / 'update'} --reuse {args.earlier_kb.resolve()}"
                                                     f" > {w / 'update.log'}", 2),
@@ -93,6 +96,7 @@ def main() -> None:
             f"{names} {w / 'update'} --output {w / 'update_names'} --force --reuse {args.earlier_names.resolve()}"
             f" > {w / 'update_names.log'}", 2),
     }
+    kept.write_text(json.dumps(minutes))
     reports = {k: json.loads((w / k / "build_report.json").read_text()) for k in ("full", "update", "full_names", "update_names")}
     full, update = EntityIndex.from_disk(w / "full"), EntityIndex.from_disk(w / "update")
     assert list(full.entities.ids) == list(update.entities.ids)
@@ -103,6 +107,14 @@ def main() -> None:
     t = time.perf_counter()
     recall = {"full build": r_at_1(w / "full", args.encoder, args.corpus, w / "eval_full.json"),
               "update": r_at_1(w / "update", args.encoder, args.corpus, w / "eval_update.json")}
+    pipeline_r1 = {}
+    if args.pipeline:
+        for key, kb, names_dir in (("full build", "full", "full_names"), ("update", "update", "update_names")):
+            run_timed(f"python -m spacy_pel retarget {args.pipeline} --kb {w / kb} --names {w / names_dir} "
+                      f"-o {w / ('pipeline_' + kb)} > /dev/null")
+            run_timed(f"python -m spacy_pel evaluate {args.corpus} --pipeline {w / ('pipeline_' + kb)} "
+                      f"--output {w / ('eval_pipeline_' + kb + '.json')} > /dev/null")
+            pipeline_r1[key] = json.loads((w / f"eval_pipeline_{kb}.json").read_text())["recall_in_kb"]["R@1"]
     report = {
         "command": invocation(), "machine": {**machine(), "lscpu_model": lscpu_model()}, "edits": edits,
         "minutes": minutes, "reports": reports, "evaluate_minutes": round((time.perf_counter() - t) / 60, 2),
@@ -111,7 +123,7 @@ def main() -> None:
                         "min_cosine": float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())},
         "name_rows": {"rows": len(na), "equal_bitwise": int((na == nb).all(1).sum()),
                       "max_abs_difference": float(np.abs(na - nb).max())},
-        "retriever_r1": recall,
+        "retriever_r1": recall, "pipeline": args.pipeline, "pipeline_r1": pipeline_r1,
     }
     out = ROOT / "benchmarks" / args.output
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
@@ -138,6 +150,8 @@ def main() -> None:
         f"| name rows: largest difference | {n['max_abs_difference']:.2g} |",
         f"| retriever R@1, BC5CDR dev ({args.encoder}), full build | {recall['full build']:.4f} |",
         f"| retriever R@1, the update | {recall['update']:.4f} |",
+        *([f"| pipeline R@1 (`{args.pipeline}` retargeted: rules, name rows), full build | {pipeline_r1['full build']:.4f} |",
+           f"| pipeline R@1, the update | {pipeline_r1['update']:.4f} |"] if pipeline_r1 else []),
         "", f"Entities encoded by the update: {upd['entities_encoded']:,} of {upd['entities_total']:,}; names: "
         f"{upn['names_encoded']:,} of {upn['names']:,}. A reused vector is the earlier build's float16 row; one "
         "encoded again differs from it only by rounding that depends on the batch it shares.",
