@@ -125,3 +125,6 @@ def test_a_new_release_of_the_kb_keeps_the_pipelines_trained_encoder(tmp_path, k
     assert list(linker.index.entities.ids) == ["H1", "H2", "H3"]
     for mine, theirs in zip(linker.encoder.mention_model.parameters(), trained.mention_model.parameters()):
         assert torch.equal(mine, theirs)
+    result = CliRunner().invoke(app, ["retarget", str(tmp_path / "pipeline"), "--kb", str(tmp_path / "release_kb"),
+                                      "-o", str(tmp_path / "out_cli")])
+    assert result.exit_code == 0 and "own encoder kept" in result.output, result.output

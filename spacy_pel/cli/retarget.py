@@ -36,4 +36,5 @@ def main(
     require_dir(names, "name rows", "meta.json")
     require_writable_parent(output, "output")
     _, overrides = retarget(pipeline, kb, output, names, encoder)
-    typer.echo(f"wrote {output}: " + ", ".join(f"{k} = {v}" for k, v in overrides.items()))
+    kept = [] if any(k.endswith(".encoder") for k in overrides) else ["the pipeline's own encoder kept (its entity tower encoded the KB)"]
+    typer.echo(f"wrote {output}: " + ", ".join([*(f"{k} = {v}" for k, v in overrides.items()), *kept]))
