@@ -26,6 +26,8 @@ from ..kb import Entity
 from ..models.encoder import BiEncoder
 from .chunks import STAMP_FILE, read_stamp
 from .index import EntityIndex
+from .search import VectorFile
+from .table import EntityTable
 
 READ_ROWS = 65536  # earlier vectors read at once
 
@@ -70,11 +72,14 @@ def earlier_entities(folder, entities: Sequence[Entity], encoder: BiEncoder) -> 
     if stamp.get("precision") != encoder.resolved_precision:
         return _none(folder, len(entities), f"encoded at precision {stamp.get('precision') or 'unrecorded'}, "
                                             f"not {encoder.resolved_precision}")
-    index = EntityIndex.from_disk(folder)
+    # the entity table and the vector file only (not the KB's search matrix)
+    table, file = EntityTable.read(folder), VectorFile(folder / "embeddings.npy")
+    if len(table) != len(file) or meta.get("entities") != len(table):
+        return _none(folder, len(entities), "its entity table and vectors disagree on the entity count")
     earlier: Dict[Tuple[str, ...], int] = {}
-    for row, entity in enumerate(index.entities[0 : len(index)]):
+    for row, entity in enumerate(table[0 : len(table)]):
         earlier.setdefault(encoder.entity_text_fields(entity), row)
-    return Reuse(str(folder), _match([encoder.entity_text_fields(e) for e in entities], earlier), index.vectors)
+    return Reuse(str(folder), _match([encoder.entity_text_fields(e) for e in entities], earlier), file.rows)
 
 
 def earlier_names(folder, names: Sequence[str], encoder: BiEncoder, input: str, max_length: int, index) -> Reuse:
