@@ -128,3 +128,22 @@ def test_a_new_release_of_the_kb_keeps_the_pipelines_trained_encoder(tmp_path, k
     result = CliRunner().invoke(app, ["retarget", str(tmp_path / "pipeline"), "--kb", str(tmp_path / "release_kb"),
                                       "-o", str(tmp_path / "out_cli")])
     assert result.exit_code == 0 and "own encoder kept" in result.output, result.output
+
+
+def test_labels_whose_types_the_new_kb_lacks_are_named(tmp_path, kb_dir, other_kb):
+    """BC5CDR's map over an ontology with other types (HPO): the rule and the NIL classifier cannot use it there."""
+    from spacy_pel.pipeline.retarget import labels_without_kb_types
+
+    kb, _, _ = other_kb
+    rules = {"label_types": {"@misc": "spacy_pel.rules.label_types.v1",
+                             "label_types": {"Disease": ["Diseases"], "Chemical": ["Chemical"]}}}
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "rules": rules})
+    find_linker(nlp)[1].ensure_loaded()
+    assert labels_without_kb_types(nlp) == {"Disease": ["Diseases"]}  # the conftest KB's type is Disease
+    nlp.to_disk(tmp_path / "pipeline")
+    result = CliRunner().invoke(app, ["retarget", str(tmp_path / "pipeline"), "--kb", str(kb), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "Disease → Diseases" in result.output and "Chemical →" not in result.output
+    retargeted = spacy.load(tmp_path / "out")
+    assert labels_without_kb_types(retargeted) == {"Disease": ["Diseases"]}

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ..pipeline.retarget import retarget
+from ..pipeline.retarget import labels_without_kb_types, retarget
 from ._errors import cli_errors, require_dir, require_writable_parent
 
 HELP = (
@@ -35,6 +35,12 @@ def main(
     require_dir(kb, "KB folder", "meta.json")
     require_dir(names, "name rows", "meta.json")
     require_writable_parent(output, "output")
-    _, overrides = retarget(pipeline, kb, output, names, encoder)
+    nlp, overrides = retarget(pipeline, kb, output, names, encoder)
     kept = [] if any(k.endswith(".encoder") for k in overrides) else ["the pipeline's own encoder kept (its entity tower encoded the KB)"]
     typer.echo(f"wrote {output}: " + ", ".join([*(f"{k} = {v}" for k, v in overrides.items()), *kept]))
+    unfitting = labels_without_kb_types(nlp)
+    if unfitting:
+        typer.echo("note: this KB has none of the types the pipeline maps these labels to: "
+                   + "; ".join(f"{label} → {', '.join(types)}" for label, types in unfitting.items())
+                   + " (the label-types rule leaves them as they are and the NIL classifier sees no fitting type; "
+                   "learn a map with python -m spacy_pel label-types on a corpus of this KB, then calibrate)", err=True)

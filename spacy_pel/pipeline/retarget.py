@@ -24,6 +24,8 @@ from ..retrieval.index import EntityIndex
 from .linker import find_linker
 from .rules.name_rows import NAME as NAME_ROWS
 
+LABEL_TYPES_RULE = "spacy_pel.rules.label_types.v1"
+
 
 def saved_linker(pipeline: PathLike) -> Tuple[str, Dict[str, Any]]:
     """The name and config section of a saved pipeline's ``pel_linker`` (its ``config.cfg``, read once)."""
@@ -85,3 +87,24 @@ def retarget(pipeline: PathLike, kb: PathLike, output: PathLike, names: Optional
     with atomic_dir(output) as tmp:
         nlp.to_disk(tmp)
     return nlp, overrides
+
+
+def labels_without_kb_types(nlp: Language) -> Dict[str, List[str]]:
+    """The span labels whose KB types (the label-types rule's map, the NIL classifier's) the pipeline's
+    KB has none of, with those types: after a retarget to an ontology with other types (BC5CDR's
+    ``Disease → Diseases`` over HPO's ``human_phenotype``) the rule leaves those labels' candidates as
+    they are and the NIL classifier sees no fitting type for them — learn a map for the new KB
+    (``python -m spacy_pel label-types``) and calibrate again."""
+    name, linker = find_linker(nlp)
+    linker.ensure_loaded()
+    kb_types = {t for types in linker.index.entities.types.sets for t in types}
+    cfg = nlp.config["components"][name]
+    maps = [rule.get("label_types") or {} for rule in cfg.get("rules", {}).values()
+            if rule.get("@misc") == LABEL_TYPES_RULE]
+    maps.append(cfg.get("nil", {}).get("label_types") or {})
+    out: Dict[str, List[str]] = {}
+    for label_types in maps:
+        for label, types in label_types.items():
+            if types and not kb_types.intersection(types):
+                out.setdefault(label, list(types))
+    return out
