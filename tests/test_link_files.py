@@ -123,6 +123,18 @@ def test_a_spacy_corpus_links_as_its_pubtator_source(pipelines, tmp_path):
     assert a == b and '"id": "12"' in b
 
 
+def test_a_file_without_documents_is_refused_in_one_line_whatever_its_format(pipelines, tmp_path):
+    from spacy.tokens import DocBin
+
+    DocBin().to_disk(tmp_path / "empty.spacy")
+    with pytest.raises(InputError, match="no document to link"):
+        link_file(tmp_path / "empty.spacy", tmp_path / "out.jsonl", pipelines[1], progress=False)
+    result = CliRunner().invoke(app, [str(tmp_path / "empty.spacy"), str(tmp_path / "out.jsonl"), "--pipeline",
+                                      str(pipelines[1])])
+    assert result.exit_code != 0 and "no document to link" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_raw_jsonl_in_jsonl_out_with_the_pipelines_ner(pipelines, tmp_path):
     corpus = write(tmp_path / "in.jsonl", "".join(json.dumps(r) + "\n" for r in RAW))
     stats = link_file(corpus, tmp_path / "out.jsonl", pipelines[0], progress=False)

@@ -62,7 +62,15 @@ def _annotated_items(docs: List[PubTatorDoc]) -> List[Tuple[dict, Optional[int]]
 def read_documents(path: Path, format: str, bad_lines: Optional[files.BadLines] = None) -> List[Tuple[dict, Optional[int]]]:
     """``(item, title length)`` of every document of ``path`` (an item as :class:`.worker.LinkWorker` links
     it: ``doc_id``, ``text`` and the given ``spans``, or ``""`` for raw text). A malformed document raises
-    its ``FILE:LINE``, or with ``bad_lines`` is recorded there and left out."""
+    its ``FILE:LINE``, or with ``bad_lines`` is recorded there and left out; a file with no document left
+    is refused, whatever its format."""
+    kept = _read_items(path, format, bad_lines)
+    if not kept:
+        raise files.InputError(f"{path}: no document to link" + (f" ({bad_lines.count} malformed skipped)" if bad_lines else ""))
+    return kept
+
+
+def _read_items(path: Path, format: str, bad_lines: Optional[files.BadLines]) -> List[Tuple[dict, Optional[int]]]:
     if format == "pubtator":
         return _annotated_items(read_pubtator(path, bad_lines))
     if format in ("bioc-xml", "bioc-json"):
@@ -81,8 +89,6 @@ def read_documents(path: Path, format: str, bad_lines: Optional[files.BadLines] 
             bad_lines.add(files.InputError(item["error"]))
             continue
         kept.append((item, None))
-    if not kept:
-        raise files.InputError(f"{path}: no document to link" + (f" ({bad_lines.count} malformed skipped)" if bad_lines else ""))
     return kept
 
 
