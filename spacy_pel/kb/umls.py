@@ -11,8 +11,7 @@ concept (CUI):
 * its types: the semantic type names of ``MRSTY.RRF`` (``Disease or Syndrome``) — what the
   ``label_types`` rule maps span labels to;
 * its description: the first unsuppressed definition in ``MRDEF.RRF``, if any (the entity tower reads
-  it in place of the synonyms, as for an OBO ``def``: leave ``MRDEF.RRF`` out of the folder to keep the
-  synonyms);
+  it for a concept without synonyms, as an OBO ``def``: the encoder's ``entity_text``);
 * ids are bare CUIs (``C0027051``): a corpus that writes ``UMLS:C0027051`` (MedMentions) is converted
   with ``convert --strip-id-prefix UMLS:``.
 

@@ -44,7 +44,7 @@ from .encoder import (
     resolve_model_name,
     versioned_copy,
 )
-from .pieces import Mention, entity_pieces, marked_mentions
+from .pieces import ENTITY_TEXTS, Mention, entity_pieces, entity_text_fields, marked_mentions
 from .precision import pick_device
 
 PathLike = Union[str, Path]
@@ -61,8 +61,11 @@ class CrossEncoderConfig:
     entity_max_length: int = 32  # word pieces of the entity side (name, types, synonyms, 3 [SEP])
     pooling: str = "mean"  # "mean" (attention-masked, the paper's) or "cls"
     precision: str = "fp32"  # inference: "fp32" or "int8" (CPU dynamic quantisation)
+    entity_text: str = ENTITY_TEXTS[0]  # the entity side's third part, as the bi-encoder's (pieces.entity_text_fields)
 
     def __post_init__(self):
+        if self.entity_text not in ENTITY_TEXTS:
+            raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {self.entity_text!r}")
         if self.pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', not {self.pooling!r}")
         if self.precision not in CROSS_PRECISIONS:
@@ -139,12 +142,12 @@ class CrossEncoder(torch.nn.Module):
         return [seq for seq, _ in marked_mentions(self.tokenizer, self.marker_ids, mentions, self.config.mention_max_length)]
 
     def entity_sides(self, entities: Sequence[Entity]) -> List[List[int]]:
-        """The entity side of each pair: ``name [SEP] types [SEP] synonyms [SEP]`` (cached by id)."""
+        """The entity side of each pair: ``name [SEP] types [SEP] extra text [SEP]`` (cached by id)."""
         missing = list({e.id: e for e in entities if e.id not in self._entity_cache}.values())
         if missing:
             if len(self._entity_cache) + len(missing) > ENTITY_CACHE:
                 self._entity_cache.clear()
-            texts = [(e.name, " ; ".join(e.types), e.description or " ; ".join(e.aliases)) for e in missing]
+            texts = [entity_text_fields(e, self.config.entity_text) for e in missing]
             for e, seq in zip(missing, entity_pieces(self.tokenizer, texts, self.config.entity_max_length + 1)):
                 self._entity_cache[e.id] = seq[1:]  # without [CLS]
         return [self._entity_cache[e.id] for e in entities]

@@ -2,7 +2,8 @@
 
 Mention input:  ``[CLS] left-context [M_s] mention [M_e] right-context [SEP]`` (``mention_max_length``
 word pieces, context split evenly left/right). Entity input: ``[CLS] name [SEP] types [SEP]
-description-or-synonyms [SEP]`` (``entity_max_length``). Both are reduced to one vector by
+synonyms [SEP]`` (``entity_max_length``; the description where the entity has no synonyms, or first with
+``entity_text = "description_or_synonyms"``). Both are reduced to one vector by
 attention-masked mean pooling. A saved encoder is a folder::
 
     pel_encoder.json        settings (this module's EncoderConfig) and the entity-side fingerprint
@@ -30,7 +31,7 @@ from ..kb import Entity
 from .hub import check_hub_name
 from .int8_rows import quantize_rows
 from .onnx_tower import OnnxTower
-from .pieces import Mention, entity_pieces, marked_mentions  # noqa: F401 (Mention: part of this module's API)
+from .pieces import ENTITY_TEXTS, Mention, entity_pieces, entity_text_fields, marked_mentions  # noqa: F401 (Mention: API)
 from .precision import ONNX_QUANTIZATIONS, PRECISIONS, TORCH_INT8_PRECISIONS, pick_device, tower_precision
 from .span_pooling import pooled_last_layer
 
@@ -77,9 +78,16 @@ class EncoderConfig:
     # with per-batch activation scales), "onnx_fp32", or "auto" (bf16 where the device has
     # bf16 units; on other CPUs int8 where they have VNNI, else fp32)
     precision: str = "fp32"
+    # the entity input's third part: "synonyms_or_description" (the synonyms; the description of an entity
+    # with none) or "description_or_synonyms" (SPEC §1: the description; the synonyms of one without);
+    # alike for a KB without descriptions (MeSH, MEDIC). Not in the fingerprint: it decides which text a
+    # KB row encodes (its stamp's entities_sha256), not which tower
+    entity_text: str = ENTITY_TEXTS[0]
     extra: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.entity_text not in ENTITY_TEXTS:
+            raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {self.entity_text!r}")
         if self.mention_pooling not in ("all", "span"):
             raise ValueError(f"mention_pooling must be 'all' or 'span', not {self.mention_pooling!r}")
         if self.similarity not in ("cosine", "dot"):
@@ -263,11 +271,11 @@ class BiEncoder(torch.nn.Module):
 
     # ---------------------------------------------------------------- inputs
     def entity_text_fields(self, entity: Entity) -> Tuple[str, str, str]:
-        desc = entity.description or " ; ".join(entity.aliases)
-        return entity.name, " ; ".join(entity.types), desc
+        """``(name, types, extra text)`` as this encoder's entity input reads them (``config.entity_text``)."""
+        return entity_text_fields(entity, self.config.entity_text)
 
     def entity_inputs(self, entities: Sequence[Entity]) -> List[List[int]]:
-        """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]``."""
+        """Word-piece ids of ``[CLS] name [SEP] types [SEP] extra text [SEP]`` (:meth:`entity_text_fields`)."""
         return entity_pieces(self.tokenizer, [self.entity_text_fields(e) for e in entities], self.config.entity_max_length)
 
     def mention_inputs(self, mentions: Sequence[Mention]) -> List[Tuple[List[int], Tuple[int, int]]]:

@@ -1,7 +1,8 @@
 """Word-piece inputs of the two towers (SPEC §1).
 
 Mention: ``[CLS] left-context [M_s] mention [M_e] right-context [SEP]`` in ``max_length`` pieces, the
-context split evenly left/right. Entity: ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]``.
+context split evenly left/right. Entity: ``[CLS] name [SEP] types [SEP] extra text [SEP]``, the extra
+text chosen by :func:`entity_text_fields` (synonyms, or the description of an entity without any, by default).
 """
 from __future__ import annotations
 
@@ -9,6 +10,25 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+# what an entity input's third part reads (an encoder's ``entity_text`` setting). The first is the
+# default: a trained mention tower links an ontology with definitions (HPO) better against rows written as it
+# saw in training, the synonyms (benchmarks/entity_text.md); the second is SPEC §1's BLINK-style description.
+ENTITY_TEXTS = ("synonyms_or_description", "description_or_synonyms")
+
+
+def entity_text_fields(entity, entity_text: str = ENTITY_TEXTS[0]) -> Tuple[str, str, str]:
+    """``(name, types, extra text)`` of a KB entity as its input encodes it: the extra text is its synonyms
+    joined by `` ; `` (its description when it has none) for ``"synonyms_or_description"``, its description
+    (its synonyms when it has none) for ``"description_or_synonyms"``."""
+    synonyms = " ; ".join(entity.aliases)
+    if entity_text == "synonyms_or_description":
+        extra = synonyms or entity.description
+    elif entity_text == "description_or_synonyms":
+        extra = entity.description or synonyms
+    else:
+        raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {entity_text!r}")
+    return entity.name, " ; ".join(entity.types), extra
 
 
 @dataclass
@@ -21,8 +41,8 @@ class Mention:
 
 
 def entity_pieces(tokenizer, texts: Sequence[Tuple[str, str, str]], max_length: int) -> List[List[int]]:
-    """Word-piece ids of ``[CLS] name [SEP] types [SEP] description-or-synonyms [SEP]`` for each
-    ``(name, types, description)``, at most ``max_length`` pieces (the name first, then types)."""
+    """Word-piece ids of ``[CLS] name [SEP] types [SEP] extra text [SEP]`` for each
+    ``(name, types, extra text)`` (:func:`entity_text_fields`), at most ``max_length`` pieces (the name first, then types)."""
     tok = tokenizer
     out: List[List[int]] = []
     budget = max_length - 4

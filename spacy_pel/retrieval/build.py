@@ -19,19 +19,18 @@ KB) gives the vectors of the entities whose encoded text it holds, and only the 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
 from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, output_lock
-from ..kb import READERS, Entity, kb_files, read_kb
+from ..kb import READERS, kb_files, read_kb
 from ..models.encoder import (
     CONFIG_FILE,
     DEFAULT_ENCODER,
@@ -42,7 +41,7 @@ from ..models.encoder import (
 )
 from ..models.precision import index_precision, pick_device
 from ..retrieval.index import INDEX_KINDS, EntityIndex
-from .chunks import CHUNK, STAMP_FILE, encode_resumable, read_stamp
+from .chunks import CHUNK, STAMP_FILE, encode_resumable, entity_texts_digest, read_stamp
 from .ray_build import RayOptions, encode_on_ray
 from .reuse import earlier_entities, encode_reusing
 
@@ -145,15 +144,6 @@ def check_options(
 
 
 # ---------------------------------------------------------------------------- what may be replaced
-
-
-def entity_texts_digest(entities: Sequence[Entity], encoder: BiEncoder) -> str:
-    """SHA-256 of exactly what is encoded of each entity (name, types, description-or-synonyms)."""
-    h = hashlib.sha256()
-    for entity in entities:
-        h.update("\x1f".join(encoder.entity_text_fields(entity)).encode("utf8", "surrogatepass"))
-        h.update(b"\x1e")
-    return h.hexdigest()
 
 
 def recorded_input(output: Path) -> dict:
@@ -295,7 +285,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             "format": format,
             "reader": {"skip_bad_lines": skip_bad_lines},
             "entities": len(entities),
-            "entities_sha256": entity_texts_digest(entities, enc),
+            "entities_sha256": entity_texts_digest(entities, enc.config.entity_text),
             "encoder_fingerprint": fingerprint,
             "precision": enc.resolved_precision,
             "device": enc.device_.type,
@@ -314,7 +304,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
 
         def encode(todo):  # the entities to encode, in chunks stamped with their own texts (see .reuse)
             sub = stamp if len(todo) == len(entities) else {
-                **stamp, "entities": len(todo), "entities_sha256": entity_texts_digest(todo, enc)}
+                **stamp, "entities": len(todo), "entities_sha256": entity_texts_digest(todo, enc.config.entity_text)}
             if ray is None:
                 return encode_resumable(todo, enc, sub, work, batch_size, progress, chunk_size)
             return encode_on_ray(todo, "entities", str(encoder), enc, sub, work, batch_size, progress, chunk_size, ray)

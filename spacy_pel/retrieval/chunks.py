@@ -11,6 +11,7 @@ Ray build (:mod:`.ray_build`) write the same files, so either resumes the other'
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -21,11 +22,22 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..files import atomic_write
+from ..models.pieces import entity_text_fields
 
 CHUNK = 16384
 STAMP_FILE = "stamp.json"
 STAMP_VERSION = 1
 log = logging.getLogger(__name__)
+
+def entity_texts_digest(entities: Sequence, entity_text: str) -> str:
+    """SHA-256 of exactly what is encoded of each entity (name, types and the extra text ``entity_text``
+    chooses: :func:`~spacy_pel.models.pieces.entity_text_fields`): a KB stamp's ``entities_sha256``."""
+    h = hashlib.sha256()
+    for entity in entities:
+        h.update("\x1f".join(entity_text_fields(entity, entity_text)).encode("utf8", "surrogatepass"))
+        h.update(b"\x1e")
+    return h.hexdigest()
+
 
 # what each stamp field means, for the "starting a clean build" message
 STAMP_WORDS = {

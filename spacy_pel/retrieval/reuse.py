@@ -3,12 +3,16 @@
 A KB's next release (MeSH every year, MEDIC every month, a user's catalogue every day) changes a few
 percent of its entities, yet a build encodes all of them again (MeSH: ~8 min for the entities and ~7 for
 the name rows on 2 cores). ``build-kb --reuse EARLIER_KB`` and ``build-names --reuse EARLIER_NAMES`` take
-the vector of every entity whose encoded input — name, types and description-or-synonyms — the earlier
-folder holds (every name spelled as it was, for name rows), whatever its id or row, and encode only the
+the vector of every entity whose encoded input — name, types and extra text (synonyms or description) — the
+earlier folder holds (every name spelled as it was, for name rows), whatever its id or row, and encode only the
 others. The earlier folder must come from the same entity encoder (fingerprint and entity settings) at
 the same precision, and name rows from the same input kind and length; otherwise nothing is reused and
 the report's ``reuse`` says why. A reused vector is the earlier folder's float16 row: what encoding the
 entity again writes, up to the rounding that depends on which entities share its batch.
+
+The earlier KB's inputs are rebuilt from its entity table under the ``entity_text`` choice whose texts
+digest is its stamp's ``entities_sha256`` (a KB built before that choice existed, or with the other choice,
+is read as it was encoded); a folder whose stamp matches neither reuses nothing.
 
 The records still to encode go through the build's usual resumable chunks, stamped with their own
 texts, so a resumed update never mixes chunks of another update or of a full build.
@@ -24,7 +28,8 @@ import numpy as np
 
 from ..kb import Entity
 from ..models.encoder import BiEncoder
-from .chunks import STAMP_FILE, read_stamp
+from ..models.pieces import ENTITY_TEXTS, entity_text_fields
+from .chunks import STAMP_FILE, entity_texts_digest, read_stamp
 from .index import EntityIndex
 from .search import VectorFile
 from .table import EntityTable
@@ -76,9 +81,13 @@ def earlier_entities(folder, entities: Sequence[Entity], encoder: BiEncoder) -> 
     table, file = EntityTable.read(folder), VectorFile(folder / "embeddings.npy")
     if len(table) != len(file) or meta.get("entities") != len(table):
         return _none(folder, len(entities), "its entity table and vectors disagree on the entity count")
+    old = table[0 : len(table)]
+    encoded_as = next((t for t in ENTITY_TEXTS if entity_texts_digest(old, t) == stamp.get("entities_sha256")), None)
+    if encoded_as is None:
+        return _none(folder, len(entities), "its stamp does not record the texts its rows encode")
     earlier: Dict[Tuple[str, ...], int] = {}
-    for row, entity in enumerate(table[0 : len(table)]):
-        earlier.setdefault(encoder.entity_text_fields(entity), row)
+    for row, entity in enumerate(old):
+        earlier.setdefault(entity_text_fields(entity, encoded_as), row)
     return Reuse(str(folder), _match([encoder.entity_text_fields(e) for e in entities], earlier), file.rows)
 
 
