@@ -72,6 +72,8 @@ class Batch:
 def replaying(stage: Stage, mentions: Examples, share: float, batch_size: int) -> Stage:
     """``stage`` with ``mentions`` replayed: ``share`` of each batch (at least one mention)."""
     if not len(mentions):
-        raise InputError("synonyms.replay: no mention of paths.train is linked to an entity of the KB")
+        raise InputError("synonyms.replay: no mention of paths.train is linked to an entity of the KB (a KB of other "
+                         "ids, e.g. an ontology: adapt without replay, --synonyms.replay 0; the transfer workflow's "
+                         "--vars.transfer_replay 0)")
     per_batch = min(batch_size - 1, max(1, round(share * batch_size)))
     return Stage(stage.name, stage.examples + mentions, stage.steps, len(mentions), per_batch)
