@@ -114,10 +114,12 @@ def test_the_shipped_config_is_the_built_in_defaults():
 
 def test_a_saved_start_encoder_keeps_its_input_lengths(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
     start = tmp_path / "trained"
-    BiEncoder.from_pretrained(tiny_encoder_dir, mention_max_length=48, entity_max_length=40).save(start)
+    BiEncoder.from_pretrained(tiny_encoder_dir, mention_max_length=48, entity_max_length=40,
+                              entity_text="description_or_synonyms").save(start)
     adapt_retriever(None, tmp_path / "a", settings(synonym_kb, start, **{"synonyms.steps": 2}), progress=False)
     kept = BiEncoder.from_pretrained(tmp_path / "a").config
     assert (kept.mention_max_length, kept.entity_max_length) == (48, 40)  # not the adapt defaults (32, 32)
+    assert kept.entity_text == "description_or_synonyms"  # the rows it was trained against, not the default
     adapt_retriever(None, tmp_path / "b", settings(synonym_kb, start, **{"synonyms.steps": 2, "encoder.entity_max_length": 24}),
                     progress=False)
     assert BiEncoder.from_pretrained(tmp_path / "b").config.entity_max_length == 24  # the command line wins

@@ -14,7 +14,7 @@ and the settings are the ones it was made from; the best encoder is written to `
 
 Started from an encoder this package saved (a trained retriever: ``--encoder
 PIPELINE/pel_linker/encoder``), the run continues that encoder in its own input formats: its word-piece
-lengths and pooling are kept unless the command line sets them. That is how a trained pipeline is
+lengths, pooling and entity text (``entity_text``) are kept unless the command line sets them. That is how a trained pipeline is
 taught a KB it was not trained on before linking against it (:mod:`spacy_pel.pipeline.retarget`).
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ DEFAULTS: Dict[str, Any] = {
     "training.lr": 5e-5, "training.warmup": 0.1, "training.eval_every": 250, "training.eval_kb_sample": 5000,
 }
 # the input settings a saved start encoder keeps (unless the command line sets them)
-KEPT = ("mention_max_length", "entity_max_length", "mention_pooling")
+KEPT = ("mention_max_length", "entity_max_length", "mention_pooling", "entity_text")
 # settings that do not change what a resumed run computes
 UNSTAMPED = ("max_minutes", "resume", "device", "eval_every")
 
