@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 import spacy
-from spacy.tokens import DocBin, Span
+from spacy.tokens import Span
 from spacy.util import filter_spans
 
 from _common import ROOT, SHARED, invocation, machine, machine_line, report_footer, run_timed
-from spacy_pel.corpora import GOLD_KEY, gold_spans, read_docbin
+from spacy_pel.corpora import GOLD_KEY, ID_SEP, gold_ids, gold_spans, read_docbin, write_docbin
 from spacy_pel.kb import Entity, read_kb
 from spacy_pel.kb.entity import normalize
 from spacy_pel.models.encoder import BiEncoder
@@ -69,21 +69,19 @@ def one_to_one(mesh: Sequence[Entity], onto: Sequence[Entity]) -> Dict[str, str]
 
 def mapped_corpus(source: Path, mapping: Dict[str, str], out: Path) -> dict:
     """``source``'s documents with only the gold mentions whose ids map (to the mapped ids)."""
-    nlp = spacy.blank("en")
-    db = DocBin(store_user_data=True)
+    docs = read_docbin(spacy.blank("en"), source)
     kept = total = 0
-    for doc in read_docbin(nlp, source):
+    for doc in docs:
         spans = []
         for span in gold_spans(doc):
             total += 1
-            ids = [mapping[i] for i in span.kb_id_.split("|") if i in mapping]
+            ids = [mapping[i] for i in gold_ids(span.kb_id_) if i in mapping]
             if ids:
-                spans.append(Span(doc, span.start, span.end, label=span.label_, kb_id="|".join(ids)))
+                spans.append(Span(doc, span.start, span.end, label=span.label_, kb_id=ID_SEP.join(ids)))
         kept += len(spans)
         doc.spans[GOLD_KEY] = spans
         doc.ents = filter_spans(spans)
-        db.add(doc)
-    db.to_disk(out)
+    write_docbin(docs, out)
     return {"source": str(source), "mentions": total, "mapped": kept}
 
 

@@ -44,7 +44,7 @@ def main(local: Path = typer.Option(Path("../shared/data"), help="Local copy of 
                 except (OSError, urllib.error.URLError, subprocess.CalledProcessError, zipfile.BadZipFile,
                         StopIteration, KeyError) as err:  # no network, a moved file, a changed archive
                     stderr = (getattr(err, "stderr", None) or b"").decode(errors="replace").strip().splitlines()
-                    reason = (stderr[-1] if stderr else None) or getattr(err, "reason", None) or err or type(err).__name__
+                    reason = stderr[-1] if stderr else getattr(err, "reason", None) or str(err) or type(err).__name__
                     typer.echo(f"error: {target} could not be downloaded ({reason}); put a copy in {local / folder} "
                                f"(--local) or in {assets / folder}", err=True)
                     raise typer.Exit(1) from None

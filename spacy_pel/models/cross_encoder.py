@@ -44,7 +44,7 @@ from .encoder import (
     resolve_model_name,
     versioned_copy,
 )
-from .pieces import ENTITY_TEXTS, Mention, entity_pieces, entity_text_fields, marked_mentions
+from .pieces import ENTITY_TEXTS, Mention, check_entity_text, entity_pieces, entity_text_fields, marked_mentions
 from .precision import pick_device
 
 PathLike = Union[str, Path]
@@ -64,8 +64,7 @@ class CrossEncoderConfig:
     entity_text: str = ENTITY_TEXTS[0]  # the entity side's third part, as the bi-encoder's (pieces.entity_text_fields)
 
     def __post_init__(self):
-        if self.entity_text not in ENTITY_TEXTS:
-            raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {self.entity_text!r}")
+        check_entity_text(self.entity_text)
         if self.pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', not {self.pooling!r}")
         if self.precision not in CROSS_PRECISIONS:

@@ -31,7 +31,7 @@ from ..kb import Entity
 from .hub import check_hub_name
 from .int8_rows import quantize_rows
 from .onnx_tower import OnnxTower
-from .pieces import ENTITY_TEXTS, Mention, entity_pieces, entity_text_fields, marked_mentions  # noqa: F401 (Mention: API)
+from .pieces import ENTITY_TEXTS, Mention, check_entity_text, entity_pieces, entity_text_fields, marked_mentions  # noqa: F401 (Mention: API)
 from .precision import ONNX_QUANTIZATIONS, PRECISIONS, TORCH_INT8_PRECISIONS, pick_device, tower_precision
 from .span_pooling import pooled_last_layer
 
@@ -86,8 +86,7 @@ class EncoderConfig:
     extra: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.entity_text not in ENTITY_TEXTS:
-            raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {self.entity_text!r}")
+        check_entity_text(self.entity_text)
         if self.mention_pooling not in ("all", "span"):
             raise ValueError(f"mention_pooling must be 'all' or 'span', not {self.mention_pooling!r}")
         if self.similarity not in ("cosine", "dot"):

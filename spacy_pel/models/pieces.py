@@ -17,17 +17,19 @@ import numpy as np
 ENTITY_TEXTS = ("synonyms_or_description", "description_or_synonyms")
 
 
+def check_entity_text(entity_text: str) -> None:
+    """Refuse a value that is not one of :data:`ENTITY_TEXTS` (``ValueError``)."""
+    if entity_text not in ENTITY_TEXTS:
+        raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {entity_text!r}")
+
+
 def entity_text_fields(entity, entity_text: str = ENTITY_TEXTS[0]) -> Tuple[str, str, str]:
     """``(name, types, extra text)`` of a KB entity as its input encodes it: the extra text is its synonyms
     joined by `` ; `` (its description when it has none) for ``"synonyms_or_description"``, its description
     (its synonyms when it has none) for ``"description_or_synonyms"``."""
+    check_entity_text(entity_text)
     synonyms = " ; ".join(entity.aliases)
-    if entity_text == "synonyms_or_description":
-        extra = synonyms or entity.description
-    elif entity_text == "description_or_synonyms":
-        extra = entity.description or synonyms
-    else:
-        raise ValueError(f"entity_text must be one of {', '.join(ENTITY_TEXTS)}, not {entity_text!r}")
+    extra = (synonyms or entity.description) if entity_text == "synonyms_or_description" else (entity.description or synonyms)
     return entity.name, " ; ".join(entity.types), extra
 
 
