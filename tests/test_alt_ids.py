@@ -32,6 +32,58 @@ def test_obo_alt_ids_are_read(tmp_path):
     assert first.extra["alt_ids"] == ["DOID:100", "DOID:101"] and second.extra == {}
 
 
+OBSOLETE = OBO + """
+[Term]
+id: DOID:3
+name: old flutter
+is_obsolete: true
+replaced_by: DOID:4
+alt_id: DOID:300
+
+[Term]
+id: DOID:4
+name: older flutter
+replaced_by: DOID:1
+is_obsolete: true
+
+[Term]
+id: DOID:5
+name: ambiguous
+is_obsolete: true
+consider: DOID:1
+consider: DOID:2
+
+[Term]
+id: DOID:6
+name: gone
+is_obsolete: true
+replaced_by: DOID:999
+
+[Term]
+id: DOID:7
+name: loop a
+is_obsolete: true
+replaced_by: DOID:8
+
+[Term]
+id: DOID:8
+name: loop b
+is_obsolete: true
+replaced_by: DOID:7
+"""
+
+
+def test_obo_obsolete_ids_resolve_to_their_replacement(tmp_path):
+    path = tmp_path / "x.obo"
+    path.write_text(OBSOLETE)
+    entities = read_kb(path, format="obo")
+    assert [e.id for e in entities] == ["DOID:1", "DOID:2"]  # obsolete terms are no entities
+    # DOID:3 → DOID:4 → DOID:1 (a chain, and the obsolete term's own alt_id with it); consider-only,
+    # a replacement the file lacks and a loop resolve to nothing
+    assert entities[0].extra["alt_ids"] == ["DOID:100", "DOID:101", "DOID:3", "DOID:300", "DOID:4"]
+    assert entities[1].extra == {}
+
+
 def alt_kb(tmp_path, tiny_encoder_dir):
     lines = [line.replace('"id": "D2",', '"id": "D2", "extra": {"alt_ids": ["OMIM:555", "D2OLD"]},') for line in KB_LINES]
     (tmp_path / "kb.jsonl").write_text("\n".join(lines) + "\n")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .. import files
 from .entity import Collector, Entity, KBFormatError, PathLike, unique
@@ -19,7 +19,10 @@ _OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one
 def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
     """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace (a term without one takes the
     header's ``default-namespace``, as the format says: HPO's terms are all ``human_phenotype``), alt_id
-    (→ ``extra["alt_ids"]``); obsolete terms skipped.
+    (→ ``extra["alt_ids"]``); obsolete terms skipped, except that an obsolete term's id with one
+    ``replaced_by`` becomes an alternative id of the term that replaces it (followed through further
+    obsolete terms), so a corpus annotated with an older release resolves to the current term; an
+    obsolete term with only ``consider`` suggestions (several, or none) resolves to nothing.
 
     A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
     ``tag: value``, and a second ``id``, ``name`` or ``def`` in one stanza are refused.
@@ -28,9 +31,14 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
     out = Collector(bad_lines)
     stanza: Optional[dict] = None
     header: dict = {}
+    replaced: dict = {}  # obsolete term id → the id its one replaced_by names
 
     def flush():
-        if stanza and stanza["kind"] == "Term" and not stanza["obsolete"]:
+        if stanza and stanza["kind"] == "Term" and stanza["obsolete"]:
+            if "id" in stanza and len(stanza["replaced_by"]) == 1:
+                for old in [stanza["id"], *stanza["alt_ids"]]:
+                    replaced.setdefault(old, stanza["replaced_by"][0])
+        elif stanza and stanza["kind"] == "Term":
             if "id" not in stanza or "name" not in stanza:
                 return out.fail(path, stanza["line"], "[Term] stanza without id or name")
             entity = Entity(
@@ -53,7 +61,8 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             kind = opening[1:-1].strip() if opening.endswith("]") else None
             # a stanza whose header is refused is read (so its lines are not mistaken for another
             # stanza's) but yields nothing; the refusal is its one report
-            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "obsolete": False}
+            stanza = {"kind": None, "line": lineno, "synonyms": [], "types": [], "alt_ids": [], "obsolete": False,
+                      "replaced_by": []}
             if kind is None:
                 out.fail(path, lineno, f"malformed stanza header {line[:40]!r} (expected e.g. [Term])")
             elif kind not in OBO_STANZAS:
@@ -91,5 +100,24 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             stanza["alt_ids"].append(value)
         elif tag == "is_obsolete":
             stanza["obsolete"] = value.lower() == "true"
+        elif tag == "replaced_by":
+            stanza["replaced_by"].append(value)
     flush()
-    return out.result()
+    return with_replaced_ids(out.result(), replaced)
+
+
+def with_replaced_ids(entities: List[Entity], replaced: Dict[str, str]) -> List[Entity]:
+    """Each obsolete id of ``replaced`` added to the alt ids of the entity its chain of ``replaced_by``
+    ends at (a chain that loops, or ends at no entity of ``entities``, adds nothing)."""
+    by_id = {e.id: e for e in entities}
+    for old in sorted(replaced):
+        target, seen = replaced[old], {old}
+        while target in replaced and target not in seen:
+            seen.add(target)
+            target = replaced[target]
+        entity = by_id.get(target)
+        if entity is not None and old not in by_id:
+            alt_ids = entity.extra.setdefault("alt_ids", [])
+            if old not in alt_ids:
+                alt_ids.append(old)
+    return entities
