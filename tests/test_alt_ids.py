@@ -70,6 +70,19 @@ id: DOID:8
 name: loop b
 is_obsolete: true
 replaced_by: DOID:7
+
+[Term]
+id: DOID:9
+name: wrongly listing a current term
+is_obsolete: true
+alt_id: DOID:2
+replaced_by: DOID:1
+
+[Term]
+id: DOID:10
+name: replaced by a current term
+is_obsolete: true
+replaced_by: DOID:2
 """
 
 
@@ -79,9 +92,10 @@ def test_obo_obsolete_ids_resolve_to_their_replacement(tmp_path):
     entities = read_kb(path, format="obo")
     assert [e.id for e in entities] == ["DOID:1", "DOID:2"]  # obsolete terms are no entities
     # DOID:3 → DOID:4 → DOID:1 (a chain, and the obsolete term's own alt_id with it); consider-only,
-    # a replacement the file lacks and a loop resolve to nothing
-    assert entities[0].extra["alt_ids"] == ["DOID:100", "DOID:101", "DOID:3", "DOID:300", "DOID:4"]
-    assert entities[1].extra == {}
+    # a replacement the file lacks and a loop resolve to nothing; a current term stays itself, and a chain
+    # stops at it even where an obsolete term lists its id
+    assert entities[0].extra["alt_ids"] == ["DOID:100", "DOID:101", "DOID:3", "DOID:300", "DOID:4", "DOID:9"]
+    assert entities[1].extra == {"alt_ids": ["DOID:10"]}
 
 
 def alt_kb(tmp_path, tiny_encoder_dir):

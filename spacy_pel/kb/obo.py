@@ -112,7 +112,7 @@ def with_replaced_ids(entities: List[Entity], replaced: Dict[str, str]) -> List[
     by_id = {e.id: e for e in entities}
     for old in sorted(replaced):
         target, seen = replaced[old], {old}
-        while target in replaced and target not in seen:
+        while target not in by_id and target in replaced and target not in seen:
             seen.add(target)
             target = replaced[target]
         entity = by_id.get(target)
