@@ -16,7 +16,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -29,14 +29,20 @@ STAMP_FILE = "stamp.json"
 STAMP_VERSION = 1
 log = logging.getLogger(__name__)
 
-def entity_texts_digest(entities: Sequence, entity_text: str) -> str:
-    """SHA-256 of exactly what is encoded of each entity (name, types and the extra text ``entity_text``
-    chooses: :func:`~spacy_pel.models.pieces.entity_text_fields`): a KB stamp's ``entities_sha256``."""
+
+def texts_digest(fields: Iterable[Sequence[str]]) -> str:
+    """SHA-256 of entities' encoded inputs, each ``(name, types, extra text)``: a KB stamp's ``entities_sha256``."""
     h = hashlib.sha256()
-    for entity in entities:
-        h.update("\x1f".join(entity_text_fields(entity, entity_text)).encode("utf8", "surrogatepass"))
+    for texts in fields:
+        h.update("\x1f".join(texts).encode("utf8", "surrogatepass"))
         h.update(b"\x1e")
     return h.hexdigest()
+
+
+def entity_texts_digest(entities: Sequence, entity_text: str) -> str:
+    """:func:`texts_digest` of exactly what is encoded of each entity (name, types and the extra text
+    ``entity_text`` chooses: :func:`~spacy_pel.models.pieces.entity_text_fields`)."""
+    return texts_digest(entity_text_fields(entity, entity_text) for entity in entities)
 
 
 # what each stamp field means, for the "starting a clean build" message

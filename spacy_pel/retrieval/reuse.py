@@ -29,7 +29,7 @@ import numpy as np
 from ..kb import Entity
 from ..models.encoder import BiEncoder
 from ..models.pieces import ENTITY_TEXTS, entity_text_fields
-from .chunks import STAMP_FILE, entity_texts_digest, read_stamp
+from .chunks import STAMP_FILE, read_stamp, texts_digest
 from .index import EntityIndex
 from .search import VectorFile
 from .table import EntityTable
@@ -82,12 +82,14 @@ def earlier_entities(folder, entities: Sequence[Entity], encoder: BiEncoder) -> 
     if len(table) != len(file) or meta.get("entities") != len(table):
         return _none(folder, len(entities), "its entity table and vectors disagree on the entity count")
     old = table[0 : len(table)]
-    encoded_as = next((t for t in ENTITY_TEXTS if entity_texts_digest(old, t) == stamp.get("entities_sha256")), None)
-    if encoded_as is None:
+    # the earlier rows' inputs under each entity_text choice in turn, kept for the one its stamp's digest proves
+    candidates = ([entity_text_fields(e, choice) for e in old] for choice in ENTITY_TEXTS)
+    encoded = next((fields for fields in candidates if texts_digest(fields) == stamp.get("entities_sha256")), None)
+    if encoded is None:
         return _none(folder, len(entities), "its stamp does not record the texts its rows encode")
     earlier: Dict[Tuple[str, ...], int] = {}
-    for row, entity in enumerate(old):
-        earlier.setdefault(entity_text_fields(entity, encoded_as), row)
+    for row, fields in enumerate(encoded):
+        earlier.setdefault(fields, row)
     return Reuse(str(folder), _match([encoder.entity_text_fields(e) for e in entities], earlier), file.rows)
 
 
