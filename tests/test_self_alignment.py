@@ -155,3 +155,31 @@ def test_replayed_training_mentions_join_the_synonym_batches(synonym_kb, tiny_en
     with pytest.raises(ConfigError, match="replay"):  # no corpus to replay
         RetrieverConfig.from_config(retriever_adapt_config(None, settings(synonym_kb, tiny_encoder_dir,
                                                                           **{"synonyms.replay": 0.25})))
+
+
+def test_nothing_to_train_writes_the_start_encoder_as_it_is(synonym_kb, tiny_encoder_dir, tmp_path):  # noqa: F811
+    """``synonyms.steps`` 0 and no mention stage (the transfer workflow's ``--vars.transfer_steps 0``): the
+    start encoder, a folder this package saved, is copied file for file; a model name is saved as loaded."""
+    start = tmp_path / "trained"
+    BiEncoder.from_pretrained(tiny_encoder_dir, mention_max_length=48).save(start)
+    (start / "mention_centre.npy").write_bytes(b"kept")  # a file the encoder's loader does not know
+    doc = spacy.blank("en").make_doc("Lithium salt toxicity was seen.")
+    doc.spans[GOLD_KEY] = [Span(doc, 0, 2, label="X", kb_id="E0")]
+    doc.ents = list(doc.spans[GOLD_KEY])
+    write_docbin([doc], tmp_path / "train.spacy")
+    replay = {"paths.train": str(tmp_path / "train.spacy"), "synonyms.replay": 0.25, "training.epochs": 0}
+    state = adapt_retriever(None, tmp_path / "a", settings(synonym_kb, start, **{"synonyms.steps": 0, **replay}),
+                            progress=False)
+    assert state["step"] == 0 and state["unchanged"] == str(start)
+    copied = BiEncoder.from_pretrained(tmp_path / "a")
+    assert copied.fingerprint() == BiEncoder.from_pretrained(start).fingerprint()
+    assert copied.config.mention_max_length == 48 and (tmp_path / "a" / "mention_centre.npy").read_bytes() == b"kept"
+    with pytest.raises(ConfigError, match="encoder.mention_max_length"):  # its weights were not trained with it
+        adapt_retriever(None, tmp_path / "b", settings(synonym_kb, start, **{"synonyms.steps": 0,
+                                                                           "encoder.mention_max_length": 24}))
+    adapt_retriever(None, tmp_path / "c", settings(synonym_kb, tiny_encoder_dir, **{"synonyms.steps": 0}), progress=False)
+    assert BiEncoder.from_pretrained(tmp_path / "c").fingerprint() == BiEncoder.from_pretrained(tiny_encoder_dir).fingerprint()
+    # a mention stage still trains with no synonym step
+    state = adapt_retriever(None, tmp_path / "d", settings(synonym_kb, tiny_encoder_dir, **{
+        "synonyms.steps": 0, "paths.train": str(tmp_path / "train.spacy"), "training.max_steps": 1}), progress=False)
+    assert "unchanged" not in state

@@ -370,8 +370,8 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
     assert "R@1" in (project / "metrics/mine/mine_dev_kb_only.md").read_text()
     # transfer: that pipeline's encoder taught the catalogue again, then the pipeline retargeted to the KB it encoded
     extra += ["--vars.transfer_from", "training/mine/pipeline_kb_only", "--vars.transfer_corpus", "corpus/mine_train.spacy",
-              "--vars.transfer_options",
-              " --synonyms.steps 2 --synonyms.eval_entities 1 --training.batch_size 2 --training.eval_every 2 "
+              "--vars.transfer_steps", "2", "--vars.transfer_options",
+              " --synonyms.eval_entities 1 --training.batch_size 2 --training.eval_every 2 "
               "--training.eval_kb_sample 2 --negatives.pool 3 --negatives.refresh_every 2 --training.precision fp32"]
     commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra)
     assert workflows["transfer"][2:] == ["adapt_transfer", "build_kb_transfer", "build_names_transfer", "retarget",
@@ -388,3 +388,13 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
     assert moved.index.fingerprint == taught.fingerprint() != linker.index.fingerprint
     assert moved.vectors is linker.vectors and moved.cfg.context_window == 64  # the source pipeline's strategies kept
     assert "R@1" in (project / "metrics/mine/mine_dev_transfer.md").read_text()
+    assert json.loads((project / "training/mine/transfer_encoder/adapt_log.json").read_text())["step"] == 2
+    # the plain route (no self-alignment): the KB encoded by the pipeline's own encoder, as it is
+    commands, workflows = render(project, args_file(project / "configs" / "datasets" / "mine.args") + extra
+                                 + ["--vars.transfer_steps", "0"])
+    for step in workflows["transfer"][2:]:
+        for line in commands[step]["script"]:
+            run_line(line)
+    plain = spacy.load(project / "training/mine/pipeline_transfer").get_pipe("pel_linker")
+    plain.ensure_loaded()
+    assert plain.index.fingerprint == linker.index.fingerprint != taught.fingerprint()

@@ -38,7 +38,8 @@ def main(
     config: Optional[Path] = typer.Option(None, "--config", help="Settings file (configs/adapt.cfg or configs/adapt_names.cfg "
                                           "by objective; default: the same values built in)"),
     encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder to start from (default: the config's)"),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step budget"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step budget (0 and no mention stage: nothing "
+                                            "to train, the start encoder is written as it is)"),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Time budget in minutes (0 = none)"),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda"),
 ):
@@ -62,5 +63,5 @@ def main(
         if value is not None:
             overrides[key] = value
     state = (adapt if names else adapt_retriever)(config, output, overrides)
-    keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities")
+    keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities", "unchanged")
     echo_json({k: state[k] for k in keys if k in state})

@@ -16,18 +16,24 @@ Started from an encoder this package saved (a trained retriever: ``--encoder
 PIPELINE/pel_linker/encoder``), the run continues that encoder in its own input formats: its word-piece
 lengths, pooling and entity text (``entity_text``) are kept unless the command line sets them. That is how a trained pipeline is
 taught a KB it was not trained on before linking against it (:mod:`spacy_pel.pipeline.retarget`).
+
+A run with nothing to train -- ``synonyms.steps`` 0 and no mention stage -- writes the start encoder as
+it is (the transfer workflow's ``--vars.transfer_steps 0``: a KB linked with the pipeline's own encoder,
+the plain route of ``docs/your-own-data.md``).
 """
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from confection import Config
 
-from ..models.encoder import CONFIG_FILE
-from .adapt import WORK_SUFFIX, files_sha256, kb_stamp, nested, prepare_work, publish
-from .config import PathLike, RetrieverConfig
+from ..files import atomic_dir
+from ..models.encoder import CONFIG_FILE, BiEncoder
+from .adapt import LOG_FILE, WORK_SUFFIX, files_sha256, kb_stamp, nested, prepare_work, publish
+from .config import ConfigError, PathLike, RetrieverConfig, TrainingSection
 from .retriever import run_retriever
 from .run_config import load_config
 
@@ -65,14 +71,47 @@ def kept_settings(base: str) -> Dict[str, Any]:
     return {f"encoder.{key}": saved[key] for key in KEPT if key in saved}
 
 
+def nothing_to_train(raw: Config) -> bool:
+    """No synonym step and no mention stage: ``synonyms.steps`` 0, and no ``paths.train`` or one read for
+    its replay only (``training.epochs`` 0 and no ``max_steps``: the transfer workflow's corpus)."""
+    synonyms, training, paths = raw.get("synonyms", {}), raw.get("training", {}), raw.get("paths", {})
+    mention_steps = training.get("max_steps", 0) or training.get("epochs", TrainingSection.epochs)
+    return not synonyms.get("steps", 1) and not (paths.get("train") and mention_steps)
+
+
+def write_start_encoder(base: str, output: Path, raw: Config, overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """``base`` written to ``output`` unchanged (a run with nothing to train): an encoder folder this
+    package saved is copied file for file (a mention centre included); a model name is loaded with the
+    config's encoder settings and saved. Input settings given for a saved encoder are refused: they would
+    not be the settings its weights were trained with, and nothing trains here to follow them."""
+    changed = sorted(k for k in overrides if k.startswith("encoder.") and k != "encoder.base")
+    saved = (Path(str(base)) / CONFIG_FILE).exists()
+    if saved and changed:
+        raise ConfigError(f"{', '.join(changed)}: with nothing to train (synonyms.steps 0, no mention stage) the start "
+                          f"encoder {base} is written as it is; leave these settings out")
+    with atomic_dir(output) as tmp:
+        if saved:
+            shutil.copytree(Path(str(base)), tmp, dirs_exist_ok=True)
+        else:
+            settings = {k: v for k, v in raw["encoder"].items() if k != "base"}
+            BiEncoder.from_pretrained(base, **settings).save(tmp)
+        state = {"step": 0, "train_seconds": 0.0, "unchanged": str(base)}
+        (tmp / LOG_FILE).write_text(json.dumps(state, indent=2), encoding="utf8")
+    return state
+
+
 def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Optional[Mapping[str, Any]] = None,
                     progress: bool = True) -> Dict[str, Any]:
     """Self-align in the retriever's formats as ``config`` + ``overrides`` say (``paths.kb`` and
     ``paths.kb_format`` name the KB file); write the encoder to ``output``. Returns the loop's state.
-    A saved start encoder keeps its input settings unless ``overrides`` set them (see the module doc)."""
+    A saved start encoder keeps its input settings unless ``overrides`` set them (see the module doc);
+    with nothing to train it is written as it is (:func:`write_start_encoder`)."""
     base = retriever_adapt_config(config, overrides)["encoder"]["base"]
-    overrides = {**kept_settings(base), **dict(overrides or {})}
+    given = dict(overrides or {})
+    overrides = {**kept_settings(base), **given}
     raw = retriever_adapt_config(config, overrides)
+    if nothing_to_train(raw):
+        return write_start_encoder(base, Path(output), raw, given)
     cfg = RetrieverConfig.from_config(raw, str(config or "adapt settings"))
     output = Path(output)
     work = output.with_name(output.name + WORK_SUFFIX)
