@@ -23,6 +23,7 @@ from . import (
     okb,
     retarget,
     silver,
+    split,
     train,
     train_e2e,
     train_reranker,
@@ -32,6 +33,7 @@ from . import (
 
 COMMANDS = {
     "convert": convert,
+    "split": split,
     "adapt": adapt,
     "build-kb": build_kb,
     "build-names": build_names,

@@ -1,0 +1,44 @@
+"""``python -m spacy_pel split``: the command line over :mod:`spacy_pel.corpus_split`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..corpus_split import split_corpus
+from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._output import echo_json
+
+HELP = (
+    "Split one annotated corpus by document into a training part and a dev part.\n\n"
+    "Reads a .spacy corpus (from convert) and writes two .spacy files: a share of its documents, drawn at random by a "
+    "seed, as the dev part and the rest for training, each in the corpus's order. For a corpus that comes without a dev "
+    "split; prints the documents, mentions and NIL mentions of each part, and how many dev mentions link an entity "
+    "the training part never links (unseen).\n\n"
+    "Example: python -m spacy_pel split corpus/mine_all.spacy corpus/mine_train_part.spacy corpus/mine_dev_part.spacy "
+    "--dev-share 0.1"
+)
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command(help=HELP)
+@cli_errors
+def main(
+    corpus: Path = typer.Argument(..., help="The .spacy corpus to split (python -m spacy_pel convert makes one)"),
+    train_output: Path = typer.Argument(..., help="The training part, a .spacy file"),
+    dev_output: Path = typer.Argument(..., help="The dev part, a .spacy file"),
+    dev_share: float = typer.Option(0.1, "--dev-share", help="Share of the documents in the dev part (0 to 1)"),
+    seed: int = typer.Option(0, "--seed", help="Which documents: another seed draws others"),
+):
+    """Split a corpus by document; prints the counts of both parts as JSON."""
+    require_file(corpus, "corpus")
+    for output in (train_output, dev_output):
+        if output.suffix.lower() != ".spacy":
+            fail(f"output {output} should be a .spacy file")
+        require_writable_parent(output, "output")
+    echo_json(split_corpus(corpus, train_output, dev_output, dev_share, seed))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,65 @@
+"""One annotated corpus split by document into a training part and a dev part (``python -m spacy_pel
+split``): for a corpus that comes without a dev split (a user's own annotations), so that the workflow's
+``train_corpora`` and ``dev_corpus`` vars each have a file.
+
+Whole documents go to one part or the other (a mention's context and the document's other mentions of
+the same entity never straddle the split), drawn at random with a seed, each part kept in the corpus's
+order. The counts say how many dev mentions link an entity the training part never links (``unseen``:
+what the dev figures' unseen-entity row will be measured on).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import spacy
+from spacy.tokens import Doc
+
+from .corpora import NIL, corpus_ids, gold_ids, gold_spans, read_docbin, write_docbin
+from .files import InputError, PathLike
+
+
+def check_share(dev_share: float) -> None:
+    if not 0.0 < dev_share < 1.0:
+        raise InputError(f"dev share {dev_share}: must be between 0 and 1 (e.g. 0.1 for a tenth of the documents)")
+
+
+def split_docs(n_docs: int, dev_share: float, seed: int = 0) -> Tuple[List[int], List[int]]:
+    """The indices of the training and dev documents of a corpus of ``n_docs``: ``round(dev_share ×
+    n_docs)`` of them (at least one, and at least one left for training) drawn at random by ``seed`` for
+    dev, each part in ascending order."""
+    check_share(dev_share)
+    if n_docs < 2:
+        raise InputError(f"a corpus of {n_docs} document(s) cannot be split: both parts need one")
+    n_dev = min(n_docs - 1, max(1, round(dev_share * n_docs)))
+    dev = set(np.random.default_rng(seed).permutation(n_docs)[:n_dev].tolist())
+    return [i for i in range(n_docs) if i not in dev], sorted(dev)
+
+
+def part_counts(docs: Sequence[Doc]) -> Dict[str, int]:
+    """Documents, gold mentions and NIL mentions of a part."""
+    spans = [span for doc in docs for span in gold_spans(doc)]
+    return {"docs": len(docs), "mentions": len(spans), "nil": sum(span.kb_id_ == NIL for span in spans)}
+
+
+def split_corpus(corpus: PathLike, train_output: PathLike, dev_output: PathLike, dev_share: float = 0.1,
+                 seed: int = 0, lang: str = "en") -> Dict[str, object]:
+    """Split the ``.spacy`` file ``corpus`` by document (:func:`split_docs`) into ``train_output`` and
+    ``dev_output`` (each written atomically); returns the counts of each part, the dev documents' ids
+    (their PMIDs, ``doc.user_data["pmid"]``; the document's place in the corpus where it has none) and how many dev mentions link entities
+    the training part does not (``unseen``)."""
+    check_share(dev_share)
+    paths = [Path(corpus), Path(train_output), Path(dev_output)]
+    if len({p.resolve() for p in paths}) < 3:
+        raise InputError(f"the corpus and the two outputs must be three different files: {', '.join(map(str, paths))}")
+    docs = read_docbin(spacy.blank(lang), corpus)
+    train_rows, dev_rows = split_docs(len(docs), dev_share, seed)
+    train, dev = [docs[i] for i in train_rows], [docs[i] for i in dev_rows]
+    seen = corpus_ids(train)
+    unseen = sum(1 for doc in dev for span in gold_spans(doc)
+                 if span.kb_id_ != NIL and not any(i in seen for i in gold_ids(span.kb_id_)))
+    write_docbin(train, train_output)
+    write_docbin(dev, dev_output)
+    return {"train": part_counts(train), "dev": {**part_counts(dev), "unseen": unseen}, "seed": seed,
+            "dev_doc_ids": [str(doc.user_data.get("pmid", i)) for i, doc in zip(dev_rows, dev)]}
