@@ -47,8 +47,8 @@ def split_corpus(corpus: PathLike, train_output: PathLike, dev_output: PathLike,
                  seed: int = 0, lang: str = "en") -> Dict[str, object]:
     """Split the ``.spacy`` file ``corpus`` by document (:func:`split_docs`) into ``train_output`` and
     ``dev_output`` (each written atomically); returns the counts of each part, the dev documents' ids
-    (their PMIDs, ``doc.user_data["pmid"]``; the document's place in the corpus where it has none) and how many dev mentions link entities
-    the training part does not (``unseen``)."""
+    (their PMIDs, ``doc.user_data["pmid"]``; the document's place in the corpus where it has none) and
+    how many dev mentions link entities the training part does not (``unseen``)."""
     check_share(dev_share)
     paths = [Path(corpus), Path(train_output), Path(dev_output)]
     if len({p.resolve() for p in paths}) < 3:

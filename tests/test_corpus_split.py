@@ -69,6 +69,10 @@ def test_split_command_prints_counts_and_refuses_bad_options_in_one_line(tmp_pat
                                       "--dev-share", "0.5"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["dev"]["docs"] == 10
+    pubtator = tmp_path / "corpus.txt"
+    pubtator.write_text("1|t|Fever.\n\n", encoding="utf8")
+    result = CliRunner().invoke(app, ["split", str(pubtator), str(tmp_path / "t.spacy"), str(tmp_path / "d.spacy")])
+    assert result.exit_code == 2 and "convert it first" in result.stderr
     for args, fragment in ((["--dev-share", "2"], "between 0 and 1"), ([], None)):
         out = tmp_path / "d.txt" if fragment is None else tmp_path / "d.spacy"
         result = CliRunner().invoke(app, ["split", str(source), str(tmp_path / "t.spacy"), str(out), *args])

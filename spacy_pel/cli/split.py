@@ -33,6 +33,8 @@ def main(
 ):
     """Split a corpus by document; prints the counts of both parts as JSON."""
     require_file(corpus, "corpus")
+    if corpus.suffix.lower() != ".spacy":
+        fail(f"corpus {corpus} is not a .spacy file: convert it first (python -m spacy_pel convert {corpus} CORPUS.spacy)")
     for output in (train_output, dev_output):
         if output.suffix.lower() != ".spacy":
             fail(f"output {output} should be a .spacy file")
