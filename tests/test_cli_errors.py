@@ -15,6 +15,7 @@ import spacy_pel.cli.evaluate as evaluate_cli
 import spacy_pel.evaluation.linking as linking
 import spacy_pel.retrieval.build as build
 from spacy_pel.cli import (
+    adapt,
     aliases,
     build_kb,
     calibrate,
@@ -347,3 +348,19 @@ def test_a_warning_is_one_line_while_a_command_runs():
     assert result.stderr.strip().splitlines() == ["warning: this pipeline has no NIL threshold"]
     assert "UserWarning" not in result.stderr and result.stdout.strip() == "done"
     assert warnings.showwarning is before
+
+
+def test_adapt_refuses_an_option_and_a_setting_that_disagree(kb_file, tmp_path, no_heavy_work, monkeypatch):
+    """``--max-steps 200 --synonyms.steps 500`` (the transfer workflow's step var beside an older
+    ``transfer_options``): one of them would be dropped without a word; the command says so instead."""
+    adapt_cli = adapt  # the module (the name adapt is taken by the command below)
+    monkeypatch.setattr(adapt_cli, "adapt_retriever", lambda *a, **k: pytest.fail("adapt started"))
+    line = one_line_error(run(adapt_cli.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "200", "--synonyms.steps", "500"]),
+                          "--max-steps 200", "--synonyms.steps 500")
+    assert "give one" in line
+    one_line_error(run(adapt_cli.app, [kb_file, "-o", tmp_path / "enc", "--device", "cpu", "--training.device", "cuda"]),
+                   "--device cpu")
+    calls = []
+    monkeypatch.setattr(adapt_cli, "adapt_retriever", lambda config, output, overrides: calls.append(overrides) or {"step": 0})
+    result = run(adapt_cli.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "5", "--synonyms.steps", "5"])
+    assert result.exit_code == 0 and calls[0]["synonyms.steps"] == 5  # the same value twice is no conflict

@@ -58,10 +58,13 @@ def main(
     overrides = {"kb.path" if names else "paths.kb": str(kb), "kb.format" if names else "paths.kb_format": format,
                  **parse_config_overrides(ctx.args)}
     steps = "training.max_steps" if names else "synonyms.steps"
-    for key, value in (("encoder.base", encoder), (steps, max_steps),
-                       ("training.max_minutes", max_minutes), ("training.device", device)):
-        if value is not None:
-            overrides[key] = value
+    for key, value, option in (("encoder.base", encoder, "--encoder"), (steps, max_steps, "--max-steps"),
+                               ("training.max_minutes", max_minutes, "--max-minutes"), ("training.device", device, "--device")):
+        if value is None:
+            continue
+        if key in overrides and str(overrides[key]) != str(value):
+            fail(f"{option} {value} and --{key} {overrides[key]} set the same thing: give one of them")
+        overrides[key] = value
     state = (adapt if names else adapt_retriever)(config, output, overrides)
     keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities", "unchanged")
     echo_json({k: state[k] for k in keys if k in state})
