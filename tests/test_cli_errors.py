@@ -353,14 +353,13 @@ def test_a_warning_is_one_line_while_a_command_runs():
 def test_adapt_refuses_an_option_and_a_setting_that_disagree(kb_file, tmp_path, no_heavy_work, monkeypatch):
     """``--max-steps 200 --synonyms.steps 500`` (the transfer workflow's step var beside an older
     ``transfer_options``): one of them would be dropped without a word; the command says so instead."""
-    adapt_cli = adapt  # the module (the name adapt is taken by the command below)
-    monkeypatch.setattr(adapt_cli, "adapt_retriever", lambda *a, **k: pytest.fail("adapt started"))
-    line = one_line_error(run(adapt_cli.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "200", "--synonyms.steps", "500"]),
+    monkeypatch.setattr(adapt, "adapt_retriever", lambda *a, **k: pytest.fail("adapt started"))
+    line = one_line_error(run(adapt.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "200", "--synonyms.steps", "500"]),
                           "--max-steps 200", "--synonyms.steps 500")
     assert "give one" in line
-    one_line_error(run(adapt_cli.app, [kb_file, "-o", tmp_path / "enc", "--device", "cpu", "--training.device", "cuda"]),
+    one_line_error(run(adapt.app, [kb_file, "-o", tmp_path / "enc", "--device", "cpu", "--training.device", "cuda"]),
                    "--device cpu")
     calls = []
-    monkeypatch.setattr(adapt_cli, "adapt_retriever", lambda config, output, overrides: calls.append(overrides) or {"step": 0})
-    result = run(adapt_cli.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "5", "--synonyms.steps", "5"])
+    monkeypatch.setattr(adapt, "adapt_retriever", lambda config, output, overrides: calls.append(overrides) or {"step": 0})
+    result = run(adapt.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "5", "--synonyms.steps", "5"])
     assert result.exit_code == 0 and calls[0]["synonyms.steps"] == 5  # the same value twice is no conflict
