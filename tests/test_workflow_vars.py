@@ -398,3 +398,19 @@ def test_the_docs_example_through_kb_only(tmp_path, tiny_encoder_dir, monkeypatc
     plain = spacy.load(project / "training/mine/pipeline_transfer").get_pipe("pel_linker")
     plain.ensure_loaded()
     assert plain.index.fingerprint == linker.index.fingerprint != taught.fingerprint()
+
+
+def test_the_final_model_preset_trains_on_train_and_dev():
+    """configs/datasets/ncbi_medic_final.args: the NCBI preset's settings, its training corpus NCBI train + dev (a final
+    model, as BioSyn trains for its test figures), its own KB and output names so it clobbers nothing of the preset's."""
+    final, workflows = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_medic_final.args"))
+    preset = render(ROOT, args_file(ROOT / "configs" / "datasets" / "ncbi_medic_both.args"))[0]
+    assert final["convert"]["script"][0] == ("python -m spacy_pel.convert assets/ncbi-disease/NCBItrainset_corpus.txt "
+                                             "assets/ncbi-disease/NCBIdevelopset_corpus.txt corpus/ncbi_final_train.spacy --skip-bad-lines")
+    settings = [{k: v for k, v in retriever_overrides(args_file(ROOT / "configs" / "datasets" / name)).items()
+                 if not k.startswith("paths.")} for name in ("ncbi_medic_final.args", "ncbi_medic_both.args")]
+    assert settings[0] == settings[1] and settings[0]["training.epochs"] == 2  # the same recipe
+    steps = [step for step in workflows["all"] + workflows["e2e"] if step != "fetch_assets"]
+    shared = {out for step in steps for out in final[step]["outputs"]} & {out for step in steps for out in preset[step]["outputs"]}
+    assert shared == {"packages"}  # the folder of every package, each under its own name
+    assert final["package"]["script"][-1] != preset["package"]["script"][-1]
