@@ -154,7 +154,7 @@ def test_kill_9_mid_build_resumes_to_the_clean_result(tmp_path, tiny_encoder_dir
     proc = subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT, str(kb), str(out), enc], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while len(list(partial.glob("chunk_*.npy"))) < 3:
+    while len(list(partial.glob("chunk_*.done"))) < 3:  # a chunk is finished once its marker follows its vectors
         assert proc.poll() is None, proc.stderr.read().decode()
         assert time.monotonic() < deadline, "the build made no progress"
         time.sleep(0.05)
@@ -163,8 +163,8 @@ def test_kill_9_mid_build_resumes_to_the_clean_result(tmp_path, tiny_encoder_dir
     proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
     assert not out.exists()
-    done = len(list(partial.glob("chunk_*.npy")))
-    assert 3 <= done < 10
+    done = len(list(partial.glob("chunk_*.done")))
+    assert 3 <= done < 10 and len(list(partial.glob("chunk_*.npy"))) in (done, done + 1)
     interrupted = tmp_path / "interrupted.partial"
     shutil.copytree(partial, interrupted)
 
