@@ -363,3 +363,5 @@ def test_adapt_refuses_an_option_and_a_setting_that_disagree(kb_file, tmp_path, 
     monkeypatch.setattr(adapt, "adapt_retriever", lambda config, output, overrides: calls.append(overrides) or {"step": 0})
     result = run(adapt.app, [kb_file, "-o", tmp_path / "enc", "--max-steps", "5", "--synonyms.steps", "5"])
     assert result.exit_code == 0 and calls[0]["synonyms.steps"] == 5  # the same value twice is no conflict
+    result = run(adapt.app, [kb_file, "-o", tmp_path / "enc", "--max-minutes", "10", "--training.max_minutes", "10"])
+    assert result.exit_code == 0 and calls[1]["training.max_minutes"] == 10  # nor an int and the same float

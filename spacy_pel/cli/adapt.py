@@ -62,7 +62,7 @@ def main(
                                ("training.max_minutes", max_minutes, "--max-minutes"), ("training.device", device, "--device")):
         if value is None:
             continue
-        if key in overrides and str(overrides[key]) != str(value):
+        if key in overrides and overrides[key] != value:  # values as parsed: --training.max_minutes 10 is --max-minutes 10.0
             fail(f"{option} {value} and --{key} {overrides[key]} set the same thing: give one of them")
         overrides[key] = value
     state = (adapt if names else adapt_retriever)(config, output, overrides)
