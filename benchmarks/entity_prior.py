@@ -24,6 +24,7 @@ from _common import invocation, machine, machine_line
 from accuracy import load
 from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
 from spacy_pel.evaluation.linking import mention_table
+from spacy_pel.pipeline.mentions import linked_gold
 
 LAMBDAS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)
 
@@ -57,7 +58,7 @@ def case(label: str, pipeline: Path, dev: Path, train: Path, lambdas: Sequence[f
     counts = Counter(canonical(i) for d in read_docbin(nlp, train) for s in gold_spans(d) for i in gold_ids(s.kb_id_))
     docs = read_docbin(nlp, dev)
     rows, _ = mention_table(linker, docs, k=None, deep=linker.top_k)
-    doc_of = [n for n, d in enumerate(docs) for _ in range(len(gold_spans(d)))]
+    doc_of = [n for n, d in enumerate(docs) for _ in linked_gold(linker.mentions, d)]  # mention_table's rows, in order
     keep = [n for n, r in enumerate(rows) if any(g in linker.index.row for g in r[0])]  # in-KB gold mentions
     unseen = [n for n in keep if not any(counts.get(g) for g in rows[n][0])]
     halves = ([n for n in keep if doc_of[n] < len(docs) // 2], [n for n in keep if doc_of[n] >= len(docs) // 2])
