@@ -16,14 +16,14 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import typer
 
 from _common import invocation, machine, machine_line
 from accuracy import load
-from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
-from spacy_pel.evaluation.linking import mention_table
+from spacy_pel.corpora import corpus_ids, gold_ids, gold_spans, read_docbin
+from spacy_pel.evaluation.linking import canonical_ids, mention_table, metrics
 from spacy_pel.pipeline.mentions import linked_gold
 
 LAMBDAS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)
@@ -47,34 +47,38 @@ def ranked(ids: Sequence, scores: Sequence[float], counts: Sequence[int], lam: f
     return pick(ids, scores, counts, lam)
 
 
-def r1(hits: List[bool], idx: Sequence[int]) -> float:
-    return sum(hits[n] for n in idx) / max(len(idx), 1)
+def recall_at_1(rows, kb_ids, train_ids) -> Tuple[float, float]:
+    """In-KB and unseen-entity R@1 of :func:`mention_table` rows, as the project's :func:`metrics` counts them."""
+    m = metrics(rows, 0.0, kb_ids, train_ids)
+    return m["recall_in_kb"].get("R@1", 0.0), m["recall_unseen"].get("R@1", 0.0)
 
 
 def case(label: str, pipeline: Path, dev: Path, train: Path, lambdas: Sequence[float]) -> dict:
     nlp, linker = load(pipeline)
     linker.ensure_loaded()
-    canonical = linker.index.canonical
-    counts = Counter(canonical(i) for d in read_docbin(nlp, train) for s in gold_spans(d) for i in gold_ids(s.kb_id_))
+    canonical, kb_ids = linker.index.canonical, linker.index.row
+    train_docs = read_docbin(nlp, train)
+    train_ids = canonical_ids(linker, corpus_ids(train_docs))
+    counts = Counter(canonical(i) for d in train_docs for s in gold_spans(d) for i in gold_ids(s.kb_id_))
     docs = read_docbin(nlp, dev)
     rows, _ = mention_table(linker, docs, k=None, deep=linker.top_k)
     doc_of = [n for n, d in enumerate(docs) for _ in linked_gold(linker.mentions, d)]  # mention_table's rows, in order
-    keep = [n for n, r in enumerate(rows) if any(g in linker.index.row for g in r[0])]  # in-KB gold mentions
-    unseen = [n for n in keep if not any(counts.get(g) for g in rows[n][0])]
-    halves = ([n for n in keep if doc_of[n] < len(docs) // 2], [n for n in keep if doc_of[n] >= len(docs) // 2])
+    halves = [[r for r, d in zip(rows, doc_of) if (d < len(docs) // 2) == first] for first in (True, False)]
+    m = metrics(rows, 0.0, kb_ids, train_ids)
     out = {"case": label, "pipeline": str(pipeline), "dev": str(dev), "train": str(train),
-           "in_kb": len(keep), "unseen": len(unseen), "rows": []}
-    pipeline_hits = [bool(r[1]) and r[1][0] in r[0] for r in rows]
-    out["rows"].append({"ranking": "pipeline", "R@1": r1(pipeline_hits, keep), "unseen R@1": r1(pipeline_hits, unseen)})
-    per_lam = {}
+           "in_kb": m["counts"]["in_kb"], "unseen": m["counts"]["unseen"],
+           "rows": [{"ranking": "pipeline", "R@1": m["recall_in_kb"]["R@1"], "unseen R@1": m["recall_unseen"]["R@1"]}]}
+
+    def reranked(part, lam):  # each row with the prior's pick as its only candidate
+        return [(r[0], [ranked(r[1], r[2], [counts.get(i, 0) for i in r[1]], lam)], *r[2:]) for r in part]
+
     for lam in lambdas:
-        hits = [ranked(r[1], r[2], [counts.get(i, 0) for i in r[1]], lam) in r[0] for r in rows]
-        per_lam[lam] = hits
-        out["rows"].append({"ranking": f"λ {lam}", "R@1": r1(hits, keep), "unseen R@1": r1(hits, unseen)})
+        r1, unseen_r1 = recall_at_1(reranked(rows, lam), kb_ids, train_ids)
+        out["rows"].append({"ranking": f"λ {lam}", "R@1": r1, "unseen R@1": unseen_r1})
     crossed = []
     for fit, test in (halves, halves[::-1]):
-        lam = max(lambdas, key=lambda v: (r1(per_lam[v], fit), -v))
-        crossed.append({"lambda": lam, "R@1": r1(per_lam[lam], test)})
+        lam = max(lambdas, key=lambda v: (recall_at_1(reranked(fit, v), kb_ids, train_ids)[0], -v))
+        crossed.append({"lambda": lam, "R@1": recall_at_1(reranked(test, lam), kb_ids, train_ids)[0]})
     out["cross_fitted"] = crossed
     return out
 
