@@ -118,6 +118,8 @@ class AugmentSection:
     # entity of a gold type, in the same context (spacy_pel.training.entity_swaps; 0 = none, 1 = one each)
     entity_swaps: float = 0.0
     name_pairs: float = 0.0  # weight of training/name_pairs.py's loss (trained entity tower; 0 = off)
+    # share of each mention batch encoded without its context (training/context_dropout.py; 0 = off)
+    context_dropout: float = 0.0
 
 
 @dataclass
@@ -312,6 +314,8 @@ class RetrieverConfig:
         for where, value in (("augment] entity_swaps", out.augment.entity_swaps), ("augment] name_pairs", out.augment.name_pairs),
                              ("synonyms] eval_entities", out.synonyms.eval_entities), ("training] max_minutes", t.max_minutes)):
             check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
+        c = out.augment.context_dropout
+        check(0.0 <= c <= 1.0, f"{source} [augment] context_dropout", f"must be within [0, 1], not {c}")
         r = out.synonyms.replay
         check(0.0 <= r < 1.0 and (not r or (bool(out.paths.train) and out.synonyms.steps > 0)), f"{source} [synonyms] replay",
               f"{r}: needs paths.train (the corpus replayed), synonyms.steps > 0 and a share within [0, 1)")

@@ -60,6 +60,7 @@ from ..pipeline.updating import doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig
+from .context_dropout import drop_context
 from .entity_swaps import entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
@@ -258,7 +259,12 @@ class RetrieverTask(Task):
                 if self.budget.spent():
                     return
                 idx = stage.batch(step - first, bs, self.seed)
-                yield Batch(stage.name, idx, stage.examples.subset(idx))
+                examples = stage.examples.subset(idx)
+                if stage.name == "mentions":
+                    tok = self.encoder.tokenizer
+                    examples = drop_context(examples, self.cfg.augment.context_dropout, self.seed, step,
+                                            tok.cls_token_id, tok.sep_token_id)
+                yield Batch(stage.name, idx, examples)
             first += stage.steps
 
     def before_step(self, step: int, batch: Batch) -> None:
