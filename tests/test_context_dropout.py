@@ -29,7 +29,7 @@ def test_without_context_is_the_mention_input_of_the_mention_alone(tiny_encoder_
     for item, (_, m) in zip(examples(encoder).inputs, TEXTS):
         alone = encoder.mention_inputs([Mention(m, 0, len(m))])[0]
         assert without_context(item, tok.cls_token_id, tok.sep_token_id) == alone
-        assert len(item[0]) > len(alone[0]) or m == TEXTS[3][1]  # the context was there to drop
+        assert len(item[0]) > len(alone[0])  # the context was there to drop
 
 
 def test_drop_context_draws_its_share_by_seed_and_step(tiny_encoder_dir):
