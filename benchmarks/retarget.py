@@ -44,10 +44,15 @@ def run(case: str = typer.Option(...), pipeline: Path = typer.Option(..., help="
         work: Path = typer.Option(..., help="folder of this case's encoder, KB, name rows and pipeline"),
         minutes: float = typer.Option(10.0, help="adapt's time budget (0: no adapt)"),
         options: str = typer.Option("", help="more adapt options, after a space"),
+        encoder: str = typer.Option("", help="an encoder made elsewhere (e.g. benchmarks/task_vectors.py), instead of "
+                                             "the pipeline's own or adapt's; --minutes is then ignored"),
         output: Path = typer.Option(OUTPUT, help="report path without suffix")):
     work = work.resolve()
     times: dict = {}
-    encoder = f"{pipeline}/pel_linker/encoder"
+    if encoder:
+        minutes, options = 0.0, f" (encoder {encoder})"
+    else:
+        encoder = f"{pipeline}/pel_linker/encoder"
     if minutes > 0:
         encoder = str(work / "encoder")
         step(times, "adapt", work / "encoder", f"python -m spacy_pel adapt {shlex.quote(str(kb_source))} --format {kb_format} "

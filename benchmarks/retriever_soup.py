@@ -49,7 +49,7 @@ def average(sources: List[str], output: Path) -> None:
 
 
 def run_case(name: str, sources: List[str], v: Dict[str, str], workspace: Path, work: Path) -> dict:
-    out = work / name.replace(" ", "_").replace("+", "_")
+    out = work / re.sub(r"[^\w.-]+", "_", name)  # a folder name the shell steps need not quote
     average(sources, out / "encoder")
     py, sub = shlex.quote(sys.executable), v["subdir"]
     steps = [
