@@ -3,7 +3,8 @@ KB self-alignment taught an encoder, added weight by weight, with no further tra
 
 Both the retriever and the ``adapt`` encoder started from the same base encoder; the "task vector" of the
 adapted one is its weights minus the base's. ``merge`` writes ``model + Σ λ_i (vector_i − base)`` for each
-tower (the mention markers' embedding rows, which each run initialised at random, are kept as the model's).
+tower. The mention markers' embedding rows are kept as the model's: each ``BiEncoder`` built from the base draws
+its own, so their difference to the base's is no learned change.
 ``measure`` runs the workflow's later steps with merged encoders in a workspace where a preset's ``all`` ran
 (KB and name rows encoded by the merged entity tower, the pipeline assembled with the workspace's aliases,
 calibrated, evaluated on dev gold mentions: ``retriever_soup.run_case`` with one encoder); on another KB,
@@ -23,7 +24,7 @@ from typing import List
 import torch
 import typer
 
-from _common import HERE, invocation, lscpu_model, machine, machine_line
+from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from retriever_soup import run_case, workflow_vars
 from spacy_pel.models.encoder import DEFAULT_ENCODER, BiEncoder
 
@@ -38,12 +39,13 @@ def merge(model: str, base: str, vectors: List[tuple], output: Path) -> None:
     with torch.no_grad():
         for tower in ("mention_model", "entity_model"):
             start = getattr(origin, tower).state_dict()
+            trained = [(getattr(source, tower).state_dict(), weight) for source, weight in sources]
             for name, value in getattr(target, tower).state_dict().items():
                 if not value.is_floating_point():
                     continue
                 delta = torch.zeros_like(value, dtype=torch.float32)
-                for source, weight in sources:
-                    delta += weight * (getattr(source, tower).state_dict()[name].float() - start[name].float())
+                for state, weight in trained:
+                    delta += weight * (state[name].float() - start[name].float())
                 if name.endswith("word_embeddings.weight") and tower == "mention_model":
                     delta[-MARKER_ROWS:] = 0
                 if delta.any():  # adding zeros would turn -0.0 into 0.0, and the fingerprint with it
@@ -56,9 +58,9 @@ app = typer.Typer(add_completion=False)
 
 @app.command("merge")
 def merge_command(model: str = typer.Option(..., help="the trained encoder (e.g. PIPELINE/pel_linker/encoder)"),
-         vector: List[str] = typer.Option(..., help="ENCODER=WEIGHT: an encoder trained from --base, and its share"),
-         base: str = typer.Option(DEFAULT_ENCODER, help="the encoder both started from"),
-         output: Path = typer.Option(..., help="the merged encoder's folder")):
+                  vector: List[str] = typer.Option(..., help="ENCODER=WEIGHT: an encoder trained from --base, and its share"),
+                  base: str = typer.Option(DEFAULT_ENCODER, help="the encoder both started from"),
+                  output: Path = typer.Option(..., help="the merged encoder's folder")):
     pairs = [(path, float(weight)) for path, _, weight in (v.rpartition("=") for v in vector)]
     merge(model, base, pairs, output)
 
@@ -70,7 +72,7 @@ def measure(args: Path = typer.Option(..., help="the preset file the workspace's
             work: Path = typer.Option(..., help="where the KBs and pipelines go"),
             output: str = typer.Option(..., help="report name in benchmarks/ (its JSON gains the cases)"),
             notes: str = typer.Option("")):
-    v = workflow_vars(args)
+    v = workflow_vars(args if args.is_absolute() else ROOT / args)
     path = HERE / f"{output}.json"
     old = json.loads(path.read_text(encoding="utf8")) if path.exists() else {}
     rows = old.get("rows", [])
