@@ -28,8 +28,6 @@ from _common import HERE, ROOT, invocation, lscpu_model, machine, machine_line
 from retriever_soup import run_case, workflow_vars
 from spacy_pel.models.encoder import DEFAULT_ENCODER, BiEncoder
 
-MARKER_ROWS = 2  # [M_s], [M_e]: appended by the tokenizer, so the last rows of the mention tower's word embeddings
-
 
 def merge(model: str, base: str, vectors: List[tuple], output: Path) -> None:
     """Write ``model`` + Σ λ (vector − ``base``), tower by tower, to ``output``."""
@@ -47,7 +45,7 @@ def merge(model: str, base: str, vectors: List[tuple], output: Path) -> None:
                 for state, weight in trained:
                     delta += weight * (state[name].float() - start[name].float())
                 if name.endswith("word_embeddings.weight") and tower == "mention_model":
-                    delta[-MARKER_ROWS:] = 0
+                    delta[target.marker_ids] = 0
                 if delta.any():  # adding zeros would turn -0.0 into 0.0, and the fingerprint with it
                     value.add_(delta.to(value.dtype))
     target.save(output)
