@@ -218,6 +218,8 @@ class ConversionStats:
     # malformed lines left out at the user's request (convert --skip-bad-lines); 0 otherwise
     skipped_lines: int = 0
     skipped_examples: List[str] = field(default_factory=list)
+    # Prodigy tasks not accepted (rejected, ignored), by answer
+    left_out_by_answer: Dict[str, int] = field(default_factory=dict)
     # mentions of types the user left out (convert --labels), by type
     left_out_by_label: Dict[str, int] = field(default_factory=dict)
     # mentions whose gold ids an id map rewrote (convert --id-map), by old id

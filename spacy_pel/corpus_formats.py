@@ -1,9 +1,9 @@
 """Any annotated corpus → one ``.spacy`` file: PubTator (:mod:`.corpora`), BioC XML / JSON
-(:mod:`.bioc_corpus`) or ``.spacy`` files, several of them concatenated (training on several corpora
-for one KB).
+(:mod:`.bioc_corpus`), Prodigy JSONL (:mod:`.prodigy_corpus`) or ``.spacy`` files, several of them
+concatenated (training on several corpora for one KB).
 
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
-``.spacy`` a DocBin, anything else PubTator. ``labels`` keeps the mentions of those types only (BC5CDR's
+``.jsonl`` Prodigy tasks, ``.spacy`` a DocBin, anything else PubTator. ``labels`` keeps the mentions of those types only (BC5CDR's
 diseases beside a disease corpus); the others are counted as ``left_out_by_label``, never silently lost.
 ``id_map`` rewrites gold ids annotated against an older KB release (:mod:`.id_map`), counted as ``remapped``,
 after ``strip_prefixes`` has removed a namespace the KB's ids lack (``UMLS:``), counted as ``prefix_stripped``.
@@ -34,9 +34,10 @@ from .corpora import (
     write_docbin,
 )
 from .id_map import map_ids, strip_prefixes
+from .prodigy_corpus import read_prodigy
 
-FORMATS = ("pubtator", "bioc-xml", "bioc-json", "spacy")
-_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".spacy": "spacy"}
+FORMATS = ("pubtator", "bioc-xml", "bioc-json", "prodigy", "spacy")
+_BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".jsonl": "prodigy", ".spacy": "spacy"}
 
 
 def corpus_format(path: PathLike, format: Optional[str] = None) -> str:
@@ -76,6 +77,8 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
         return
     if format == "pubtator":
         pdocs = read_pubtator(path, bad_lines, stats.relations_skipped)
+    elif format == "prodigy":
+        pdocs = read_prodigy(path, bad_lines, stats.left_out_by_answer)
     else:
         pdocs = read_bioc(path, format, bad_lines, stats.relations_skipped)
     if bad_lines is not None:
@@ -122,7 +125,7 @@ def set_gold_spans(doc: Doc, spans: List[Span]) -> None:
 def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "en", skip_bad_lines: bool = False,
                     format: Optional[str] = None, labels: Optional[Collection[str]] = None,
                     id_map: Optional[Dict[str, str]] = None, strip_id_prefixes: Sequence[str] = ()) -> dict:
-    """Convert ``inputs`` (each PubTator, BioC XML/JSON or .spacy; ``format`` for all of them, else by
+    """Convert ``inputs`` (each PubTator, BioC XML/JSON, Prodigy JSONL or .spacy; ``format`` for all of them, else by
     extension) into one ``.spacy`` file, documents in input order; returns the conversion statistics.
 
     Every input is read before anything is written: a malformed one stops with its location and writes

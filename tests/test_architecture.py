@@ -26,7 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "spacy_pel"
 MAX_LINES = 400
 FLOORS = [
     ("files",),
-    ("kb", "corpora", "bioc_corpus", "id_map", "corpus_formats", "corpus_split"),
+    ("kb", "corpora", "bioc_corpus", "prodigy_corpus", "id_map", "corpus_formats", "corpus_split"),
     ("models",),
     ("retrieval",),
     ("pipeline",),

@@ -66,7 +66,7 @@ def no_heavy_work(monkeypatch):
 @pytest.mark.parametrize(
     "args, fragments",
     [
-        (["--format", "csv"], ["unknown KB format 'csv'", "jsonl, mesh, medic, obo"]),
+        (["--format", "xlsx"], ["unknown KB format 'xlsx'", "jsonl, mesh, medic, obo, umls, csv, tsv"]),
         (["--index", "ivf"], ["unknown index kind 'ivf'", "flat, hnsw"]),
         (["--precision", "fp8"], ["--precision"]),
         (["--device", "tpu9"], ["device"]),

@@ -164,4 +164,4 @@ def test_obo_terms_without_a_namespace_take_the_default_namespace(tmp_path):
 
 def test_unknown_format(kb_file):
     with pytest.raises(ValueError, match="unknown KB format"):
-        read_kb(kb_file, "csv")
+        read_kb(kb_file, "xlsx")

@@ -48,7 +48,7 @@ def test_an_unregistered_format_is_refused_naming_the_known_ones(tmp_path, tsv_f
     path = tmp_path / "kb.tsv"
     path.write_text("X1\tLithium\t\n", encoding="utf8")
     catalogue._remove(("spacy_pel", "kb_readers", "test_tsv"))
-    with pytest.raises(files.InputError, match="unknown KB format 'test_tsv'; choose one of jsonl, medic, mesh, obo"):
+    with pytest.raises(files.InputError, match="unknown KB format 'test_tsv'; choose one of csv, jsonl, medic, mesh, obo, tsv, umls"):
         read_kb(path, "test_tsv")
     register_kb_reader("test_tsv")(tsv_format)  # the fixture removes it again
 

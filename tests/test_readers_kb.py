@@ -18,6 +18,8 @@ GOOD = {
     "medic": "D000001||Calcimycin|A-23187\n",
     "obo": "format-version: 1.2\n\n[Term]\nid: X:1\nname: alpha\n",
     "umls": "C0000001|ENG|P|L0000001|PF|S0000001|Y|A0000001||M0001||MSH|PT|D000001|alpha|0|N|256|\n",
+    "csv": "A,alpha\n",
+    "tsv": "A\talpha\n",
 }
 
 
@@ -41,7 +43,8 @@ def test_non_utf8_byte_names_file_and_line(tmp_path, format):
     good = GOOD[format].encode("utf8")
     bad = {"jsonl": b'{"id": "B", "name": "caf\xe9"}\n', "mesh": b"D000002\tcaf\xe9\t\tD03\t\n",
            "medic": b"D000002||caf\xe9\n", "obo": b"synonym: \"caf\xe9\" EXACT []\n",
-           "umls": b"C0000002|ENG|P|L1|PF|S1|Y|A2||M2||MSH|PT|D2|caf\xe9|0|N|256|\n"}[format]
+           "umls": b"C0000002|ENG|P|L1|PF|S1|Y|A2||M2||MSH|PT|D2|caf\xe9|0|N|256|\n",
+           "csv": b"B,caf\xe9\n", "tsv": b"B\tcaf\xe9\n"}[format]
     path = write(tmp_path, f"kb.{format}", good + bad)
     line = good.count(b"\n") + 1
     refused(path, format, line, "not UTF-8 text (byte 0xe9 at column")
@@ -138,6 +141,9 @@ PIECES = {
             "is_obsolete: true", "namespace: ns", "!", ":", "\r", "\n", "\n", " ! c"],
     "umls": ["C0000001", "C0000002", "|", "||", "ENG", "FRE", "P", "S", "PF", "VC", "Y", "N", "O", "MSH", "name", "\x00",
              "\r", "\n", " "],
+    "csv": ["id", "name", "aliases", "Synonyms", "types", "description", "url", "A", "B", ",", '"', '""', "|", "\t", "\r",
+            "\n", "\n", " ", "\x00"],
+    "tsv": ["id", "name", "aliases", "types", "Description", "url", "A", "B", "\t", '"', "|", ",", "\r", "\n", "\n", " "],
 }
 
 

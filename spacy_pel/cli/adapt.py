@@ -15,7 +15,7 @@ from ._output import echo_json
 
 HELP = (
     "Teach an encoder a KB's own synonyms, with no annotated text needed.\n\n"
-    "Reads a KB file or folder (jsonl, mesh, medic, obo or umls) and writes an encoder folder to use with build-kb, train or a "
+    "Reads a KB file or folder (jsonl, mesh, medic, obo, umls, csv or tsv) and writes an encoder folder to use with build-kb, train or a "
     "pipeline; an interrupted run resumes from OUTPUT.work/. --objective names trains on name pairs instead, and any config "
     "setting can be overridden as --section.key value.\n\n"
     "Example: python -m spacy_pel adapt assets/mesh --format mesh -o training/adapted --max-minutes 20"

@@ -16,7 +16,7 @@ from ._output import echo_json, echo_skipped
 
 HELP = (
     "Encode every entity of a KB file into an entity index folder that the linker searches.\n\n"
-    "Reads a KB in jsonl, mesh, medic, obo or umls format and writes a KB folder of entity vectors; an interrupted build resumes "
+    "Reads a KB in jsonl, mesh, medic, obo, umls, csv or tsv format and writes a KB folder of entity vectors; an interrupted build resumes "
     "where it stopped. --add appends new entities without retraining, and --ray encodes on Ray Data workers.\n\n"
     "Example: python -m spacy_pel build-kb --kb assets/mesh --format mesh --output kbs/mesh"
 )

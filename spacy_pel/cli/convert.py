@@ -1,4 +1,4 @@
-"""``python -m spacy_pel convert``: annotated corpora (PubTator, BioC XML / JSON, .spacy) → one spaCy
+"""``python -m spacy_pel convert``: annotated corpora (PubTator, BioC XML / JSON, Prodigy JSONL, .spacy) → one spaCy
 DocBin with linked gold entities."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ._output import echo_json, echo_skipped
 
 HELP = (
     "Convert annotated corpora into one spaCy .spacy file of linked gold mentions.\n\n"
-    "Reads PubTator, BioC XML or JSON, or .spacy files (several inputs go into one output) and writes a DocBin whose gold "
+    "Reads PubTator, BioC XML or JSON, Prodigy JSONL, or .spacy files (several inputs go into one output) and writes a DocBin whose gold "
     "mentions carry their KB ids, NIL for a mention with none. Prints counts of mentions, NIL, composite and unaligned mentions "
     "as JSON; --labels keeps some mention types, --id-map rewrites ids of an older KB release, --strip-id-prefix removes a "
     "namespace the KB's ids lack (UMLS: for MedMentions against a UMLS KB).\n\n"
@@ -30,11 +30,11 @@ app = typer.Typer(add_completion=False)
 def main(
     inputs: List[Path] = typer.Argument(
         ..., help="Corpus file(s): PubTator (BC5CDR, NCBI disease, MedMentions, BioRED), BioC XML (.xml) or "
-        "JSON (.json), or .spacy; several are concatenated into one output"
+        "JSON (.json), Prodigy tasks (.jsonl: entity-linking choices, or spans with a kb_id), or .spacy; several are concatenated into one output"
     ),
     output: Path = typer.Argument(..., help="Output .spacy file"),
     format: Optional[str] = typer.Option(
-        None, "--format", help=f"Format of every input ({'|'.join(FORMATS)}); default: by extension (.xml, .json, .spacy, else PubTator)"
+        None, "--format", help=f"Format of every input ({'|'.join(FORMATS)}); default: by extension (.xml, .json, .jsonl, .spacy, else PubTator)"
     ),
     lang: str = typer.Option("en", "--lang", help="Language of the blank tokenizer"),
     skip_bad_lines: bool = typer.Option(
@@ -85,6 +85,9 @@ def main(
     if stats["prefix_stripped"]:
         stripped = ", ".join(f"{n} {prefix}" for prefix, n in sorted(stats["prefix_stripped"].items()))
         typer.echo(f"gold ids with a prefix removed: {stripped}", err=True)
+    if stats["left_out_by_answer"]:
+        answers = ", ".join(f"{n} {answer}" for answer, n in sorted(stats["left_out_by_answer"].items()))
+        typer.echo(f"left out Prodigy tasks that were not accepted: {answers}", err=True)
     if stats["unaligned"]:
         typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow", err=True)
 

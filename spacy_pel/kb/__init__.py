@@ -6,8 +6,8 @@ The canonical format is JSONL, one entity per line::
      "description": "", "extra": {"tree_numbers": ["D01.268.556.579"]}}
 
 Only ``id`` and ``name`` are required. Readers also exist for the MeSH TSV exports (descriptors and
-supplementary concept records), the CTD MEDIC vocabulary, OBO ontologies and UMLS release files
-(``MRCONSO.RRF``), one module each; a
+supplementary concept records), the CTD MEDIC vocabulary, OBO ontologies, UMLS release files
+(``MRCONSO.RRF``) and CSV / TSV tables, one module each; a
 format of your own is registered with :func:`register_kb_reader` or the ``spacy_pel_kb_readers``
 entry-point group (see :mod:`.registry`). Every reader raises :class:`KBFormatError` naming the file
 and line (``FILE:LINE: reason``) for a malformed line, a byte that is not UTF-8 or a duplicate id —
@@ -24,6 +24,7 @@ from .mesh import MESH_BRANCHES, MESH_DESCRIPTOR_FILE, MESH_SUPPLEMENTARY_FILE, 
 from .medic import read_medic
 from .obo import OBO_STANZAS, read_obo
 from .umls import UMLS_CONCEPTS, read_umls, umls_files
+from .delimited import read_csv, read_tsv
 
 # isort: on
 
@@ -31,5 +32,5 @@ __all__ = [
     "ENTRY_POINT_GROUP", "Entity", "KBFormatError", "MESH_BRANCHES", "MESH_DESCRIPTOR_FILE",
     "MESH_SUPPLEMENTARY_FILE", "OBO_STANZAS", "PathLike", "READERS", "kb_files", "kb_readers",
     "UMLS_CONCEPTS", "mesh_files", "normalize", "read_jsonl", "read_kb", "read_medic", "read_mesh", "read_obo",
-    "read_umls", "register_kb_reader", "umls_files", "write_jsonl",
+    "read_csv", "read_tsv", "read_umls", "register_kb_reader", "umls_files", "write_jsonl",
 ]

@@ -7,13 +7,13 @@ read it — no change to spacy_pel::
 
     from spacy_pel.kb import Entity, register_kb_reader
 
-    @register_kb_reader("tsv")
-    def read_tsv(path, bad_lines=None):
+    @register_kb_reader("inhouse")
+    def read_inhouse(path, bad_lines=None):
         ...
 
 or, without an import of your module, with an entry point in your package's setup.py::
 
-    entry_points={"spacy_pel_kb_readers": ["tsv = my_package.kb:read_tsv"]}
+    entry_points={"spacy_pel_kb_readers": ["inhouse = my_package.kb:read_inhouse"]}
 
 A format whose path stands for several files (a MeSH folder) names them with
 ``register_kb_reader(name, files=lister)`` (a reader's ``kb_files`` attribute).

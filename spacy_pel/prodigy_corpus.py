@@ -1,0 +1,121 @@
+"""Corpora annotated in Prodigy (its JSONL tasks, as ``prodigy db-out`` writes them) → the documents of
+:mod:`.corpora` (``--format prodigy``; a ``.jsonl`` corpus by default).
+
+Two kinds of task give linked mentions:
+
+* an entity-linking choice task (``entity_linker.manual``, spaCy's entity-linking tutorial): its one
+  span is a mention of the option its ``accept`` names; several accepted options are a composite
+  mention; an option id starting with ``NIL`` (``NIL_otherLink``, ``NIL_ambiguous``) is ``NIL``;
+* a task whose spans carry their own id (``"kb_id"``): each span a mention of its id.
+
+Only accepted tasks (``"answer": "accept"``, or no answer) are read; rejected and ignored ones are left
+out and counted by answer. Tasks of the same text (its ``_input_hash``, else the text) are one document:
+Prodigy asks about one mention a task. A span's offsets are checked against the text (and against the
+span's ``text`` when it has one); its label is the span's ``label`` (``ENTITY`` without one).
+
+A malformed line — not JSON, no text, a span outside it or without an id, one mention linked two ways —
+is refused as :class:`~.corpora.CorpusFormatError` (``FILE:LINE: reason``) or skipped and counted with
+``bad_lines``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from . import files
+from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc
+
+NIL_OPTION = "NIL"  # an option id starting with this is NIL (Prodigy's NIL_otherLink, NIL_ambiguous)
+DEFAULT_LABEL = "ENTITY"
+READ_ANSWERS = ("accept", None)
+
+
+def _ids(raw: List[object]) -> List[str]:
+    ids: List[str] = []
+    for i in raw:
+        i = NIL if str(i).startswith(NIL_OPTION) else str(i).strip()
+        if i and i not in ids:
+            ids.append(i)
+    if NIL in ids and len(ids) > 1:
+        raise ValueError(f"the task accepts a NIL option beside entities ({', '.join(ids)})")
+    return ids
+
+
+def _task_mentions(task: dict) -> List[Annotation]:
+    """The mentions of one accepted task; raises ValueError saying what is wrong with it."""
+    text = task.get("text")
+    spans = task.get("spans") or []
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError('a task needs a non-empty "text"')
+    if not isinstance(spans, list) or not all(isinstance(s, dict) for s in spans):
+        raise ValueError('"spans" must be a list of objects')
+    accept = task.get("accept")
+    if accept is not None and not isinstance(accept, list):
+        raise ValueError('"accept" must be a list of option ids')
+    shared = _ids(accept) if accept else []
+    if shared and sum("kb_id" not in s for s in spans) > 1:
+        raise ValueError(f"{len(spans)} spans share the accepted option(s): give each span its own \"kb_id\"")
+    out = []
+    for span in spans:
+        start, end = span.get("start"), span.get("end")
+        if not (type(start) is int and type(end) is int and 0 <= start < end <= len(text)):
+            raise ValueError(f"span {start!r}-{end!r} is not within the text (0-{len(text)})")
+        if "text" in span and span["text"] != text[start:end]:
+            raise ValueError(f"span {start}-{end} says {span['text']!r}, the text there is {text[start:end]!r}")
+        ids = _ids([span["kb_id"]]) if span.get("kb_id") not in (None, "") else shared
+        if not ids:
+            raise ValueError(f"span {start}-{end} {text[start:end]!r} has no id: neither a \"kb_id\" nor an accepted option")
+        label = span.get("label") or DEFAULT_LABEL
+        if not isinstance(label, str):
+            raise ValueError(f"span {start}-{end} has a label that is not a string: {label!r}")
+        out.append(Annotation(start, end, text[start:end], label, ids))
+    return out
+
+
+def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
+                 left_out: Optional[Dict[str, int]] = None) -> List[PubTatorDoc]:
+    """Read a Prodigy JSONL file (see the module): one document per text, its accepted mentions;
+    tasks of other answers are counted in ``left_out`` by answer."""
+    path = Path(path)
+    left_out = left_out if left_out is not None else {}
+    docs: Dict[object, PubTatorDoc] = {}
+    where: Dict[Tuple[object, int, int], Tuple[str, int]] = {}  # a mention → (its ids, the line that gave them)
+    for lineno, line in files.read_lines(path, CorpusFormatError, bad_lines):
+        if not line.strip():
+            continue
+        try:
+            task = json.loads(line)
+            if not isinstance(task, dict):
+                raise ValueError("a line must be a JSON object (a Prodigy task)")
+            answer = task.get("answer")
+            if answer not in READ_ANSWERS:
+                left_out[str(answer)] = left_out.get(str(answer), 0) + 1
+                continue
+            mentions = _task_mentions(task)
+            key = task.get("_input_hash", task["text"])
+            doc = docs.get(key)
+            if doc is not None and doc.text != task["text"]:
+                raise ValueError(f"_input_hash {key!r} names another text too")
+            for m in mentions:
+                seen = where.get((key, m.start, m.end))
+                if seen is not None and seen[0] != m.kb_id:
+                    raise ValueError(f"span {m.start}-{m.end} {m.text!r} is linked to {m.kb_id} here and to {seen[0]} "
+                                     f"at line {seen[1]}")
+        except (ValueError, RecursionError) as err:  # json.JSONDecodeError is a ValueError
+            message = f"invalid JSON: {err.msg} (column {err.colno})" if isinstance(err, json.JSONDecodeError) else str(err)
+            files.reject(CorpusFormatError(path, lineno, message or type(err).__name__), bad_lines)
+            continue
+        if doc is None:
+            doc = docs[key] = PubTatorDoc(str(key) if "_input_hash" in task else f"line{lineno}", task["text"])
+        for m in mentions:
+            if (key, m.start, m.end) not in where:
+                where[(key, m.start, m.end)] = (m.kb_id, lineno)
+                m.line = lineno
+                doc.annotations.append(m)
+    if not docs:
+        skipped = f" ({bad_lines.count} malformed line(s) skipped)" if bad_lines is not None and bad_lines.count else ""
+        raise CorpusFormatError(path, 1, f"no accepted Prodigy tasks in this file{skipped}")
+    for doc in docs.values():
+        doc.annotations.sort(key=lambda a: (a.start, a.end))
+    return list(docs.values())
