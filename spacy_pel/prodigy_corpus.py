@@ -34,6 +34,8 @@ READ_ANSWERS = ("accept", None)
 def _ids(raw: List[object]) -> List[str]:
     ids: List[str] = []
     for i in raw:
+        if not isinstance(i, (str, int)) or isinstance(i, bool):
+            raise ValueError(f"an id must be a string (or a number), not {i!r}")
         i = NIL if str(i).startswith(NIL_OPTION) else str(i).strip()
         if i and i not in ids:
             ids.append(i)
@@ -94,6 +96,8 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
                 continue
             mentions = _task_mentions(task)
             key = task.get("_input_hash", task["text"])
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise ValueError(f"_input_hash must be a number, not {key!r}")
             doc = docs.get(key)
             if doc is not None and doc.text != task["text"]:
                 raise ValueError(f"_input_hash {key!r} names another text too")

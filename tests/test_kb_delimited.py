@@ -39,6 +39,8 @@ def test_header_names_columns_in_any_order(tmp_path):
     first, second = read_kb(write(tmp_path, "kb.csv", text), "csv")
     assert (first.id, first.name, first.aliases, first.types) == ("P1", "acetylsalicylic acid", ["aspirin", "ASA"], ["drug", "NSAID"])
     assert first.description == "a salicylate, against pain" and first.extra == {"url": "http://x/1"}
+    (third,) = read_kb(write(tmp_path, "blank.csv", "id,name,\nP3,x,kept\n"), "csv")  # a column without a header
+    assert third.extra == {"column 3": "kept"}
     assert (second.id, second.name, second.description, second.extra) == ("P2", "paracetamol", "two\nlines", {})
 
 
@@ -62,6 +64,7 @@ def test_csv_without_header_is_id_name_description(tmp_path):
     ("csv", 'A,alpha\nB,"beta\nC,gamma\n', 2, "not a valid CSV row"),
     ("csv", 'A,alpha\nB,"be"ta"\n', 2, "not a valid CSV row"),
     ("csv", "id,name,synonyms,aliases\nA,alpha,,\n", 1, "the header names aliases more than once"),
+    ("csv", "id,name,url,URL\nA,alpha,x,y\n", 1, "the header names URL, url more than once"),
     ("csv", "A,alpha\nA,again\n", 2, "duplicate entity id 'A' (first seen at"),
     ("csv", "A,\n", 1, "non-empty id and name"),
     ("tsv", "id\tname\nA\talpha\tx\n", 2, "3 columns where the header (line 1) has 2"),

@@ -86,6 +86,9 @@ def test_tasks_of_one_text_are_one_document(tmp_path):
     (task([{"start": 0, "end": 7}], ["Q2"]), "linked to Q2 here and to Q1 at line 1"),
     (task([{"start": 0, "end": 7}], ["Q1"], _input_hash=input_hash(TEXT), text="Other text"), "names another text too"),
     (task([{"start": 0, "end": 7, "label": 3}], ["Q1"]), "a label that is not a string"),
+    (task([{"start": 0, "end": 7}], [{"id": "Q1"}]), "an id must be a string (or a number), not {'id': 'Q1'}"),
+    (task([{"start": 0, "end": 7, "kb_id": ["Q1"]}]), "an id must be a string"),
+    (task([{"start": 0, "end": 7}], ["Q1"], _input_hash=[1]), "_input_hash must be a number, not [1]"),
 ])
 def test_malformed_tasks_name_their_line(tmp_path, line, fragment):
     path = write(tmp_path, task([{"start": 0, "end": 7}], ["Q1"]), line)

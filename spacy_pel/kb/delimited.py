@@ -62,7 +62,7 @@ def _rows(path: Path, tab: bool, bad_lines: Optional[files.BadLines]) -> Iterato
 def _header(cells: List[str]) -> Optional[List[str]]:
     """The field (or ``extra`` key) of each column when ``cells`` is a header line, else None."""
     folded = [c.strip().casefold() for c in cells]
-    fields = [COLUMNS.get(c, cells[i].strip()) for i, c in enumerate(folded)]
+    fields = [COLUMNS.get(c, cells[i].strip() or f"column {i + 1}") for i, c in enumerate(folded)]
     return fields if "id" in fields and "name" in fields else None
 
 
@@ -97,8 +97,8 @@ def read_table(path: PathLike, tab: bool, bad_lines: Optional[files.BadLines] = 
             fields = _header(cells)
             if fields is not None:
                 header_line = lineno
-                named = [f for f in fields if f in COLUMNS.values()]
-                twice = sorted({f for f in named if named.count(f) > 1})
+                folded = [f.casefold() for f in fields]
+                twice = sorted({f for f in fields if folded.count(f.casefold()) > 1})
                 if twice:  # no row can be read right: refused, or (skipping bad lines) the table is left out
                     out.fail(path, lineno, f"the header names {', '.join(twice)} more than once")
                     return out.result()
