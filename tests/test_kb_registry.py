@@ -83,4 +83,4 @@ def test_a_format_from_an_installed_package_entry_point(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "['jsonl', 'medic', 'mesh', 'names', 'obo', 'umls']", "[('N0', 'Lithium'), ('N2', 'Fever')]"]
+        "['csv', 'jsonl', 'medic', 'mesh', 'names', 'obo', 'tsv', 'umls']", "[('N0', 'Lithium'), ('N2', 'Fever')]"]
