@@ -8,7 +8,9 @@ Two kinds of task give linked mentions:
   mention; an option id starting with ``NIL`` (``NIL_otherLink``, ``NIL_ambiguous``) is ``NIL``;
 * a task whose spans carry their own id (``"kb_id"``): each span a mention of its id.
 
-Only accepted tasks (``"answer": "accept"``, or no answer) are read; rejected and ignored ones are left
+A document's id is its first task's ``meta.doc_id`` (what ``link --output-format prodigy`` writes), else its
+``_input_hash`` (else ``lineN``). Only accepted tasks (``"answer": "accept"``, or no answer: tasks as ``link``
+wrote them, not reviewed yet) are read; rejected and ignored ones are left
 out and counted by answer. Tasks of the same text (its ``_input_hash``, else the text) are one document:
 Prodigy asks about one mention a task. A span's offsets are checked against the text (and against the
 span's ``text`` when it has one); its label is the span's ``label`` (``ENTITY`` without one).
@@ -111,7 +113,10 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
             files.reject(CorpusFormatError(path, lineno, message or type(err).__name__), bad_lines)
             continue
         if doc is None:
-            doc = docs[key] = PubTatorDoc(str(key) if "_input_hash" in task else f"line{lineno}", task["text"])
+            doc_id = (task.get("meta") or {}).get("doc_id") if isinstance(task.get("meta"), dict) else None
+            if not isinstance(doc_id, str) or not doc_id:
+                doc_id = str(key) if "_input_hash" in task else f"line{lineno}"
+            doc = docs[key] = PubTatorDoc(doc_id, task["text"])
         for m in mentions:
             if (key, m.start, m.end) not in where:
                 where[(key, m.start, m.end)] = (m.kb_id, lineno)

@@ -25,6 +25,7 @@ from spacy_pel.corpora import NIL, pubtator_to_docs, read_pubtator
 from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.files import InputError
 from spacy_pel.pipeline.linker import configure_linker
+from spacy_pel.prodigy_corpus import read_prodigy
 
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "spacy_pel_hypothesis")  # its caches out of the checkout
 PUBTATOR = """\
@@ -112,6 +113,22 @@ def test_bioc_output_reads_back_as_convert_reads_bioc(pipelines, tmp_path, suffi
     assert [p.infons["type"] for p in collection.documents[0].passages] == ["title", "abstract"]
     assert all(0 <= float(i["confidence"]) <= 1 and "score" in i for i in infons)
     assert all(("name" in i) == (i["identifier"] != "-1") for i in infons)
+
+
+def test_prodigy_review_tasks_read_back_as_the_links(pipelines, tmp_path):
+    """``--output-format prodigy``: one choice task per mention, the linker's choice accepted, its candidates and
+    NIL as options; ``convert`` of the tasks as written gives the documents with the linked ids."""
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    link_file(corpus, tmp_path / "review.jsonl", pipelines[1], output_format_name="prodigy", progress=False)
+    tasks = [json.loads(line) for line in (tmp_path / "review.jsonl").read_text(encoding="utf8").splitlines()]
+    expected = [i for doc in expected_ids(pipelines[1], corpus) for i in doc]
+    assert len(tasks) == 8 and [t["accept"] for t in tasks] == [["NIL_otherLink" if i == NIL else i] for i in expected]
+    assert all(t["options"][-1]["id"] == "NIL_otherLink" and len(t["options"]) == 4 for t in tasks)  # top_k 3 + NIL
+    back = read_prodigy(tmp_path / "review.jsonl")
+    gold = read_pubtator(corpus)
+    assert [(d.pmid, d.text) for d in back] == [(d.pmid, d.text) for d in gold]
+    assert [[(a.start, a.end, a.type) for a in d.annotations] for d in back] == [[(a.start, a.end, a.type) for a in d.annotations] for d in gold]
+    assert [a.ids[0] for d in back for a in d.annotations] == expected
 
 
 def test_a_spacy_corpus_links_as_its_pubtator_source(pipelines, tmp_path):

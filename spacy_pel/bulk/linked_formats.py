@@ -1,4 +1,4 @@
-"""Linked documents written as files other tools read: JSON lines, PubTator, BioC XML or BioC JSON.
+"""Linked documents written as files other tools read: JSON lines, PubTator, BioC XML or BioC JSON, Prodigy tasks.
 
 * ``jsonl``: one document a line, ``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id,
   score, confidence, candidates: [{id, name, score}]}]}`` — everything the linker set;
@@ -9,7 +9,12 @@
 * ``bioc-xml`` / ``bioc-json`` (PyPI ``bioc``): a passage per title and abstract (one when the title is not
   known), an annotation per mention with the ``type`` and ``identifier`` infons ``convert`` reads
   (``-1`` for NIL) and the linker's ``confidence``, ``score`` and ``name`` (its entity's KB name); in XML,
-  characters it cannot hold (control characters other than tab and line breaks) are written as spaces.
+  characters it cannot hold (control characters other than tab and line breaks) are written as spaces;
+* ``prodigy``: one entity-linking choice task per mention, for review in Prodigy (``--output-format
+  prodigy``): the document's text and its one span, the candidates as options (``ID: name (score)``) and
+  ``NIL_otherLink``, the linker's choice pre-selected in ``accept``, the document id and the confidence in
+  ``meta``. ``convert`` reads the reviewed tasks back (:mod:`spacy_pel.prodigy_corpus`), so corrected links
+  become training data.
 
 Every file is written atomically: a run that stops leaves the previous file or none.
 """
@@ -26,7 +31,8 @@ from .. import files
 from ..bioc_corpus import pubtator_to_bioc
 from ..corpora import NIL, Annotation, PubTatorDoc, written_ids
 
-OUTPUT_FORMATS = ("jsonl", "pubtator", "bioc-xml", "bioc-json")
+OUTPUT_FORMATS = ("jsonl", "pubtator", "bioc-xml", "bioc-json", "prodigy")
+NIL_OPTION = "NIL_otherLink"  # Prodigy's option for a mention whose entity is not among the candidates
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".pubtator": "pubtator", ".txt": "pubtator", ".xml": "bioc-xml",
               ".json": "bioc-json"}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")  # no XML 1.0 document holds these
@@ -118,6 +124,22 @@ def bioc_collection(docs: Sequence[LinkedDoc], nil_label: NilLabels, xml: bool =
     return collection
 
 
+def prodigy_tasks(doc: LinkedDoc, nil_label: NilLabels) -> List[dict]:
+    """The review tasks of one linked document: one choice task per mention (see the module)."""
+    tasks = []
+    for r in doc.rows:
+        choice = _ids(r["kb_id"], nil_label)[0]
+        options = [{"id": c["id"], "text": f"{c['id']}: {c['name']} ({c['score']:.3f})"} for c in r["candidates"]]
+        if choice != NIL and choice not in {o["id"] for o in options}:  # a rule's entity outside the top k
+            options.insert(0, {"id": choice, "text": choice})
+        options.append({"id": NIL_OPTION, "text": "Link not in options"})
+        tasks.append({"text": doc.text, "spans": [{"start": r["start_char"], "end": r["end_char"], "text": r["text"],
+                                                   "label": r["label"]}],
+                      "options": options, "accept": [NIL_OPTION if choice == NIL else choice],
+                      "meta": {"doc_id": doc.doc_id, "confidence": r["confidence"]}})
+    return tasks
+
+
 def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, nil_label: NilLabels = NIL) -> None:
     """Write linked documents to ``path`` in ``format`` (:data:`OUTPUT_FORMATS`), atomically."""
     if format not in OUTPUT_FORMATS:
@@ -125,6 +147,9 @@ def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, n
     if format == "jsonl":
         files.write_jsonl(({"id": d.doc_id, "text": d.text,
                             "mentions": [{k: v for k, v in r.items() if k != "doc_id"} for r in d.rows]} for d in docs), path)
+        return
+    if format == "prodigy":
+        files.write_jsonl((task for d in docs for task in prodigy_tasks(d, nil_label)), path)
         return
     if format == "pubtator":
         lines = [line for d in docs for line in (*pubtator_lines(d, nil_label), "")]

@@ -27,8 +27,10 @@ app = typer.Typer(add_completion=False)
 @app.command(help=HELP)
 @cli_errors
 def main(
-    input: Path = typer.Argument(..., help="Corpus file: PubTator, BioC (.xml, .json), .spacy, JSON lines (.jsonl) or Parquet of {id, text}"),
-    output: Path = typer.Argument(..., help="Output file: .jsonl, .pubtator / .txt, .xml (BioC) or .json (BioC)"),
+    input: Path = typer.Argument(..., help="Corpus file: PubTator, BioC (.xml, .json), .spacy, JSON lines (.jsonl) or Parquet of {id, text}; "
+                               "Prodigy tasks with --format prodigy"),
+    output: Path = typer.Argument(..., help="Output file: .jsonl, .pubtator / .txt, .xml (BioC) or .json (BioC); Prodigy review tasks "
+                                                "with --output-format prodigy"),
     pipeline: Path = typer.Option(..., "--pipeline", help="A saved spaCy pipeline with pel_linker"),
     format: Optional[str] = typer.Option(None, "--format", help=f"Input format ({'|'.join(INPUT_FORMATS)}); default: by extension"),
     output_format: Optional[str] = typer.Option(None, "--output-format", help=f"Output format ({'|'.join(OUTPUT_FORMATS)}); "
