@@ -28,7 +28,8 @@ from typing import Dict, List, Optional, Tuple
 from . import files
 from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc
 
-NIL_OPTION = "NIL"  # an option id starting with this is NIL (Prodigy's NIL_otherLink, NIL_ambiguous)
+NIL_PREFIX = "NIL"  # an option id starting with this is NIL (Prodigy's NIL_otherLink, NIL_ambiguous)
+NIL_OTHER_LINK = "NIL_otherLink"  # the NIL option a review task offers (``link --output-format prodigy``)
 DEFAULT_LABEL = "ENTITY"
 READ_ANSWERS = ("accept", None)
 
@@ -38,7 +39,7 @@ def _ids(raw: List[object]) -> List[str]:
     for i in raw:
         if not isinstance(i, (str, int)) or isinstance(i, bool):
             raise ValueError(f"an id must be a string (or a number), not {i!r}")
-        i = NIL if str(i).startswith(NIL_OPTION) else str(i).strip()
+        i = NIL if str(i).startswith(NIL_PREFIX) else str(i).strip()
         if i and i not in ids:
             ids.append(i)
     if NIL in ids and len(ids) > 1:

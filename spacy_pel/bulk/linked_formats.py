@@ -30,9 +30,9 @@ import bioc
 from .. import files
 from ..bioc_corpus import pubtator_to_bioc
 from ..corpora import NIL, Annotation, PubTatorDoc, written_ids
+from ..prodigy_corpus import NIL_OTHER_LINK
 
 OUTPUT_FORMATS = ("jsonl", "pubtator", "bioc-xml", "bioc-json", "prodigy")
-NIL_OPTION = "NIL_otherLink"  # Prodigy's option for a mention whose entity is not among the candidates
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".pubtator": "pubtator", ".txt": "pubtator", ".xml": "bioc-xml",
               ".json": "bioc-json"}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")  # no XML 1.0 document holds these
@@ -132,10 +132,10 @@ def prodigy_tasks(doc: LinkedDoc, nil_label: NilLabels) -> List[dict]:
         options = [{"id": c["id"], "text": f"{c['id']}: {c['name']} ({c['score']:.3f})"} for c in r["candidates"]]
         if choice != NIL and choice not in {o["id"] for o in options}:  # a rule's entity outside the top k
             options.insert(0, {"id": choice, "text": choice})
-        options.append({"id": NIL_OPTION, "text": "Link not in options"})
+        options.append({"id": NIL_OTHER_LINK, "text": "Link not in options"})
         tasks.append({"text": doc.text, "spans": [{"start": r["start_char"], "end": r["end_char"], "text": r["text"],
                                                    "label": r["label"]}],
-                      "options": options, "accept": [NIL_OPTION if choice == NIL else choice],
+                      "options": options, "accept": [NIL_OTHER_LINK if choice == NIL else choice],
                       "meta": {"doc_id": doc.doc_id, "confidence": r["confidence"]}})
     return tasks
 
