@@ -218,6 +218,20 @@ def test_two_training_corpora_for_one_kb_reach_convert_and_fetch():
     assert "--paths.kb kbs/medic_both_final " in commands["pipeline"]["script"][0]
 
 
+def test_the_bc5cdr_ncbi_preset_is_the_default_recipe_on_both_training_corpora():
+    """configs/datasets/bc5cdr_ncbi_mesh.args (benchmarks/together_default.md): the default `all` with NCBI disease train
+    beside BC5CDR's, against MeSH — the same retriever recipe and KB, both training files in one conversion."""
+    default, _ = render(ROOT, [])
+    commands, _ = render(ROOT, args_file(ROOT / "configs" / "datasets" / "bc5cdr_ncbi_mesh.args"))
+    assert commands["convert"]["script"][0] == ("python -m spacy_pel.convert assets/bc5cdr/CDR_TrainingSet.PubTator.txt "
+                                                "assets/ncbi-disease/NCBItrainset_corpus.txt corpus/bc5cdr_ncbi_train.spacy --skip-bad-lines")
+    assert commands["fetch_assets"]["script"][0].endswith("--data bc5cdr --data mesh --data ncbi-disease")
+    train = commands["train"]["script"][0]
+    assert train == default["train"]["script"][0].replace("training/retriever", "training/bc5cdr_ncbi/retriever") + \
+        " --paths.train corpus/bc5cdr_ncbi_train.spacy --paths.dev corpus/bc5cdr_ncbi_dev.spacy"
+    assert commands["build_kb"]["script"] == default["build_kb"]["script"]  # MeSH encoded as the default encodes it
+
+
 def retriever_overrides(argv) -> dict:
     """The config overrides the rendered ``train`` command gives the retriever, as its CLI reads them (last wins)."""
     commands, _ = render(ROOT, argv)
