@@ -3,6 +3,7 @@
 Run a script from the repository root, ``python benchmarks/x.py``: Python puts the script's folder
 first on ``sys.path``, so ``from _common import machine`` needs no ``sys.path`` insert.
 """
+import json
 import os
 import platform
 import shlex
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -31,7 +32,7 @@ BUDGET = {
     "negatives.count": 32,
 }
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "lscpu_model", "machine", "machine_line", "invocation", "median_cell", "others_busy", "report_footer", "run_timed", "steal_seconds"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "evaluate_figures", "lscpu_model", "machine", "machine_line", "invocation", "median_cell", "others_busy", "report_footer", "run_timed", "spacy_pel", "steal_seconds"]
 
 
 def lscpu_model() -> str:
@@ -116,3 +117,32 @@ def run_timed(command: str, digits: int = 1) -> float:
     t0 = time.perf_counter()
     subprocess.run(command, shell=True, check=True, cwd=ROOT)
     return round((time.perf_counter() - t0) / 60, digits)
+
+
+def spacy_pel(*args: str) -> None:
+    """Run ``python -m spacy_pel ARGS`` as a user would, its output hidden; a failure raises."""
+    subprocess.run([sys.executable, "-m", "spacy_pel", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# evaluate's JSON report → the figures a benchmark table shows (unseen / seen: None without --train or
+# with no such mention, e.g. a corpus linked to another KB than the one trained on)
+FIGURES = {
+    "mentions": lambda r: r["counts"]["in_kb"],
+    "r1": lambda r: r["recall_in_kb"]["R@1"],
+    "r2": lambda r: r["recall_in_kb"]["R@2"],
+    "r64": lambda r: r["recall_in_kb"]["R@64"],
+    "unseen_r1": lambda r: (r.get("recall_unseen") or {}).get("R@1"),
+    "seen_r1": lambda r: (r.get("recall_seen") or {}).get("R@1"),
+}
+
+
+def evaluate_figures(corpus: Path, out: Path, figures: Sequence[str], pipeline: Optional[Path] = None, kb: Optional[Path] = None,
+                     train: Optional[Path] = None, reuse: bool = False) -> dict:
+    """``python -m spacy_pel evaluate CORPUS`` of a pipeline (or a KB folder: the retriever alone) with its
+    JSON report at ``out`` (kept and read again when ``reuse`` and it exists: a cut run resumes), and the
+    named :data:`FIGURES` of it."""
+    if not (reuse and out.exists()):
+        source = ["--pipeline", str(pipeline)] if pipeline is not None else ["--kb", str(kb)]
+        spacy_pel("evaluate", str(corpus), *source, *(["--train", str(train)] if train is not None else []), "--output", str(out))
+    report = json.loads(out.read_text(encoding="utf8"))
+    return {name: FIGURES[name](report) for name in figures}

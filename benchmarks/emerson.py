@@ -13,14 +13,22 @@ route and a direction, not a benchmark (SOURCE.md of the data says as much).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from _common import HERE, SHARED, invocation, lscpu_model, machine, machine_line, report_footer
+from _common import (
+    HERE,
+    SHARED,
+    evaluate_figures,
+    invocation,
+    lscpu_model,
+    machine,
+    machine_line,
+    report_footer,
+    spacy_pel,
+)
 from spacy_pel.models.encoder import DEFAULT_ENCODER
 from wise_ft import ENCODER, interpolate
 
@@ -28,16 +36,10 @@ DATA = SHARED / "nel-emerson"
 app = typer.Typer(add_completion=False)
 
 
-def spacy_pel(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "spacy_pel", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def measure(encoder: str, corpus: Path, work: Path) -> dict:
     kb, out = work / "kb", work / "eval.json"
     spacy_pel("build-kb", "--kb", str(DATA / "entities.csv"), "--format", "csv", "--encoder", encoder, "--output", str(kb), "--force")
-    spacy_pel("evaluate", str(corpus), "--kb", str(kb), "--output", str(out))
-    r = json.loads(out.read_text(encoding="utf8"))
-    return {"mentions": r["counts"]["in_kb"], "r1": r["recall_in_kb"]["R@1"], "r2": r["recall_in_kb"]["R@2"]}
+    return evaluate_figures(corpus, out, ("mentions", "r1", "r2"), kb=kb)
 
 
 @app.command()

@@ -16,25 +16,26 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import typer
 
-from _common import HERE, SHARED, invocation, lscpu_model, machine, machine_line, report_footer, run_timed
+from _common import (
+    HERE,
+    SHARED,
+    evaluate_figures,
+    invocation,
+    lscpu_model,
+    machine,
+    machine_line,
+    report_footer,
+    run_timed,
+)
 
 PY = shlex.quote(sys.executable)
 app = typer.Typer(add_completion=False)
-
-
-def evaluate(pipeline: Path, dev: Path, train: Path, out: Path) -> dict:
-    if not out.exists():
-        subprocess.run([sys.executable, "-m", "spacy_pel", "evaluate", str(dev), "--pipeline", str(pipeline), "--train", str(train),
-                        "--output", str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = json.loads(out.read_text(encoding="utf8"))
-    return {"mentions": r["counts"]["in_kb"], "r1": r["recall_in_kb"]["R@1"], "unseen_r1": r["recall_unseen"].get("R@1"),
-            "r64": r["recall_in_kb"]["R@64"]}
+TOGETHER_FIGURES = ("mentions", "r1", "unseen_r1", "r64")
 
 
 @app.command()
@@ -66,8 +67,8 @@ def main(workspace: Path = typer.Option(..., help="a clone where the default `al
                                         ("BC5CDR + NCBI disease train", work / "pipeline_calibrated", train)):
         tag = "own" if pipeline.parent.parent == ws else "together"
         rows.append({"pipeline": title, "path": str(pipeline),
-                     "bc5cdr": evaluate(pipeline, bc_dev, trained_on, work / f"eval_{tag}_bc5cdr.json"),
-                     "ncbi": evaluate(pipeline, ncbi_dev, trained_on, work / f"eval_{tag}_ncbi.json")})
+                     "bc5cdr": evaluate_figures(bc_dev, work / f"eval_{tag}_bc5cdr.json", TOGETHER_FIGURES, pipeline=pipeline, train=trained_on, reuse=True),
+                     "ncbi": evaluate_figures(ncbi_dev, work / f"eval_{tag}_ncbi.json", TOGETHER_FIGURES, pipeline=pipeline, train=trained_on, reuse=True)})
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "workspace": str(ws), "minutes": minutes,
               "commands": {k: c for k, (_, c) in steps.items()}, "rows": rows, "command": invocation(), "notes": notes}
     (HERE / f"{output}.json").write_text(json.dumps(report, indent=2), encoding="utf8")

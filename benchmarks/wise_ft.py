@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import List
 
 import torch
 import typer
 
-from _common import HERE, invocation, lscpu_model, machine, machine_line
+from _common import HERE, evaluate_figures, invocation, lscpu_model, machine, machine_line
 from spacy_pel.models.encoder import DEFAULT_ENCODER, BiEncoder
 
 app = typer.Typer(add_completion=False)
+WISE_FT_FIGURES = ("mentions", "r1", "unseen_r1", "seen_r1", "r64")
 ENCODER = Path("pel_linker") / "encoder"
 
 
@@ -62,14 +61,6 @@ def pipeline_copy(pipeline: Path, encoder: Path, output: Path) -> None:
     shutil.copytree(encoder, output / ENCODER)
 
 
-def evaluate(pipeline: Path, corpus: Path, train: Path, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "spacy_pel", "evaluate", str(corpus), "--pipeline", str(pipeline), "--train", str(train),
-                    "--output", str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = json.loads(out.read_text(encoding="utf8"))
-    return {"mentions": r["counts"]["in_kb"], "r1": r["recall_in_kb"]["R@1"], "unseen_r1": r["recall_unseen"].get("R@1"),
-            "seen_r1": r["recall_seen"].get("R@1"), "r64": r["recall_in_kb"]["R@64"]}  # none seen: another KB's ids
-
-
 @app.command()
 def main(case: List[str] = typer.Option(..., help="TITLE=PIPELINE=CORPUS: a pipeline (its entity tower the base's) and a gold corpus of its KB"),
          train: Path = typer.Option(..., help="the retriever's training corpus (seen / unseen)"),
@@ -92,7 +83,7 @@ def main(case: List[str] = typer.Option(..., help="TITLE=PIPELINE=CORPUS: a pipe
             copy = work / f"pipeline_{len(rows)}"
             pipeline_copy(pipe, encoder, copy)
             row = {"case": title, "alpha": a, "pipeline": str(pipe), "command": invocation(),
-                   **evaluate(copy, Path(corpus).resolve(), train.resolve(), work / f"eval_{len(rows)}.json")}
+                   **evaluate_figures(Path(corpus).resolve(), work / f"eval_{len(rows)}.json", WISE_FT_FIGURES, pipeline=copy, train=train.resolve())}
             shutil.rmtree(copy)
             rows = [r for r in rows if (r["case"], r["alpha"]) != (title, a)] + [row]
             report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "rows": rows, "command": invocation(),
