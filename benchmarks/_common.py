@@ -142,6 +142,8 @@ def evaluate_figures(corpus: Path, out: Path, figures: Sequence[str], pipeline: 
     JSON report at ``out`` (kept and read again when ``reuse`` and it exists: a cut run resumes), and the
     named :data:`FIGURES` of it."""
     if not (reuse and out.exists()):
+        if (pipeline is None) == (kb is None):
+            raise ValueError("evaluate_figures: give a pipeline or a KB folder (one of them)")
         source = ["--pipeline", str(pipeline)] if pipeline is not None else ["--kb", str(kb)]
         spacy_pel("evaluate", str(corpus), *source, *(["--train", str(train)] if train is not None else []), "--output", str(out))
     report = json.loads(out.read_text(encoding="utf8"))
