@@ -137,14 +137,14 @@ FIGURES = {
 
 
 def evaluate_figures(corpus: Path, out: Path, figures: Sequence[str], pipeline: Optional[Path] = None, kb: Optional[Path] = None,
-                     train: Optional[Path] = None, reuse: bool = False) -> dict:
+                     train: Optional[Path] = None, reuse: bool = False, options: Sequence[str] = ()) -> dict:
     """``python -m spacy_pel evaluate CORPUS`` of a pipeline (or a KB folder: the retriever alone) with its
     JSON report at ``out`` (kept and read again when ``reuse`` and it exists: a cut run resumes), and the
-    named :data:`FIGURES` of it."""
+    named :data:`FIGURES` of it. ``options``: more of evaluate's flags (``("--errors", PATH)``)."""
     if not (reuse and out.exists()):
         if (pipeline is None) == (kb is None):
             raise ValueError("evaluate_figures: give a pipeline or a KB folder (one of them)")
         source = ["--pipeline", str(pipeline)] if pipeline is not None else ["--kb", str(kb)]
-        spacy_pel("evaluate", str(corpus), *source, *(["--train", str(train)] if train is not None else []), "--output", str(out))
+        spacy_pel("evaluate", str(corpus), *source, *(["--train", str(train)] if train is not None else []), "--output", str(out), *options)
     report = json.loads(out.read_text(encoding="utf8"))
     return {name: FIGURES[name](report) for name in figures}

@@ -100,10 +100,8 @@ def main(obo: Path = typer.Option(..., help="the ontology (HPO's hp.obo, from pi
         scores = {}
         for name, path in corpora.items():
             errors = folder / f"{path.stem}_errors.jsonl"
-            if not errors.exists():
-                spacy_pel("evaluate", str(path), "--pipeline", str(folder / "pipeline"), "--errors", str(errors),
-                          "--output", str(folder / f"{path.stem}.json"))
-            scores[name] = evaluate_figures(path, folder / f"{path.stem}.json", ("mentions", "r1", "r64"), reuse=True)
+            scores[name] = evaluate_figures(path, folder / f"{path.stem}.json", ("mentions", "r1", "r64"), pipeline=folder / "pipeline",
+                                            reuse=True, options=("--errors", str(errors)))
             scores[name]["errors"] = str(errors)
         rows.append({"arm": arm, "scopes": list(keep), "synonyms_left_out": left_out, "scores": scores})
     base = rows[0]
