@@ -21,6 +21,7 @@ from _common import HERE, invocation, lscpu_model, machine, machine_line, report
 from spacy_pel.bulk.local import link_file
 from spacy_pel.corpora import NIL, gold_ids, gold_spans, read_docbin, read_pubtator
 from spacy_pel.corpus_formats import convert_corpora
+from spacy_pel.prodigy_corpus import NIL_PREFIX
 
 app = typer.Typer(add_completion=False)
 
@@ -42,7 +43,7 @@ def main(pipeline: Path = typer.Option(..., help="a trained pipeline"), corpus: 
     same_text = sum(by_doc[d.user_data["pmid"]].text == d.text for d in back if d.user_data["pmid"] in by_doc)
     written = [(t["meta"]["doc_id"], t["spans"][0]["start"], t["spans"][0]["end"], t["accept"][0]) for t in tasks]
     read = [(d.user_data["pmid"], s.start_char, s.end_char, s.kb_id_) for d in back for s in gold_spans(d)]
-    expected = [(i, a, b, NIL if c.startswith("NIL") else c) for i, a, b, c in written]
+    expected = [(i, a, b, NIL if c.startswith(NIL_PREFIX) else c) for i, a, b, c in written]
     gold_of = {(d.pmid, a.start, a.end): set(a.ids) for d in gold for a in d.annotations}
     in_kb = [(t, gold_of[(t["meta"]["doc_id"], t["spans"][0]["start"], t["spans"][0]["end"])]) for t in tasks]
     in_kb = [(t, g) for t, g in in_kb if g != {NIL}]

@@ -114,7 +114,8 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
             files.reject(CorpusFormatError(path, lineno, message or type(err).__name__), bad_lines)
             continue
         if doc is None:
-            doc_id = (task.get("meta") or {}).get("doc_id") if isinstance(task.get("meta"), dict) else None
+            meta = task.get("meta")
+            doc_id = meta.get("doc_id") if isinstance(meta, dict) else None
             if not isinstance(doc_id, str) or not doc_id:
                 doc_id = str(key) if "_input_hash" in task else f"line{lineno}"
             doc = docs[key] = PubTatorDoc(doc_id, task["text"])
