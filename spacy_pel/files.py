@@ -163,12 +163,27 @@ def file_digest(*paths: PathLike) -> str:
     """SHA-256 of the files' contents (and their order), to tell whether an input changed."""
     h = hashlib.sha256()
     for path in paths:
-        h.update(f"{Path(path).name}\0".encode())
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        h.update(b"\0")
+        _hash_file(h, Path(path).name, path)
     return h.hexdigest()
+
+
+def folder_digest(folder: PathLike) -> str:
+    """SHA-256 of every file below ``folder`` (their paths relative to it, and contents): the same for a
+    copy of the folder, different after any file in it changed (a saved pipeline: ~1 s a GB)."""
+    root = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        _hash_file(h, path.relative_to(root).as_posix(), path)
+    return h.hexdigest()
+
+
+def _hash_file(h, name: str, path: PathLike) -> None:
+    """Add a file's ``name`` and contents to the hash ``h``."""
+    h.update(f"{name}\0".encode())
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    h.update(b"\0")
 
 
 # ---------------------------------------------------------------------------- one writer per output

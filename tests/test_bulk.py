@@ -5,6 +5,7 @@ stopped after one shard and run again finishes with no duplicate and no missing 
 document lands in the errors file while the others complete.
 """
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -168,6 +169,20 @@ def test_stopped_after_one_shard_resumes_without_duplicate_or_missing_document(l
     ids = [r["doc_id"] for r in pq.read_table(out / "mentions").to_pylist()]
     assert sorted(set(ids)) == [str(1000 + i) for i in range(12)] and len(ids) == 12 * 4
     assert link_corpus(corpus, out, pipeline, workers=1, progress=False)["shards_skipped"] == 3  # nothing left
+
+    copy = tmp_path / "elsewhere" / "pipeline"
+    shutil.copytree(pipeline, copy)  # the same pipeline, moved: its shards stay finished
+    assert link_corpus(corpus, out, copy, workers=1, progress=False)["shards_skipped"] == 3
+    other = tmp_path / "retrained"
+    nlp = spacy.load(pipeline)
+    configure_linker(nlp, threshold=0.0)
+    nlp.to_disk(other)
+    written = {p.name: p.read_bytes() for p in (out / "mentions").iterdir()}
+    result = CliRunner().invoke(app, ["bulk", str(corpus), str(out), "--pipeline", str(other), "--no-progress"])
+    assert result.exit_code == 2, result.output  # refused: its links would mix with the first pipeline's
+    assert "3 finished shard(s) there were linked by another pipeline" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in (out / "mentions").iterdir()} == written
 
 
 def poison(nlp):

@@ -2,20 +2,22 @@
 
     OUTPUT/mentions/<shard>.parquet   rows (doc_id, start_char, end_char, text, label, kb_id, score, confidence, candidates)
     OUTPUT/errors/<shard>.jsonl       {"doc_id", "reason"} per document that could not be linked (only if any)
-    OUTPUT/done/<shard>.json          the completion marker: counts, and the input's size and mtime
+    OUTPUT/done/<shard>.json          the completion marker: counts, the input's size and mtime, the pipeline's digest
     OUTPUT/summary.json               totals over every finished shard, and the last run's rate
 
 A shard is finished when its marker exists and names the same input (path, size, mtime); the marker
 is written last, so a run killed at any moment leaves no marker for a shard whose files may be
 partial, and the next run links that shard again from the start (its files are replaced, never
-appended to: no duplicate rows). ``OUTPUT/mentions`` reads as one Parquet dataset (temporary files
-start with ``.``, which Parquet readers skip).
+appended to: no duplicate rows). A run with another pipeline (its files' digest differs) is refused
+while the folder holds shards finished by the first (:func:`check_pipeline`): links of two pipelines
+never mix in one folder, and none is overwritten unasked. ``OUTPUT/mentions`` reads as one Parquet
+dataset (temporary files start with ``.``, which Parquet readers skip).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from .. import files
 from .shards import Shard
@@ -51,11 +53,28 @@ def finished(output: Path, shard: Shard) -> Optional[dict]:
     return marker if marker.get("input") == shard.stamp() else None
 
 
-class ShardResult:
-    """The documents of one shard as they come back (in any order), until all ``expected`` have."""
+def pipeline_stamp(pipeline: Path) -> dict:
+    """What a marker records of the pipeline that linked its shard."""
+    return {"path": str(pipeline), "sha256": files.folder_digest(pipeline)}
 
-    def __init__(self, shard: Shard, expected: int):
-        self.shard, self.expected = shard, expected
+
+def check_pipeline(output: Path, markers: Iterable[dict], stamp: dict) -> None:
+    """Refuse (``InputError``) to add a pipeline's links to a folder whose finished shards another
+    pipeline linked (a marker without a digest: written before markers had one)."""
+    other = [m for m in markers if (m.get("pipeline") or {}).get("sha256") != stamp["sha256"]]
+    if other:
+        by = (other[0].get("pipeline") or {}).get("path", "an unrecorded pipeline")
+        raise files.InputError(
+            f"{output}: {len(other)} finished shard(s) there were linked by another pipeline ({by}), not by "
+            f"{stamp['path']}; give a new output folder, or delete {Path(output) / DONE} to link every shard again")
+
+
+class ShardResult:
+    """The documents of one shard as they come back (in any order), until all ``expected`` have;
+    ``pipeline``: the :func:`pipeline_stamp` of the pipeline linking them."""
+
+    def __init__(self, shard: Shard, expected: int, pipeline: dict):
+        self.shard, self.expected, self.pipeline = shard, expected, pipeline
         self.docs: Dict[int, dict] = {}  # seq → {"doc_id", "rows", "error", "mentions", "nil", "seconds"}
 
     def add(self, seq: int, doc: dict) -> None:
@@ -82,7 +101,8 @@ class ShardResult:
         else:
             error_file.unlink(missing_ok=True)  # left by an earlier, unfinished run of this shard
         marker = {
-            "shard": self.shard.name, "input": self.shard.stamp(), "docs": len(ordered), "mentions": len(rows),
+            "shard": self.shard.name, "input": self.shard.stamp(), "pipeline": self.pipeline, "docs": len(ordered),
+            "mentions": len(rows),
             "nil": sum(doc["nil"] for doc in ordered if not doc["error"]), "errors": len(errors),
             "link_seconds": round(sum(doc["seconds"] for doc in ordered), 3),
         }

@@ -96,7 +96,7 @@ def link_corpus(
     ``address``: a Ray cluster (``auto``, ``ray://host:10001``); None starts Ray on this machine
     (``num_cpus`` of it; all by default) unless it is already running. ``workers``: actors, each with
     its own copy of the pipeline (default: the cluster's CPUs / ``cpus_per_worker``). Finished shards
-    are skipped. ``setup(nlp)`` runs in each actor after loading; ``on_shard(marker)`` after each
+    are skipped; a folder whose finished shards another pipeline linked is refused. ``setup(nlp)`` runs in each actor after loading; ``on_shard(marker)`` after each
     shard is written. Returns the summary (also written to ``OUTPUT/summary.json``).
     """
     started = time.perf_counter()
@@ -113,11 +113,13 @@ def link_corpus(
             todo.append(shard)
         else:
             markers[shard.name] = marker
+    stamp = out.pipeline_stamp(pipeline)
+    out.check_pipeline(output, markers.values(), stamp)
     log.info(f"{len(shards)} shard(s): {len(markers)} finished before, {len(todo)} to link")
     done_now: List[dict] = []
     if todo:
         chunks = {s.name: plan_chunks(s, batch_size) for s in todo}
-        results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name])) for s in todo}
+        results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name]), stamp) for s in todo}
         started_ray = connect(address, num_cpus)
         try:
             done_now = _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size, progress, setup, on_shard)

@@ -13,7 +13,7 @@ from ._output import echo_json
 HELP = (
     "Link a large corpus on a Ray Data actor pool and write the mentions as Parquet files.\n\n"
     "Reads a shard or a folder of shards (JSONL or Parquet with id and text, or PubTator) and a saved pipeline, and writes "
-    "mentions/*.parquet per shard, errors/ and summary.json into OUTPUT; a re-run skips finished shards. Needs Ray Data and "
+    "mentions/*.parquet per shard, errors/ and summary.json into OUTPUT; a re-run skips finished shards (with another pipeline it is refused). Needs Ray Data and "
     "pyarrow installed.\n\n"
     "Example: python -m spacy_pel bulk corpus/ linked/ --pipeline training/pipeline --workers 2 --batch-size 64"
 )
