@@ -19,20 +19,19 @@ their synonyms finds its entity's name first among those names and ``eval_pool``
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_dir, atomic_write
+from ..files import InputError, atomic_dir, atomic_write, file_digest
 from ..kb import Entity, kb_files, read_kb
 from ..models.encoder import BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
@@ -245,20 +244,9 @@ def inputs_stamp(cfg: AdaptConfig) -> Dict[str, Any]:
     return kb_stamp(cfg.kb.path, cfg.kb.format, settings)
 
 
-def files_sha256(paths: Iterable[Path]) -> str:
-    """One content hash of the files ``paths`` (their names and bytes, in order)."""
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(path.name.encode())
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
 def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, Any]:
     """``settings`` and the content hash of the KB files ``kb`` (in ``format``) they train on."""
-    return {"kb_sha256": files_sha256(kb_files(kb, format)), "settings": settings}
+    return {"kb_sha256": file_digest(*kb_files(kb, format)), "settings": settings}
 
 
 def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:

@@ -30,9 +30,9 @@ from typing import Any, Dict, Mapping, Optional
 
 from confection import Config
 
-from ..files import atomic_dir
+from ..files import atomic_dir, file_digest
 from ..models.encoder import CONFIG_FILE, BiEncoder
-from .adapt import LOG_FILE, WORK_SUFFIX, files_sha256, kb_stamp, nested, prepare_work, publish
+from .adapt import LOG_FILE, WORK_SUFFIX, kb_stamp, nested, prepare_work, publish
 from .config import ConfigError, PathLike, RetrieverConfig, TrainingSection
 from .retriever import run_retriever
 from .run_config import load_config
@@ -120,7 +120,7 @@ def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Opt
         settings.get("training", {}).pop(key, None)
     stamp = kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings)
     if cfg.paths.train and Path(cfg.paths.train).is_file():  # a replayed corpus (synonyms.replay) or a mention stage: its content counts too
-        stamp["train_sha256"] = files_sha256([Path(cfg.paths.train)])
+        stamp["train_sha256"] = file_digest(cfg.paths.train)
     prepare_work(work, stamp, cfg.training.resume)
     raw.to_disk(work / "config.cfg")
     state = run_retriever(cfg, work, progress)
