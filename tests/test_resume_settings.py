@@ -3,8 +3,13 @@ settings is dropped (the run starts over), one left with the same settings (devi
 import logging
 
 import pytest
+import spacy
+from spacy.tokens import DocBin
+from typer.testing import CliRunner
 
+from spacy_pel.cli import app
 from spacy_pel.training.joint import JointTask, train_e2e
+from tests.test_e2e import gold_docs
 from tests.test_span_model import corpus, settings  # noqa: F401 (corpus: a fixture)
 from tests.test_train_e2e import CONFIG_DEFAULT
 
@@ -41,3 +46,20 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(corpus, kb_dir, tiny_enco
         state = train_e2e(CONFIG_DEFAULT, out, {**ov, "training.eval_every": 4}, progress=False)
     assert len(steps) == 6 and state["step"] == 12  # the same settings but when to evaluate: steps 7-12 only
     assert "starting over" not in caplog.text
+
+
+def test_train_spans_resumes_only_a_checkpoint_of_its_own_settings(tmp_path, tiny_encoder_dir):
+    """train-spans --resume (and train-reranker, through the same config saving) after a run with another
+    learning rate: its checkpoint is dropped, not continued under the new settings."""
+    gold = tmp_path / "gold.spacy"
+    DocBin(docs=gold_docs(spacy.blank("en")), store_user_data=True).to_disk(gold)
+    out = tmp_path / "spans"
+    args = ["train-spans", "-o", str(out), "--encoder", str(tiny_encoder_dir), "--train", str(gold), "--dev", str(gold),
+            "--epochs", "2"]
+    assert CliRunner().invoke(app, args + ["--lr", "0.05"]).exit_code == 0
+    assert (out / "last").is_dir()
+    result = CliRunner().invoke(app, args + ["--lr", "0.01", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "left by a run with other settings" in result.output  # the CLI's log line
+    result = CliRunner().invoke(app, args + ["--lr", "0.01", "--resume"])
+    assert result.exit_code == 0 and "other settings" not in result.output  # its own checkpoint: resumed

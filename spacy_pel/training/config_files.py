@@ -26,12 +26,11 @@ from ..models.encoder import BiEncoder
 from ..retrieval.build import load_encoder
 from .config import ConfigError, check, parse_config
 from .reranker import RerankerConfig, train_reranker
-from .run_config import load_config
+from .run_config import CONFIG_FILE, drop_stale_checkpoint, load_config
 from .span_scorer import train_span_scorer
 
 T = TypeVar("T")
 PathLike = Union[str, Path]
-CONFIG_FILE = "config.cfg"
 _R = RerankerConfig()
 _SPANS = {k: p.default for k, p in inspect.signature(train_span_scorer).parameters.items()}
 
@@ -53,7 +52,9 @@ def read_config(cls: Type[T], config: Optional[PathLike] = None,
 
 
 def save_config(raw: Config, output: PathLike) -> None:
-    """The resolved config as ``output/config.cfg``, written atomically."""
+    """The resolved config as ``output/config.cfg``, written atomically — after removing a checkpoint
+    that a run with other settings left there (:func:`~.run_config.drop_stale_checkpoint`)."""
+    drop_stale_checkpoint(raw, output)
     atomic_write(Path(output) / CONFIG_FILE, lambda tmp: Config(raw).to_disk(tmp))
 
 

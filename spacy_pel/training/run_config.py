@@ -19,6 +19,7 @@ PathLike = Union[str, Path]
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "last"  # a run's resumable checkpoint, inside its output folder
+CONFIG_FILE = "config.cfg"  # the resolved config of the run, beside it
 # settings a run may change and still resume its checkpoint
 RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"))
 
@@ -48,9 +49,15 @@ def config_for_run(cls: Type[T], config: PathLike, output: PathLike, overrides: 
     cfg = cls.from_config(raw, str(config))
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    saved, last = output / "config.cfg", output / CHECKPOINT_DIR
+    drop_stale_checkpoint(raw, output)
+    Config(raw).to_disk(output / CONFIG_FILE)
+    return cfg, output
+
+
+def drop_stale_checkpoint(raw: Mapping[str, Any], output: PathLike) -> None:
+    """Remove ``output/last`` (with a warning) when ``output/config.cfg`` says it was left by a run with
+    other settings than ``raw`` (:func:`run_settings`): a run resumes only its own work."""
+    saved, last = Path(output) / CONFIG_FILE, Path(output) / CHECKPOINT_DIR
     if last.exists() and saved.exists() and run_settings(Config().from_disk(saved, interpolate=False)) != run_settings(raw):
         log.warning("%s was left by a run with other settings (%s): starting over", last, saved)
         shutil.rmtree(last)
-    Config(raw).to_disk(saved)
-    return cfg, output
