@@ -147,3 +147,30 @@ def test_labels_whose_types_the_new_kb_lacks_are_named(tmp_path, kb_dir, other_k
     assert "Disease → Diseases" in result.output and "Chemical →" not in result.output
     retargeted = spacy.load(tmp_path / "out")
     assert labels_without_kb_types(retargeted) == {"Disease": ["Diseases"]}
+
+
+def test_entities_added_to_a_kb_reach_a_saved_pipeline_without_retraining(saved_pipeline, kb_dir, tmp_path):
+    """docs/kb-formats.md's recipe: build-kb --add, build-names --reuse (only the new names encoded),
+    retarget. The saved pipeline holds the old KB and name rows, which refuse the grown KB by name."""
+    kb = tmp_path / "grown_kb"
+    shutil.copytree(kb_dir, kb)
+    (tmp_path / "new.jsonl").write_text('{"id": "N1", "name": "zorbatinib", "aliases": ["ZRB-12"], "types": ["Chemical"]}\n',
+                                        encoding="utf8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["build-kb", "--add", str(tmp_path / "new.jsonl"), "--format", "jsonl", "--output", str(kb)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["build-names", str(kb), "--output", str(tmp_path / "grown_names"),
+                                 "--reuse", str(tmp_path / "names")])
+    assert result.exit_code == 0, result.output
+    assert '"encoded": 2' in result.output  # the new entity's two names; every earlier name row reused
+    stale = runner.invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "--names", str(tmp_path / "names"),
+                                "-o", str(tmp_path / "stale")])
+    assert stale.exit_code == 2 and "build-names" in stale.output, stale.output
+    result = runner.invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "--names", str(tmp_path / "grown_names"),
+                                 "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    nlp = spacy.load(tmp_path / "out")
+    doc = nlp.make_doc("Zorbatinib ( ZRB-12 ) was given .")
+    doc.ents = [Span(doc, 0, 1, label="Chemical"), Span(doc, 2, 3, label="Chemical")]
+    assert [e.kb_id_ for e in nlp(doc).ents] == ["N1", "N1"]
+    assert [e.kb_id_ for e in spacy.load(saved_pipeline)(doc).ents] != ["N1", "N1"]  # the saved one never had it

@@ -179,7 +179,8 @@ class NameIndex:
                 f"fingerprint {encoder.fingerprint()}; rebuild it (python -m spacy_pel build-names KB_DIR)")
         if len(ids) != self.entities or ids_digest(ids) != self.ids_sha256:
             raise InputError(f"this name index was built for another KB ({self.entities} entities, ids "
-                             f"{self.ids_sha256[:12]}…), not this one ({len(ids)} entities); rebuild it")
+                             f"{self.ids_sha256[:12]}…), not this one ({len(ids)} entities; entities added with "
+                             f"build-kb --add, or another KB); rebuild it (python -m spacy_pel build-names KB_DIR)")
 
     def for_kb(self, old_ids: Sequence[str], new_ids: Sequence[str]) -> "NameIndex":
         """This index for a KB made of part of its own (``old_ids``, the KB it was built for; ``new_ids``:
