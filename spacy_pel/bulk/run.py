@@ -96,8 +96,9 @@ def link_corpus(
     ``address``: a Ray cluster (``auto``, ``ray://host:10001``); None starts Ray on this machine
     (``num_cpus`` of it; all by default) unless it is already running. ``workers``: actors, each with
     its own copy of the pipeline (default: the cluster's CPUs / ``cpus_per_worker``). Finished shards
-    are skipped; a folder whose finished shards another pipeline linked is refused. ``setup(nlp)`` runs in each actor after loading; ``on_shard(marker)`` after each
-    shard is written. Returns the summary (also written to ``OUTPUT/summary.json``).
+    are skipped; a folder whose finished shards another pipeline linked is refused. ``setup(nlp)`` runs
+    in each actor after loading; ``on_shard(marker)`` after each shard is written. Returns the summary
+    (also written to ``OUTPUT/summary.json``).
     """
     started = time.perf_counter()
     if batch_size < 1 or cpus_per_worker < 1 or (workers is not None and workers < 1):
