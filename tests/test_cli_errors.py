@@ -365,3 +365,25 @@ def test_adapt_refuses_an_option_and_a_setting_that_disagree(kb_file, tmp_path, 
     assert result.exit_code == 0 and calls[0]["synonyms.steps"] == 5  # the same value twice is no conflict
     result = run(adapt.app, [kb_file, "-o", tmp_path / "enc", "--max-minutes", "10", "--training.max_minutes", "10"])
     assert result.exit_code == 0 and calls[1]["training.max_minutes"] == 10  # nor an int and the same float
+
+
+def test_e2e_needs_a_pipeline_that_finds_mentions(tmp_path, kb_dir, monkeypatch):
+    """evaluate --e2e / calibrate --e2e on a pipeline with neither an NER nor a span finder would score (or
+    calibrate on) no mention at all: refused in one line before loading; with an NER before the linker it runs."""
+    gold_only = spacy.blank("en")
+    gold_only.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    gold_only.to_disk(tmp_path / "gold_only")
+    gold = corpus(tmp_path)
+    monkeypatch.setattr(evaluate_cli, "load_pipeline", lambda *a, **k: pytest.fail("loaded before checking"))
+    one_line_error(run(evaluate.app, [gold, "--pipeline", tmp_path / "gold_only", "--e2e"]), "--e2e runs pipeline",
+                   "no span finder", "leave out --e2e")
+    one_line_error(run(evaluate.app, [gold, "--kb", kb_dir, "--e2e"]), "give --pipeline")
+    one_line_error(run(calibrate.app, [tmp_path / "gold_only", gold, "-o", tmp_path / "out", "--e2e"]), "--e2e runs pipeline")
+    monkeypatch.undo()
+    with_ner = spacy.blank("en")
+    with_ner.add_pipe("entity_ruler").add_patterns([{"label": "Chemical", "pattern": "Lithium carbonate"}])
+    with_ner.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    with_ner.to_disk(tmp_path / "with_ner")
+    result = run(evaluate.app, [gold, "--pipeline", tmp_path / "with_ner", "--e2e", "--output", tmp_path / "e2e.json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "e2e.json").read_text())["span"]["p"] == 1.0  # its NER found the span it knows

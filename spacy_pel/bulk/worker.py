@@ -62,16 +62,32 @@ def mention_finders(config) -> Tuple[bool, List[str]]:
     return mentions.get("@misc") == SPAN_FINDER, found
 
 
+def pipeline_mention_finders(pipeline: Path) -> Tuple[bool, List[str]]:
+    """:func:`mention_finders` of a saved pipeline, read from its ``config.cfg`` (``InputError`` when it
+    has none, or no ``pel_linker``)."""
+    if not (Path(pipeline) / "config.cfg").is_file():
+        raise InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
+    try:
+        return mention_finders(spacy.util.load_config(Path(pipeline) / "config.cfg", interpolate=True))
+    except ValueError as err:
+        raise InputError(f"pipeline {pipeline}: {err}") from err
+
+
+def check_finds_mentions(pipeline: Path, option: str) -> None:
+    """Refuse (``InputError``), for a command's ``option`` that runs ``pipeline`` on raw text (``--e2e``),
+    a pipeline that cannot find mentions there: it would score, or calibrate on, nothing."""
+    finds_own, finders = pipeline_mention_finders(pipeline)
+    if not finds_own and not finders:
+        raise InputError(f"{option} runs pipeline {pipeline} on raw text, but it cannot find mentions there: it has no NER "
+                         "(no component before pel_linker sets the spans it links) and pel_linker has no span finder "
+                         "(spacy_pel.mentions.span_finder.v1); leave out " + option + " to use the corpus's gold spans")
+
+
 def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> None:
     """Refuse a pipeline that cannot find mentions in raw text (``raw``: the path of an input of raw text,
     if any) before anything is linked; warn that the spans of ``given`` (annotated) input are not used
     when ``pel_linker`` finds its own."""
-    if not (pipeline / "config.cfg").is_file():
-        raise InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
-    try:
-        finds_own, finders = mention_finders(spacy.util.load_config(pipeline / "config.cfg", interpolate=True))
-    except ValueError as err:
-        raise InputError(f"pipeline {pipeline}: {err}") from err
+    finds_own, finders = pipeline_mention_finders(pipeline)
     if raw is not None and not finds_own and not finders:
         raise InputError(
             f"{raw} is raw text (no mentions given), but pipeline {pipeline} cannot find mentions in it: it has "

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ..bulk.worker import check_finds_mentions
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
 from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
 from ._output import echo_json
@@ -49,6 +50,8 @@ def main(
     if e2e and max_r1_loss is not None:
         fail("--e2e bounds nothing: leave out --max-r1-loss")
     require_dir(pipeline, "pipeline", "config.cfg")
+    if e2e:
+        check_finds_mentions(pipeline, "--e2e")
     require_file(corpus, "corpus")
     require_writable_parent(output, "output")
     if plot is not None:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from tqdm.auto import tqdm
 
+from ..bulk.worker import check_finds_mentions
 from ..corpora import bare_doc, corpus_ids, read_docbin
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
@@ -68,6 +69,10 @@ def main(
             require_writable_parent(path, "report")
     if linker_name is not None and pipeline is None:
         fail("--linker names a pel_linker of --pipeline")
+    if e2e:
+        if pipeline is None:
+            fail("--e2e runs a pipeline on raw text: give --pipeline (one with a span finder or an NER)")
+        check_finds_mentions(pipeline, "--e2e")
     nlp, linker = load_pipeline(pipeline, kb, encoder, linker_name)
     docs = read_docbin(nlp, corpus)
     if e2e:
