@@ -32,9 +32,10 @@ from ..bioc_corpus import read_bioc
 from ..corpora import NIL, Annotation, PubTatorDoc, gold_spans, read_docbin, read_pubtator
 from ..corpus_formats import FORMATS as CORPUS_FORMATS
 from ..corpus_formats import corpus_format
+from ..pipeline.mention_finders import check_mention_source
 from .linked_formats import LinkedDoc, check_pubtator_id, output_format, write_linked
 from .shards import Shard, plan_chunks, read_chunk
-from .worker import LinkWorker, check_mention_source
+from .worker import LinkWorker
 
 RAW_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}  # {id, text} files, read as bulk shards
 INPUT_FORMATS = (*CORPUS_FORMATS, "jsonl", "parquet")

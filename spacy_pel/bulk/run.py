@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from .. import files
+from ..pipeline.mention_finders import check_mention_source
 from ..retrieval.ray_build import connect
 from . import output as out
 from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk, split_chunk
-from .worker import LinkWorker, check_mention_source
+from .worker import LinkWorker
 
 log = logging.getLogger(__name__)
 ACTOR_RESTARTS = 2  # an actor process that dies (OOM, segfault) is started again …

@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..bulk.worker import check_finds_mentions
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
+from ..pipeline.mention_finders import check_finds_mentions
 from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
 from ._output import echo_json
 

@@ -9,12 +9,12 @@ from typing import Optional
 import typer
 from tqdm.auto import tqdm
 
-from ..bulk.worker import check_finds_mentions
 from ..corpora import bare_doc, corpus_ids, read_docbin
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
 from ..files import write_jsonl
 from ..pipeline.linker import load_pipeline
+from ..pipeline.mention_finders import check_finds_mentions
 from ._errors import (
     cli_errors,
     fail,
