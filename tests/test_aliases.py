@@ -1,4 +1,5 @@
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -175,3 +176,18 @@ def test_name_ties_fewest_names_prefers_an_entitys_own_name_over_a_headings_gath
     rule = alias_table_rule(name_ties="fewest_names")
     rule.setup(None, index)
     assert ids(rule.table, "SJS") == ["OMIM:1"]
+
+
+def test_an_alias_table_made_for_another_kb_is_said(kb_dir, caplog):
+    """A table whose surface forms name ids the KB lacks is not used (ids absent from the KB never link);
+    when almost none of them resolve, the table is of another KB and the user hears it once."""
+    index = EntityIndex.from_disk(kb_dir)
+    foreign = {f"form {i}": {f"OTHER:{i}": 1} for i in range(25)}
+    with caplog.at_level(logging.WARNING, logger="spacy_pel"):
+        table = AliasTable(index, foreign)
+    assert table.seen == {} and "25 of its 25 surface forms name only ids this KB" in caplog.text
+    caplog.clear()
+    ours = {**foreign, **{f"own {i}": {index.entities[0].id: 1} for i in range(5)}}  # 5 of 30 resolve: a KB release
+    with caplog.at_level(logging.WARNING, logger="spacy_pel"):
+        assert len(AliasTable(index, ours).seen) == 5
+    assert "alias table" not in caplog.text

@@ -24,6 +24,7 @@ linkers combined with the retriever, which ranks everything the table does not d
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Union
@@ -37,6 +38,9 @@ from ..retrieval.index import EntityIndex
 from ..retrieval.table import compact_key
 
 PathLike = Union[str, Path]
+log = logging.getLogger(__name__)
+# an alias table of which fewer surface forms than this share name an id the KB has is of another KB: said once
+FOREIGN_TABLE_SHARE, FOREIGN_TABLE_MIN = 0.1, 20
 
 
 def mention_counts(docs, nil_label: str = "NIL") -> Dict[str, Dict[str, int]]:
@@ -79,6 +83,10 @@ class AliasTable:
                     rows[lookup[i]] += c
             if rows:
                 self.seen[key] = list(rows.items())
+        if mentions and len(mentions) >= FOREIGN_TABLE_MIN and len(self.seen) < FOREIGN_TABLE_SHARE * len(mentions):
+            log.warning(f"alias table: {len(mentions) - len(self.seen)} of its {len(mentions)} surface forms name only "
+                        f"ids this KB ({len(index)} entities) lacks, and are not used: was it made for another KB? "
+                        "(python -m spacy_pel aliases TRAIN.spacy -o ALIASES.json, with a corpus of this KB's ids)")
 
     def candidates(self, text: str) -> Optional[List[int]]:
         """KB rows the table allows for this surface form (most frequent in annotated text first), or None."""
