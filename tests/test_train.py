@@ -331,3 +331,28 @@ def test_loop_constant_schedule_without_clipping_evaluates_only_at_the_end(tmp_p
     clipped = ToyTask(ScriptedEvaluator([0.2]))
     TrainingLoop(clipped, LoopSettings(schedule="constant", grad_clip=1.0, eval_every=0), tmp_path / "c").run(progress=False)
     assert clipped.losses[0] == task.losses[0] and clipped.losses[1] != task.losses[1]  # clipping changed the first step
+
+
+def test_a_corpus_of_another_kb_is_refused_and_a_mostly_foreign_one_said(kb_dir, tiny_encoder_dir, tmp_path, caplog):
+    """Gold ids none of which the KB has (another KB, or ids spelled otherwise) leave nothing to train on:
+    one error naming the corpus, not a crash deep in the encoder; mostly absent ids: a warning."""
+    from spacy_pel.files import InputError
+
+    nlp = spacy.blank("en")
+
+    def corpus_of(ids, name):
+        docs = []
+        for (text, a, b, _), kb_id in zip(SENTS, ids):
+            doc = nlp.make_doc(text)
+            doc.spans[GOLD_KEY] = [Span(doc, a, b, label="X", kb_id=kb_id)]
+            docs.append(doc)
+        write_docbin(docs, tmp_path / name)
+        return tmp_path / name
+
+    foreign = corpus_of([f"OTHER:{i}" for i in range(len(SENTS))], "foreign.spacy")
+    with pytest.raises(InputError, match="foreign.spacy: none of its gold mentions has an id in the KB"):
+        make_task(overrides(foreign, kb_dir, tiny_encoder_dir))
+    mostly = corpus_of(["D1"] + [f"OTHER:{i}" for i in range(1, len(SENTS))], "mostly.spacy")
+    with caplog.at_level("WARNING", logger="spacy_pel"):
+        task = make_task(overrides(mostly, kb_dir, tiny_encoder_dir))
+    assert len(task.stages[-1].examples) == 1 and "have ids the KB lacks and are left out" in caplog.text

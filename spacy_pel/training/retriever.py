@@ -41,6 +41,7 @@ encoder) replaces the batch mean at evaluation: ``normalize(normalize(m) - μ_m)
 """
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -68,6 +69,8 @@ from .name_pairs import NamePairLoss
 from .run_config import config_for_run
 from .stages import Batch, Examples, Stage, replaying
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
+
+log = logging.getLogger(__name__)
 
 CENTRE_FILE = "entity_centre.npy"
 MENTION_CENTRE_FILE = "mention_centre.npy"
@@ -119,15 +122,31 @@ class CentredRecallEvaluator(RecallEvaluator):
 
 
 def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder, swaps: float = 0.0,
-                    seed: int = 0) -> Tuple[Examples, Dict[str, int]]:
+                    seed: int = 0, source: str = "") -> Tuple[Examples, Dict[str, int]]:
     """Gold mentions of ``docs`` whose ids are in the KB; NIL and absent ids are counted, not used
     (:func:`~spacy_pel.pipeline.updating.linkable_mentions`, which ``pel_linker.update`` uses too);
     with ``swaps``, that share of them again with another entity's name in their place
-    (:mod:`.entity_swaps`)."""
+    (:mod:`.entity_swaps`). With ``source`` (the corpus's path), :func:`check_linkable`."""
     items = [g for doc in docs for g in doc_gold_mentions(doc)]
     items += entity_swaps(items, index, swaps, seed)
     mentions, gold, skipped = linkable_mentions(items, index.lookup)
+    if source:
+        check_linkable(source, len(mentions), skipped, index)
     return Examples(encoder.mention_inputs(mentions), gold), skipped
+
+
+def check_linkable(source: str, linkable: int, skipped: Dict[str, int], index: EntityIndex) -> None:
+    """Refuse a corpus none of whose gold mentions has an id in the KB (``InputError``), and warn when
+    most of its ids are absent: a corpus annotated against another KB, or ids in another spelling."""
+    absent, nil = skipped["absent"], skipped["nil"]
+    hint = ("was it annotated against another KB, or are its ids spelled otherwise? (`convert --id-map` / "
+            "`--strip-id-prefix` rewrite them)")
+    if not linkable:
+        raise InputError(f"{source}: none of its gold mentions has an id in the KB ({len(index)} entities; {absent} "
+                         f"with ids it lacks, {nil} NIL); {hint}")
+    if absent > linkable:
+        log.warning(f"{source}: {absent} gold mentions have ids the KB lacks and are left out, against {linkable} "
+                    f"linkable; {hint}")
 
 
 def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: int,
@@ -185,14 +204,15 @@ class RetrieverTask(Task):
         self.skipped: Dict[str, int] = {}
         if p.train:
             examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder,
-                                                     cfg.augment.entity_swaps, self.seed)
+                                                     cfg.augment.entity_swaps, self.seed, source=str(p.train))
             if cfg.synonyms.replay:
                 self.stages[0] = replaying(self.stages[0], examples, cfg.synonyms.replay, t.batch_size)
             steps = t.max_steps or int(t.epochs * math.ceil(len(examples) / t.batch_size))
             if steps:
                 self.stages.append(Stage("mentions", examples, steps))
         dev_docs = read_docbin(nlp, p.dev) if p.dev else []
-        dev = corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder)[0] if p.dev else held
+        dev = (corpus_examples(dev_docs[: t.eval_docs or len(dev_docs)], self.index, self.encoder, source=str(p.dev))[0]
+               if p.dev else held)
         self.evaluator = RecallEvaluator(dev.inputs, dev.gold, self.index, reencode_entities=self.train_entities,
                                          kb_sample=t.eval_kb_sample, seed=self.seed)
         self.mention_centre: Optional[torch.Tensor] = None
