@@ -5,9 +5,13 @@ import pytest
 import spacy
 import torch
 from spacy.tokens import Span
+from typer.testing import CliRunner
 
+from spacy_pel.cli import app
+from spacy_pel.corpora import GOLD_KEY, write_docbin
+from spacy_pel.files import InputError
 from spacy_pel.models.cross_encoder import CrossEncoder
-from spacy_pel.models.encoder import Mention
+from spacy_pel.models.encoder import BiEncoder, Mention
 from spacy_pel.pipeline.rules.batch import DECIDED_SCORE, CandidateBatch
 from spacy_pel.pipeline.rules.rerank import RerankRule
 from spacy_pel.retrieval.index import EntityIndex
@@ -148,3 +152,26 @@ def test_training_lowers_the_listwise_loss(tiny_bert, kb_dir, tmp_path):
     after = loss()
     assert after < 0.75 * before, (before, after)  # untrained: ln 5 ≈ 1.6
     assert (tmp_path / "out" / "best" / "head.safetensors").exists() and (tmp_path / "out" / "last" / "state.json").exists()
+
+
+def test_too_few_training_mentions_are_refused_not_looped_on(tiny_bert, kb_dir, tmp_path):
+    """A corpus with fewer training mentions than one batch (or none: ids of another KB) used to spin in
+    the batch loop forever; it is refused in one line, the corpus named, before any training."""
+    index = EntityIndex.from_disk(kb_dir)
+    texts = [TEXT]
+    mentions = [(0, TEXT.index("atrial flutter"), TEXT.index("atrial flutter") + len("atrial flutter"))]
+    rows = np.arange(len(index), dtype=np.int64)[None, :]
+    mined = Mined(texts, mentions, rows, np.zeros(rows.shape, np.float32), rows == index.lookup["D3"])
+    cfg = RerankerConfig(base=str(tiny_bert), candidates=len(index), batch_mentions=4, held_out_docs=0)
+    with pytest.raises(InputError, match="1 training mentions with an in-KB id"):
+        RerankerTask(cfg, index, mined)
+
+    nlp = spacy.blank("en")
+    doc = _doc(nlp)
+    doc.spans[GOLD_KEY] = [Span(doc, a, b, label=label, kb_id=f"OTHER:{a}") for a, b, label in SPANS]
+    write_docbin([doc], tmp_path / "foreign.spacy")
+    encoder = tmp_path / "encoder"
+    BiEncoder.from_pretrained(str(tiny_bert)).save(encoder)
+    result = CliRunner().invoke(app, ["train-reranker", "-o", str(tmp_path / "rr"), "--encoder", str(encoder), "--kb",
+                                      str(kb_dir), "--train", str(tmp_path / "foreign.spacy"), "--base", str(tiny_bert)])
+    assert result.exit_code == 2 and "foreign.spacy: none of its gold mentions has an id in the KB" in result.output

@@ -29,6 +29,7 @@ keeps its own dropout, as in the project's trainer.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -39,12 +40,15 @@ from spacy.training import Example, validate_examples
 from spacy.util import registry
 
 from ..corpora import NIL, gold_ids, gold_spans
+from ..files import InputError
 from ..models.encoder import BiEncoder, Mention
 from ..models.linking import NEGATIVE_KINDS, LinkingLoss
 from ..models.losses import LOSSES, Loss, make_loss
 from ..models.negatives import HardNegativeMiner
 from ..retrieval.index import EntityIndex
 from .mentions import linked_gold
+
+log = logging.getLogger(__name__)
 
 Gold = Tuple[str, int, int, str]  # (text, start char, end char, gold kb_id) of one mention
 DEFAULT_LR = 2e-5  # when finish_update gets no thinc optimizer (the project trainer's default)
@@ -107,6 +111,21 @@ def linkable_mentions(items: Iterable[Gold], row: Mapping[str, int]) -> Tuple[Li
             mentions.append(Mention(text, start, end))
             gold.append(rows)
     return mentions, gold, skipped
+
+
+def check_linkable(source: str, linkable: int, skipped: Dict[str, int], kb_entities: int) -> None:
+    """Refuse a corpus (``source``) none of whose gold mentions has an id in the KB (``InputError``), and
+    warn when most of its ids are absent: a corpus annotated against another KB, or ids in another
+    spelling. ``linkable`` and ``skipped``: :func:`linkable_mentions`'s counts over the corpus."""
+    absent, nil = skipped["absent"], skipped["nil"]
+    hint = ("was it annotated against another KB, or are its ids spelled otherwise? (`convert --id-map` / "
+            "`--strip-id-prefix` rewrite them)")
+    if not linkable:
+        raise InputError(f"{source}: none of its gold mentions has an id in the KB ({kb_entities} entities; {absent} "
+                         f"with ids it lacks, {nil} NIL); {hint}")
+    if absent > linkable:
+        log.warning(f"{source}: {absent} gold mentions have ids the KB lacks and are left out, against {linkable} "
+                    f"linkable; {hint}")
 
 
 def doc_gold_mentions(doc: Doc, source=None) -> List[Gold]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -31,10 +32,10 @@ import torch
 
 from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import Evaluator
-from ..files import atomic_write, file_digest
+from ..files import InputError, atomic_write, file_digest
 from ..models.cross_encoder import CrossEncoder
 from ..models.encoder import DEFAULT_ENCODER, BiEncoder, Mention
-from ..pipeline.updating import linkable_mentions
+from ..pipeline.updating import check_linkable, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .config import LoopSettings
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
@@ -118,16 +119,20 @@ class Mined:
 
 
 def mine_candidates(encoder: BiEncoder, index: EntityIndex, docs: Sequence, k: int, batch_size: int = 64,
-                    progress: bool = True) -> Mined:
-    """The retriever's top ``k`` for every gold mention of ``docs`` with an in-KB id (gold forced in)."""
+                    progress: bool = True, source: str = "the training corpus") -> Mined:
+    """The retriever's top ``k`` for every gold mention of ``docs`` with an in-KB id (gold forced in);
+    ``source`` names the corpus in :func:`~spacy_pel.pipeline.updating.check_linkable`'s refusal."""
     texts, where, mentions, gold_rows = [], [], [], []
+    skipped: Counter = Counter()
     for d, doc in enumerate(docs):
         texts.append(doc.text)
-        found, rows_d, _ = linkable_mentions(((doc.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(doc)),
-                                             index.lookup)
+        found, rows_d, skipped_d = linkable_mentions(((doc.text, s.start_char, s.end_char, s.kb_id_) for s in gold_spans(doc)),
+                                                     index.lookup)
         mentions.extend(found)
         gold_rows.extend(rows_d)
         where.extend((d, m.start, m.end) for m in found)
+        skipped.update(skipped_d)
+    check_linkable(source, len(mentions), {"absent": skipped["absent"], "nil": skipped["nil"]}, len(index))
     vectors = encoder.encode_mentions(mentions, batch_size=batch_size, progress=progress)
     scores, rows = index.search(vectors, k)
     scores, rows = scores.astype(np.float32), rows.astype(np.int64)
@@ -218,6 +223,10 @@ class RerankerTask(Task):
         held = set(range(max(0, n_docs - cfg.held_out_docs), n_docs))
         self.train_idx = [i for i, (d, _, _) in enumerate(mined.mentions) if d not in held]
         self.held_idx = [i for i, (d, _, _) in enumerate(mined.mentions) if d in held]
+        if len(self.train_idx) < cfg.batch_mentions:
+            raise InputError(f"the re-ranker has {len(self.train_idx)} training mentions with an in-KB id (the last "
+                             f"{cfg.held_out_docs} documents held out), fewer than one step's batch_mentions "
+                             f"({cfg.batch_mentions}): give it a larger corpus, or lower held_out_docs / batch_mentions")
         self.hard = [i for i in self.train_idx if not mined.gold[i, 0]]
         self.evaluator = RerankEvaluator(index, mined, self.held_idx)
         self.total_steps = cfg.max_steps
@@ -293,7 +302,7 @@ def train_reranker(cfg: RerankerConfig, encoder: PathLike, kb: PathLike, train: 
         if from_disk:
             docs = read_docbin(spacy.blank("en"), train)
         bi = BiEncoder.from_pretrained(encoder, mention_max_length=cfg.mining_context)
-        mined = mine_candidates(bi, index, docs, cfg.candidates, cfg.mining_batch_size, progress)
+        mined = mine_candidates(bi, index, docs, cfg.candidates, cfg.mining_batch_size, progress, source=str(train))
         mined.save(output, stamp)
     mine_s = time.perf_counter() - t0
     checkpoint = checkpoint_to_resume(output, resume)

@@ -41,7 +41,6 @@ encoder) replaces the batch mean at evaluation: ``normalize(normalize(m) - μ_m)
 """
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -57,7 +56,7 @@ from ..kb import read_kb
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
-from ..pipeline.updating import doc_gold_mentions, linkable_mentions
+from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig
@@ -69,8 +68,6 @@ from .name_pairs import NamePairLoss
 from .run_config import config_for_run
 from .stages import Batch, Examples, Stage, replaying
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
-
-log = logging.getLogger(__name__)
 
 CENTRE_FILE = "entity_centre.npy"
 MENTION_CENTRE_FILE = "mention_centre.npy"
@@ -131,22 +128,8 @@ def corpus_examples(docs, index: EntityIndex, encoder: BiEncoder, swaps: float =
     items += entity_swaps(items, index, swaps, seed)
     mentions, gold, skipped = linkable_mentions(items, index.lookup)
     if source:
-        check_linkable(source, len(mentions), skipped, index)
+        check_linkable(source, len(mentions), skipped, len(index))
     return Examples(encoder.mention_inputs(mentions), gold), skipped
-
-
-def check_linkable(source: str, linkable: int, skipped: Dict[str, int], index: EntityIndex) -> None:
-    """Refuse a corpus none of whose gold mentions has an id in the KB (``InputError``), and warn when
-    most of its ids are absent: a corpus annotated against another KB, or ids in another spelling."""
-    absent, nil = skipped["absent"], skipped["nil"]
-    hint = ("was it annotated against another KB, or are its ids spelled otherwise? (`convert --id-map` / "
-            "`--strip-id-prefix` rewrite them)")
-    if not linkable:
-        raise InputError(f"{source}: none of its gold mentions has an id in the KB ({len(index)} entities; {absent} "
-                         f"with ids it lacks, {nil} NIL); {hint}")
-    if absent > linkable:
-        log.warning(f"{source}: {absent} gold mentions have ids the KB lacks and are left out, against {linkable} "
-                    f"linkable; {hint}")
 
 
 def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: int,
