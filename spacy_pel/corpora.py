@@ -299,6 +299,14 @@ def gold_spans(doc: Doc) -> Sequence[Span]:
     return doc.spans[GOLD_KEY] if GOLD_KEY in doc.spans else doc.ents
 
 
+def require_gold_spans(path: PathLike, docs: Sequence[Doc], purpose: str) -> None:
+    """Refuse (``InputError``) a corpus none of whose documents has a gold span: ``purpose`` (a span model
+    learning, or picking its threshold on, nothing) says what would go wrong."""
+    if not any(gold_spans(doc) for doc in docs):
+        raise files.InputError(f"{path}: none of its {len(docs)} documents has a gold span: {purpose}; give a corpus "
+                               "with its annotations (convert reads them)")
+
+
 def bare_doc(doc: Doc, vocab=None) -> Doc:
     """A new doc with ``doc``'s tokens and whitespace only (no entities, spans or ids): raw text as a
     pipeline would see it, with the gold tokenisation so its spans line up with the gold ones."""

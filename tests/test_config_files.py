@@ -95,3 +95,17 @@ def test_train_spans_from_its_config_file(tmp_path, tiny_encoder_dir):
     saved = Config().from_disk(out / "config.cfg")
     assert saved["training"] == {"epochs": 30, "lr": 0.05, "seed": 0} and saved["paths"]["dev"] == str(corpus)
     assert '"dev_span_strict"' in result.output
+
+
+def test_train_spans_refuses_a_corpus_without_gold_spans(tmp_path, tiny_encoder_dir):
+    """Raw text (or a corpus converted without its annotations) would train a span scorer on nothing and exit 0."""
+    nlp = spacy.blank("en")
+    DocBin(docs=[nlp.make_doc("No entity is annotated here.")] * 3).to_disk(tmp_path / "raw.spacy")
+    gold = tmp_path / "gold.spacy"
+    DocBin(docs=gold_docs(nlp), store_user_data=True).to_disk(gold)
+    for train, dev in ((tmp_path / "raw.spacy", gold), (gold, tmp_path / "raw.spacy")):
+        result = CliRunner().invoke(app, ["train-spans", "-o", str(tmp_path / "spans"), "--encoder", str(tiny_encoder_dir),
+                                          "--train", str(train), "--dev", str(dev)])
+        assert result.exit_code == 2, result.output
+        assert "raw.spacy: none of its 3 documents has a gold span: the span scorer would" in result.output
+    assert not (tmp_path / "spans" / "span_scorer.safetensors").exists()

@@ -3,10 +3,11 @@ from pathlib import Path
 
 import pytest
 import spacy
-from spacy.tokens import Span
+from spacy.tokens import DocBin, Span
 
 from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.evaluation.linking import e2e_metrics
+from spacy_pel.files import InputError
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.span_scorer import load_span_scorer
 from spacy_pel.retrieval.index import EntityIndex
@@ -143,3 +144,14 @@ def test_train_e2e_cli(corpus, kb_dir, tiny_encoder_dir, tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli" / "best" / "span_scorer.safetensors").exists()
+
+
+def test_a_corpus_without_gold_spans_is_refused(corpus, kb_dir, tiny_encoder_dir, tmp_path):
+    """Raw text as the training (or dev) corpus would train, and select, a span model on nothing and exit 0."""
+    raw = tmp_path / "raw.spacy"
+    DocBin(docs=[spacy.blank("en").make_doc("Nothing is annotated here.")] * 2).to_disk(raw)
+    for key, message in (("paths.train", "the span model would learn no span"), ("paths.dev", "selected on nothing")):
+        ov = {**settings(corpus, kb_dir, tiny_encoder_dir), key: str(raw), "training.max_steps": 2}
+        with pytest.raises(InputError, match=f"raw.spacy: none of its 2 documents has a gold span: .*{message}"):
+            train_e2e(CONFIG_DEFAULT, tmp_path / "run", ov, progress=False)
+    assert not (tmp_path / "run" / "best").exists()

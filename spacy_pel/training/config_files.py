@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Uni
 import spacy
 from confection import Config
 
-from ..corpora import read_docbin
+from ..corpora import read_docbin, require_gold_spans
 from ..files import atomic_write
 from ..models.encoder import BiEncoder
 from ..retrieval.build import load_encoder
@@ -187,6 +187,8 @@ def train_spans_from_config(cfg: SpanScorerFile, raw: Config, output: PathLike, 
     nlp = spacy.blank("en")
     encoder = encoder if encoder is not None else load_encoder(cfg.paths.encoder, precision="fp32")
     train, dev = read_docbin(nlp, cfg.paths.train), read_docbin(nlp, cfg.paths.dev)
+    require_gold_spans(cfg.paths.train, train, "the span scorer would learn nothing")
+    require_gold_spans(cfg.paths.dev, dev, "the span scorer would pick its threshold on nothing")
     save_config(raw, output)
     t = cfg.training
     return train_span_scorer(encoder, train, dev, Path(output), cfg.spans.max_len, t.epochs, t.lr, t.seed,

@@ -38,7 +38,7 @@ import spacy
 import torch
 import torch.nn.functional as F
 
-from ..corpora import read_docbin
+from ..corpora import read_docbin, require_gold_spans
 from ..evaluation.evaluators import DocExample, EndToEndModel, JointEvaluator
 from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
@@ -82,12 +82,16 @@ class JointTask(Task):
         self.linking = LinkingLoss(self.loss, neg.kind, miner, table)
         self.max_len, self.span_weight, self.label_weight = cfg.spans.max_len, cfg.spans.weight, cfg.spans.label_weight
         nlp = spacy.blank("en")
-        self.train_docs = [DocExample(d, self.index, self.max_len) for d in read_docbin(nlp, p.train)]
+        train = read_docbin(nlp, p.train)
+        require_gold_spans(p.train, train, "the span model would learn no span")
+        self.train_docs = [DocExample(d, self.index, self.max_len) for d in train]
         labels = sorted({label for ex in self.train_docs for _, label in ex.span_labels}) if cfg.spans.labels else []
         hidden = int(self.encoder.mention_model.config.hidden_size)
         scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels, cfg.spans.kind, cfg.spans.pooling)
         self.scorer = scorer.to(self.device)
         dev = read_docbin(nlp, p.dev) if p.dev else []
+        if p.dev:
+            require_gold_spans(p.dev, dev, "the span model would be selected on nothing")
         dev_docs = [DocExample(d, self.index, self.max_len) for d in dev[: t.eval_docs or len(dev)]]
         self.evaluator = JointEvaluator(dev_docs, self.index, primary_metric=f"{t.select}.f")
         self.per_epoch = math.ceil(len(self.train_docs) / t.batch_docs)
