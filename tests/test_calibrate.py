@@ -20,6 +20,16 @@ def test_nil_curve_picks_best_f1():
         nil_curve(top, np.zeros(6, bool))
 
 
+def test_nil_curve_never_cuts_above_a_confidence_of_one():
+    """Mostly NIL, the in-KB mention decided (confidence 1.0): "every mention NIL" has the best F1 but its
+    cut, above 1.0, is no threshold a linker takes (calibrate crashed on it); the best cut below 1 wins."""
+    top = np.array([0.2, 0.6, 1.0, 1.0])
+    nil = np.array([1, 0, 1, 1], dtype=bool)  # all NIL: P 3/4, R 1, F1 0.857, at a cut of 1.0005
+    curve = nil_curve(top, nil)
+    assert all(p["threshold"] <= 1.0 for p in curve["points"])
+    assert 0.2 < curve["threshold"] < 0.6 and curve["f"] == pytest.approx(0.5)
+
+
 def test_calibrate_writes_threshold_into_pipeline(kb_dir, tmp_path):
     from spacy_pel.corpora import write_docbin
 
@@ -54,3 +64,20 @@ def test_calibrate_on_a_corpus_without_nil_saves_the_pipeline_as_it_was(kb_dir, 
     assert json.loads((tmp_path / "out" / "nil_calibration.json").read_text()) == summary
     assert spacy.load(tmp_path / "out").get_pipe("pel_linker").threshold == 0.25
     assert (tmp_path / "pr.png").stat().st_size > 1000
+
+
+def test_calibrate_refuses_a_corpus_of_another_kb(kb_dir, tmp_path):
+    """NIL mentions and otherwise only ids the KB lacks: a threshold would be fitted against no in-KB
+    mention (every mention NIL costs nothing there); refused in one line naming the corpus."""
+    from spacy_pel.corpora import write_docbin
+    from spacy_pel.files import InputError
+
+    from .test_evaluate import gold_doc
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    nlp.to_disk(tmp_path / "pipe")
+    write_docbin([gold_doc(nlp, [(0, 2, "MESH:D1"), (4, 6, "NIL"), (7, 9, "MESH:D3")])], tmp_path / "other.spacy")
+    with pytest.raises(InputError, match="other.spacy: none of its gold mentions has an id in the KB .*2 with ids it lacks, 1 NIL"):
+        calibrate(tmp_path / "pipe", tmp_path / "other.spacy", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

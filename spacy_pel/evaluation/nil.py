@@ -28,6 +28,7 @@ from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
 from ..pipeline.mentions import linked_gold
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
+from ..pipeline.updating import check_linkable
 from ..retrieval.index import EntityIndex
 from .linking import linked_mentions, mention_table
 from .metrics import average_precision
@@ -53,6 +54,9 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
     nxt = np.append(scores[1:], scores[-1] + 1e-3)
     thresholds = (scores + nxt) / 2
     allowed = np.append(scores[1:] != scores[:-1], True)  # only cut between distinct scores
+    # confidences (cosine, probability) end at 1: a cut above that ("every mention NIL" when the highest is
+    # 1.0, as a decided mention's is) is no threshold a linker can hold
+    allowed &= thresholds <= 1.0
     loss = np.zeros(len(scores))
     if correct is not None:
         loss = np.cumsum(correct[order].astype(float)) / max(int((~is_nil).sum()), 1)
@@ -321,8 +325,13 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     linker.ensure_loaded()
     if e2e:
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
-    if not any(gold_ids(span.kb_id_) == [NIL] for doc in gold_docs for span in linked_gold(linker.mentions, doc)):
+    gold = [gold_ids(span.kb_id_) for doc in gold_docs for span in linked_gold(linker.mentions, doc)]
+    if not any(ids == [NIL] for ids in gold):
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
+    nil_n = sum(ids == [NIL] for ids in gold)
+    linkable = sum(ids != [NIL] and any(i in linker.index.row for i in ids) for ids in gold)
+    # NIL mentions alone (another KB's ids for the rest) would fit a threshold that costs nothing: all NIL
+    check_linkable(str(corpus), linkable, {"absent": len(gold) - nil_n - linkable, "nil": nil_n}, len(linker.index))
     if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))
     # the evidence as the pipeline decides on it: its own top_k candidates (the rules re-score what they get)
