@@ -26,9 +26,8 @@ from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
-from ..pipeline.mentions import linked_gold
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
-from ..pipeline.updating import check_linkable
+from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .linking import linked_mentions, mention_table
 from .metrics import average_precision
@@ -325,13 +324,12 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     linker.ensure_loaded()
     if e2e:
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
-    gold = [gold_ids(span.kb_id_) for doc in gold_docs for span in linked_gold(linker.mentions, doc)]
-    if not any(ids == [NIL] for ids in gold):
+    gold = [g for doc in gold_docs for g in doc_gold_mentions(doc, linker.mentions)]
+    linkable, _, skipped = linkable_mentions(gold, linker.index.row)
+    if not skipped["nil"]:
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
-    nil_n = sum(ids == [NIL] for ids in gold)
-    linkable = sum(ids != [NIL] and any(i in linker.index.row for i in ids) for ids in gold)
     # NIL mentions alone (another KB's ids for the rest) would fit a threshold that costs nothing: all NIL
-    check_linkable(str(corpus), linkable, {"absent": len(gold) - nil_n - linkable, "nil": nil_n}, len(linker.index))
+    check_linkable(str(corpus), len(linkable), skipped, len(linker.index))
     if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))
     # the evidence as the pipeline decides on it: its own top_k candidates (the rules re-score what they get)

@@ -16,6 +16,7 @@ from ..files import InputError
 
 log = logging.getLogger(__name__)
 SPAN_FINDER = "spacy_pel.mentions.span_finder.v1"
+NO_FINDER = "it has no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder"
 
 
 def _before_linker(config) -> Tuple[str, List[Tuple[str, dict]]]:
@@ -65,9 +66,8 @@ def check_finds_mentions(pipeline: Path, option: str) -> None:
     a pipeline that cannot find mentions there: it would score, or calibrate on, nothing."""
     finds_own, finders = pipeline_mention_finders(pipeline)
     if not finds_own and not finders:
-        raise InputError(f"{option} runs pipeline {pipeline} on raw text, but it cannot find mentions there: it has no NER "
-                         "(no component before pel_linker sets the spans it links) and pel_linker has no span finder "
-                         "(spacy_pel.mentions.span_finder.v1); leave out " + option + " to use the corpus's gold spans")
+        raise InputError(f"{option} runs pipeline {pipeline} on raw text, but it cannot find mentions there: {NO_FINDER} "
+                         f"({SPAN_FINDER}); leave out {option} to use the corpus's gold spans")
 
 
 def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> None:
@@ -76,9 +76,7 @@ def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> Non
     when ``pel_linker`` finds its own."""
     finds_own, finders = pipeline_mention_finders(pipeline)
     if raw is not None and not finds_own and not finders:
-        raise InputError(
-            f"{raw} is raw text (no mentions given), but pipeline {pipeline} cannot find mentions in it: it has "
-            "no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder; "
-            "give PubTator input with the mentions, or a pipeline with an NER or spacy_pel.mentions.span_finder.v1")
+        raise InputError(f"{raw} is raw text (no mentions given), but pipeline {pipeline} cannot find mentions in it: "
+                         f"{NO_FINDER}; give PubTator input with the mentions, or a pipeline with an NER or {SPAN_FINDER}")
     if finds_own and given:
         log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")

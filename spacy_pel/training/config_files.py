@@ -21,12 +21,11 @@ import spacy
 from confection import Config
 
 from ..corpora import read_docbin, require_gold_spans
-from ..files import atomic_write
 from ..models.encoder import BiEncoder
 from ..retrieval.build import load_encoder
 from .config import ConfigError, check, parse_config
 from .reranker import RerankerConfig, train_reranker
-from .run_config import CONFIG_FILE, drop_stale_checkpoint, load_config
+from .run_config import load_config, save_run_config
 from .span_scorer import train_span_scorer
 
 T = TypeVar("T")
@@ -49,13 +48,6 @@ def read_config(cls: Type[T], config: Optional[PathLike] = None,
         check(bool(name) and isinstance(raw.get(section, {}), dict), f"override {key!r}", "expected section.key")
         raw.setdefault(section, {})[name] = value
     return cls.from_config(raw, f"{cls.__name__} defaults"), raw
-
-
-def save_config(raw: Config, output: PathLike) -> None:
-    """The resolved config as ``output/config.cfg``, written atomically — after removing a checkpoint
-    that a run with other settings left there (:func:`~.run_config.drop_stale_checkpoint`)."""
-    drop_stale_checkpoint(raw, output)
-    atomic_write(Path(output) / CONFIG_FILE, lambda tmp: Config(raw).to_disk(tmp))
 
 
 def _needed(paths: object, keys, where: str) -> None:
@@ -136,7 +128,7 @@ def train_reranker_from_config(cfg: RerankerFile, raw: Config, output: PathLike,
                                resume: bool = True) -> Dict[str, Any]:
     """:func:`~spacy_pel.training.reranker.train_reranker` with a read config (:func:`read_config`);
     ``raw`` is saved as ``output/config.cfg``."""
-    save_config(raw, output)
+    save_run_config(raw, output)
     return train_reranker(cfg.settings(), cfg.paths.encoder, cfg.paths.kb, cfg.paths.train, output,
                           progress=progress, resume=resume)
 
@@ -189,7 +181,7 @@ def train_spans_from_config(cfg: SpanScorerFile, raw: Config, output: PathLike, 
     train, dev = read_docbin(nlp, cfg.paths.train), read_docbin(nlp, cfg.paths.dev)
     require_gold_spans(cfg.paths.train, train, "the span scorer would learn nothing")
     require_gold_spans(cfg.paths.dev, dev, "the span scorer would pick its threshold on nothing")
-    save_config(raw, output)
+    save_run_config(raw, output)
     t = cfg.training
     return train_span_scorer(encoder, train, dev, Path(output), cfg.spans.max_len, t.epochs, t.lr, t.seed,
                              progress=progress, resume=resume)

@@ -132,7 +132,7 @@ def mine_candidates(encoder: BiEncoder, index: EntityIndex, docs: Sequence, k: i
         gold_rows.extend(rows_d)
         where.extend((d, m.start, m.end) for m in found)
         skipped.update(skipped_d)
-    check_linkable(source, len(mentions), {"absent": skipped["absent"], "nil": skipped["nil"]}, len(index))
+    check_linkable(source, len(mentions), skipped, len(index))
     vectors = encoder.encode_mentions(mentions, batch_size=batch_size, progress=progress)
     scores, rows = index.search(vectors, k)
     scores, rows = scores.astype(np.float32), rows.astype(np.int64)

@@ -14,6 +14,8 @@ from typing import Any, Dict, Mapping, Optional, Type, TypeVar, Union
 
 from confection import Config
 
+from ..files import atomic_write
+
 T = TypeVar("T")
 PathLike = Union[str, Path]
 
@@ -49,15 +51,16 @@ def config_for_run(cls: Type[T], config: PathLike, output: PathLike, overrides: 
     cfg = cls.from_config(raw, str(config))
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    drop_stale_checkpoint(raw, output)
-    Config(raw).to_disk(output / CONFIG_FILE)
+    save_run_config(raw, output)
     return cfg, output
 
 
-def drop_stale_checkpoint(raw: Mapping[str, Any], output: PathLike) -> None:
-    """Remove ``output/last`` (with a warning) when ``output/config.cfg`` says it was left by a run with
-    other settings than ``raw`` (:func:`run_settings`): a run resumes only its own work."""
+def save_run_config(raw: Mapping[str, Any], output: PathLike) -> None:
+    """``raw`` as ``output/config.cfg``, written atomically — after removing ``output/last`` (with a
+    warning) when the config already there says it was left by a run with other settings
+    (:func:`run_settings`): a run resumes only its own work."""
     saved, last = Path(output) / CONFIG_FILE, Path(output) / CHECKPOINT_DIR
     if last.exists() and saved.exists() and run_settings(Config().from_disk(saved, interpolate=False)) != run_settings(raw):
         log.warning("%s was left by a run with other settings (%s): starting over", last, saved)
         shutil.rmtree(last)
+    atomic_write(saved, lambda tmp: Config(raw).to_disk(tmp))
