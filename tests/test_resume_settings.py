@@ -63,3 +63,24 @@ def test_train_spans_resumes_only_a_checkpoint_of_its_own_settings(tmp_path, tin
     assert "left by a run with other settings" in result.output  # the CLI's log line
     result = CliRunner().invoke(app, args + ["--lr", "0.01", "--resume"])
     assert result.exit_code == 0 and "other settings" not in result.output  # its own checkpoint: resumed
+
+
+def test_a_checkpoint_of_other_input_contents_is_not_resumed(tmp_path, tiny_encoder_dir):
+    """The same settings and paths, but the training corpus converted again with other contents: the
+    checkpoint (trained on the old corpus) is dropped; the next --resume, on the same contents, resumes."""
+    gold = tmp_path / "gold.spacy"
+    docs = gold_docs(spacy.blank("en"))
+    DocBin(docs=docs, store_user_data=True).to_disk(gold)
+    out = tmp_path / "spans"
+    args = ["train-spans", "-o", str(out), "--encoder", str(tiny_encoder_dir), "--train", str(gold), "--dev", str(gold),
+            "--epochs", "2", "--lr", "0.05"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert (out / "last").is_dir() and "paths.train" in (out / "inputs.json").read_text()
+    result = CliRunner().invoke(app, args + ["--resume"])
+    assert result.exit_code == 0 and "starting over" not in result.output  # nothing changed: resumed
+    DocBin(docs=docs[: len(docs) // 2], store_user_data=True).to_disk(gold)  # the corpus, converted again
+    result = CliRunner().invoke(app, args + ["--resume"])
+    assert result.exit_code == 0, result.output
+    assert "read other contents for paths.dev, paths.train: starting over" in result.output
+    result = CliRunner().invoke(app, args + ["--resume"])
+    assert result.exit_code == 0 and "starting over" not in result.output
