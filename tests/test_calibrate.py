@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 import spacy
@@ -81,3 +83,36 @@ def test_calibrate_refuses_a_corpus_of_another_kb(kb_dir, tmp_path):
     with pytest.raises(InputError, match="other.spacy: none of its gold mentions has an id in the KB .*2 with ids it lacks, 1 NIL"):
         calibrate(tmp_path / "pipe", tmp_path / "other.spacy", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_calibrate_replaces_its_output_only_when_the_save_completes(kb_dir, tmp_path, monkeypatch):
+    """A save that fails half way (disk full) leaves the previous output folder as it was, not a mix of
+    two pipelines; calibrating a pipeline into its own folder works."""
+    from spacy.language import Language
+
+    from spacy_pel.corpora import write_docbin
+
+    from .test_evaluate import gold_doc
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    nlp.to_disk(tmp_path / "pipe")
+    write_docbin([gold_doc(nlp, [(0, 2, "D1"), (4, 6, "NIL"), (7, 9, "D3")])], tmp_path / "dev.spacy")
+    first = calibrate(tmp_path / "pipe", tmp_path / "dev.spacy", tmp_path / "out")
+    before = {p.relative_to(tmp_path / "out"): p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    save = Language.to_disk
+
+    def failing(self, path, **kwargs):
+        save(self, path, **kwargs)
+        (Path(path) / "config.cfg").write_text("half written")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Language, "to_disk", failing)
+    with pytest.raises(OSError, match="No space"):
+        calibrate(tmp_path / "pipe", tmp_path / "dev.spacy", tmp_path / "out")
+    after = {p.relative_to(tmp_path / "out"): p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    assert after == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    monkeypatch.setattr(Language, "to_disk", save)
+    again = calibrate(tmp_path / "pipe", tmp_path / "dev.spacy", tmp_path / "pipe")  # into its own folder
+    assert again["threshold"] == pytest.approx(first["threshold"])
+    assert spacy.load(tmp_path / "pipe").get_pipe("pel_linker").threshold == pytest.approx(first["threshold"])

@@ -25,6 +25,7 @@ from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
+from ..files import atomic_dir
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
@@ -116,10 +117,13 @@ def _save_uncalibrated(nlp, gold_docs, corpus: Path, output: Path, plot: Optiona
 
 
 def _save(nlp, output: Path, summary: dict, points: Optional[list] = None) -> None:
-    """The pipeline (its NIL settings already in its config) and ``nil_calibration.json`` beside it."""
-    nlp.to_disk(output)
+    """The pipeline (its NIL settings already in its config) and ``nil_calibration.json`` beside it,
+    written as one folder that replaces ``output`` only once complete (a failed save leaves the old
+    one; ``output`` may be the pipeline's own folder)."""
     record = summary if points is None else {**summary, "points": points}
-    (output / "nil_calibration.json").write_text(json.dumps(record, indent=2), encoding="utf8")
+    with atomic_dir(output) as tmp:
+        nlp.to_disk(tmp)
+        (tmp / "nil_calibration.json").write_text(json.dumps(record, indent=2), encoding="utf8")
 
 
 def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str, List[str]]:
