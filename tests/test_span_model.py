@@ -317,3 +317,20 @@ def test_several_span_models_average_their_probabilities_and_travel_with_the_pip
         pipeline([str(best), 3])
     with pytest.raises(ValueError, match="list of them"):
         mentions_module.span_finder_mentions(model=[str(best), ""])
+
+
+def test_the_span_finder_never_finds_a_span_that_cuts_through_brackets(span_model, kb_dir, tiny_encoder_dir, monkeypatch):
+    """A span model that likes long spans (every span's probability its length / 20): the longest spans
+    it would keep greedily cut through `( HBV )`; the finder keeps only spans holding whole bracket pairs."""
+    best, _, _ = span_model
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "encoder": str(tiny_encoder_dir), "vectors": PER_MENTION,
+                                                "mentions": {"@misc": "spacy_pel.mentions.span_finder.v1", "model": str(best),
+                                                             "threshold": 0.01, "max_span_len": 4}})
+    nlp("warm up .")  # loads the span model
+    scorer = linker.mentions.scorer
+    monkeypatch.setattr(scorer, "probs", lambda H, starts, ends: torch.as_tensor((ends - starts) / 20.0))
+    doc = nlp("Aspirin and hepatitis B virus ( HBV ) infection in lithium carbonate ( LC ) toxicity .")
+    texts = [e.text for e in doc.ents]
+    assert texts and all(t.count("(") == t.count(")") for t in texts), texts
+    assert any("( HBV )" in t or t == "HBV" for t in texts)

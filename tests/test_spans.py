@@ -6,6 +6,7 @@ import torch
 
 from spacy_pel.models.doc_encoder import (
     align_wordpieces,
+    bracket_balanced,
     chunk_windows,
     encode_docs,
     enumerate_doc_spans,
@@ -84,6 +85,21 @@ def test_enumerate_doc_spans_skips_space_and_punct(nlp):
     assert texts == {"Aspirin", "warfarin", "Aspirin ,  warfarin"}
     starts, ends = enumerate_doc_spans(doc, 10, skip_punct=False)
     assert {doc[s:e].text for s, e in zip(starts, ends)} >= {",", "warfarin.", "Aspirin ,"}
+
+
+def test_bracket_balanced_keeps_spans_that_cut_through_no_bracket_pair(nlp):
+    from spacy.tokens import Doc
+
+    words = "hepatitis B virus ( HBV ) infection and Na(+ ) [ in rats ] Ca ( 2+ ) -induced".split()
+    doc = Doc(nlp.vocab, words=words)
+    starts, ends = enumerate_doc_spans(doc, 10)
+    keep = bracket_balanced(doc, starts, ends)
+    kept = {doc[s:e].text for s, e in zip(starts[keep], ends[keep])}
+    dropped = {doc[s:e].text for s, e in zip(starts[~keep], ends[~keep])}
+    assert {"hepatitis B virus ( HBV ) infection", "HBV", "in rats", "Ca ( 2+ ) -induced", "2+"} <= kept
+    assert {"HBV ) infection", "virus ( HBV", "Na(+", "infection and Na(+", "rats ] Ca", "Ca ( 2+"} <= dropped
+    assert all(t.count("(") == t.count(")") and t.count("[") == t.count("]") for t in kept)
+    assert bracket_balanced(doc, starts[:0], ends[:0]).shape == (0,)
 
 
 # ---------------------------------------------------------------------------- (b) chunking

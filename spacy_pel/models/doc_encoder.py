@@ -267,6 +267,28 @@ def enumerate_doc_spans(
     return starts[keep], ends[keep]
 
 
+BRACKETS = (("(", ")"), ("[", "]"))
+
+
+def bracket_balanced(doc, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """A mask of the spans ``[start, end)`` of ``doc`` that cut through no bracket pair: every ``)`` or
+    ``]`` in the span closes one opened in it, and none it opens is left open (``retinoic acid (RA``,
+    ``HBV) infection`` are out; ``Na(+)``, ``IL-2 (human)`` are in). Counted per token's characters."""
+    keep = np.ones(len(starts), dtype=bool)
+    if len(starts) == 0:
+        return keep
+    span_len = int((ends - starts).max())
+    for opening, closing in BRACKETS:
+        net = np.fromiter((t.text.count(opening) - t.text.count(closing) for t in doc), dtype=np.int64, count=len(doc))
+        depth = np.concatenate([[0], np.cumsum(net)])  # depth[i]: open brackets before token i
+        lowest = np.full(len(starts), np.iinfo(np.int64).max)
+        for k in range(1, span_len + 1):  # the lowest depth after each of the span's tokens
+            inside = starts + k <= ends
+            lowest[inside] = np.minimum(lowest[inside], depth[(starts + k)[inside]])
+        keep &= (depth[ends] == depth[starts]) & (lowest >= depth[starts])
+    return keep
+
+
 def as_index(x, device: torch.device) -> torch.Tensor:
     """An int64 tensor on ``device`` from a numpy array, list or tensor."""
     if isinstance(x, torch.Tensor):

@@ -2,8 +2,8 @@
 
 * ``spacy_pel.mentions.ents.v1`` — ``doc.ents`` (from any NER, rules or gold annotations);
 * ``spacy_pel.mentions.span_group.v1`` — ``doc.spans[spans_key]`` (overlapping spans allowed);
-* ``spacy_pel.mentions.span_finder.v1`` — end to end: every span of ≤ ``max_span_len`` tokens is
-  scored by a trained span scorer over one transformer pass per document; spans with
+* ``spacy_pel.mentions.span_finder.v1`` — end to end: every span of ≤ ``max_span_len`` tokens (that
+  cuts through no bracket pair) is scored by a trained span scorer over one transformer pass per document; spans with
   ``p > threshold`` are kept (greedy by score, no overlaps) and replace ``doc.ents``. ``model``: a
   folder from ``spacy_pel.train_e2e`` (its own fine-tuned transformer + ``span_scorer.safetensors``),
   so the linker's retriever links the found spans — or a list of such folders, whose probabilities are
@@ -35,7 +35,7 @@ from spacy.tokens import Doc, Span
 from spacy.util import registry
 
 from ..corpora import gold_ids, gold_spans
-from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
+from ..models.doc_encoder import MAX_SPAN_LEN, bracket_balanced, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import (
     SCORER_FILE,
@@ -278,6 +278,8 @@ class SpanFinder(DocSpans, LinkerPart):
         with torch.inference_mode():
             for k, (doc, H) in enumerate(zip(docs, hidden)):
                 starts, ends = enumerate_doc_spans(doc, self.max_span_len)
+                balanced = bracket_balanced(doc, starts, ends)  # no `HBV) infection`
+                starts, ends = starts[balanced], ends[balanced]
                 if len(starts) == 0:
                     spans.append([])
                     span_probs.append([])
