@@ -99,6 +99,18 @@ def test_training_a_linker_of_some_labels_learns_from_their_mentions_only(kbs):
         assert [ids[next(iter(g))] for g in gold] == expected and len(mentions) == len(expected)
 
 
+def test_nlp_evaluate_scores_a_linker_of_some_labels_on_their_mentions_only(kbs):
+    """nlp.evaluate (spacy evaluate, spacy train) of a chemicals-only linker: the two chemical mentions
+    are scored; the diseases, which it never links in nlp(doc), are not counted as its mentions."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kbs["Chemical"]), "top_k": 2,
+                                       "mentions": {"@misc": "spacy_pel.mentions.ents.v1", "labels": ["Chemical"]}})
+    reference = doc_with(nlp)
+    reference.ents = [Span(reference, a, b, label, kb_id=i) for (a, b, label), i in zip(SPANS, ["D1", "D4", "D3", "D2"])]
+    scores = nlp.evaluate([Example(nlp.make_doc(TEXT), reference)])
+    assert scores["pel_mentions"] == 2 and set(scores["nel_f_per_type"]) == {"Chemical"}
+
+
 def test_link_writes_every_linkers_mentions(kbs, tmp_path):
     nlp = two_linkers(kbs)
     nlp.to_disk(tmp_path / "two")

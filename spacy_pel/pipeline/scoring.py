@@ -22,9 +22,9 @@ from typing import Dict, Iterable, List
 from spacy.scorer import Scorer
 from spacy.training import Example
 
-from ..corpora import GOLD_KEY, bare_doc, gold_spans
+from ..corpora import GOLD_KEY, bare_doc
 from .depth import deepen
-from .mentions import DocSpans
+from .mentions import DocSpans, linked_gold
 
 DOCS_PER_STEP = 8  # documents linked at a time, as `python -m spacy_pel evaluate` links them
 GOLD_K = 64  # candidates per gold mention, as `python -m spacy_pel evaluate` (its largest R@k)
@@ -32,13 +32,16 @@ GOLD_K = 64  # candidates per gold mention, as `python -m spacy_pel evaluate` (i
 
 def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
     """New examples whose predicted docs are the references' tokens with their mentions, linked by
-    ``linker`` (the caller's examples are left as they are)."""
+    ``linker`` (the caller's examples are left as they are). A linker whose mention source links some
+    labels only (``labels``: one linker per KB) gets those labels' mentions only, as it links in
+    ``nlp(doc)``: the others are another linker's to score."""
     out, todo = [], []
+    of_labels = getattr(linker.mentions, "of_labels", lambda spans: spans)
     for eg in examples:
         ref = eg.reference
         doc = bare_doc(ref)
-        spans = [(s.start, s.end, s.label) for s in gold_spans(ref)]
-        ents = [(e.start, e.end, e.label) for e in ref.ents]
+        spans = [(s.start, s.end, s.label) for s in linked_gold(linker.mentions, ref)]
+        ents = [(e.start, e.end, e.label) for e in of_labels(list(ref.ents))]
         spans += [e for e in ents if e not in set(spans)]
         out.append(Example(doc, ref))
         todo.append((doc, spans, ents))
