@@ -65,6 +65,33 @@ def test_saved_with_the_pipeline_and_off_without_aliases(kb_dir, tmp_path):
     _assert_same_candidates(_candidates(spacy.load(tmp_path / "p")), before)
 
 
+def test_aliases_null_at_load_turns_the_saved_forms_off(kb_dir, tmp_path):
+    """The config is the source of truth: `aliases = null` for both alias rules at spacy.load links as a
+    pipeline that never had the forms (their saved copies stay unread); no override keeps them."""
+    (tmp_path / "aliases.json").write_text(json.dumps(COUNTS))
+    forms = str(tmp_path / "aliases.json")
+    rules = {"alias_rows": {"@misc": "spacy_pel.rules.alias_rows.v1", "aliases": forms},
+             "aliases": {"@misc": "spacy_pel.rules.alias_table.v1", "aliases": forms}}
+    nlp = _nlp(kb_dir, rules)
+    with_forms = _candidates(nlp)
+    nlp.to_disk(tmp_path / "p")
+    without = _candidates(_nlp(kb_dir, {"alias_rows": {"@misc": "spacy_pel.rules.alias_rows.v1"},
+                                        "aliases": {"@misc": "spacy_pel.rules.alias_table.v1"}}))
+    assert with_forms != without
+    off = {"components": {"pel_linker": {"rules": {"alias_rows": {"aliases": None}, "aliases": {"aliases": None}}}}}
+    loaded = spacy.load(tmp_path / "p", config=off)
+    assert loaded.get_pipe("pel_linker").rules["aliases"].counts is None
+    _assert_same_candidates(_candidates(loaded), without)
+    _assert_same_candidates(_candidates(spacy.load(tmp_path / "p")), with_forms)
+
+
+def test_rules_that_hold_no_data_combine(kb_dir):
+    """Two rules without saved data (label types, character n-grams) share the empty data name: no clash."""
+    nlp = _nlp(kb_dir, {"types": {"@misc": "spacy_pel.rules.label_types.v1", "label_types": {"Disease": ["Disease"]}},
+                        "ngrams": {"@misc": "spacy_pel.rules.char_ngrams.v1"}})
+    assert len(_candidates(nlp)[0]) == 3
+
+
 def _assert_same_candidates(got, expected):
     """The same ids in the same order, the scores equal to float noise (fp32 sums in another order move
     the 5th decimal on some CPUs)."""

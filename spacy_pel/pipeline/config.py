@@ -134,11 +134,15 @@ class LinkerPart:
     component's folder (its files are excluded by ``exclude=[data_name]``).
 
     ``source`` is the configured path the data comes from; when a saved pipeline is loaded with
-    another ``source`` in its config, the part reads that path instead of its saved copy.
+    another ``source`` in its config, the part reads that path instead of its saved copy — and with
+    ``source`` null, a part whose ``null_turns_off`` is set (the alias table's training surface forms)
+    reads nothing, so ``aliases = null`` at ``spacy.load(config=…)`` turns them off; the others
+    (name rows, span models) keep their saved copy.
     """
 
     data_name: str = ""
     source: Optional[str] = None
+    null_turns_off: bool = False
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
         """Called whenever the linker gets (new) resources; loads ``source`` if nothing is held."""

@@ -61,8 +61,9 @@ class LinkerFolder:
         if self.cfg.threshold is None:
             warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=caller_level())
 
-        def wanted(key: str, folder: Path, configured: Optional[str], data_name: str) -> bool:
-            return folder.exists() and data_name not in exclude and configured in (None, saved.get(key))
+        def wanted(key: str, folder: Path, configured: Optional[str], data_name: str, null_keeps: bool = True) -> bool:
+            return (folder.exists() and data_name not in exclude
+                    and (configured == saved.get(key) or (configured is None and null_keeps)))
 
         encoder = index = None
         if wanted("encoder", path / "encoder", self.cfg.encoder, "encoder"):
@@ -70,7 +71,7 @@ class LinkerFolder:
         if wanted("kb", path / "kb", self.cfg.kb, "kb"):
             index = EntityIndex.from_disk(path / "kb", self.cfg.search_precision)
         for key, part in self.parts():
-            if wanted(key, path, part.source, part.data_name):
+            if wanted(key, path, part.source, part.data_name, not part.null_turns_off):
                 part.from_disk(path)
         sources = {"kb": saved.get("kb") if index else None, "encoder": saved.get("encoder") if encoder else None}
         if encoder is not None and index is not None:

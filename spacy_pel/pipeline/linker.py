@@ -170,7 +170,7 @@ class PELLinker(LinkerFolder, Pipe):
         self.rules = {k: check_part(r, f"rules.{k}", CandidateRule, '{"@misc": "spacy_pel.rules.alias_table.v1"}')
                       for k, r in (rules or {}).items()}
         self.nil = check_part(nil or TopScoreNil(), "nil", NilStrategy, '{"@misc": "spacy_pel.nil.classifier.v1"}')
-        names = [p.data_name for _, p in self.parts()]
+        names = [p.data_name for _, p in self.parts() if p.data_name]  # parts holding no data clash with none
         if len(set(names)) != len(names):
             raise ValueError(f"pel_linker: two parts keep data under the same name ({names})")
         self.encoder: Optional[BiEncoder] = None

@@ -51,6 +51,7 @@ class AliasRowsRule(NameRowsRule):
     """Merges the nearest annotated surface forms' entities into the open mentions' candidates."""
 
     data_name = FOLDER
+    null_turns_off = True  # `aliases = null` at load: the saved forms stay unread
 
     def __init__(self, aliases: Optional[str] = None, mode: str = "max", weight: float = 0.5):
         if aliases is not None and not isinstance(aliases, (str, Path)):

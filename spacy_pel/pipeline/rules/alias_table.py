@@ -27,6 +27,7 @@ class AliasRule(LinkerPart):
     """Exact-match alias table over the KB's names (and ``aliases``' surface forms, saved with the pipeline)."""
 
     data_name = "aliases"
+    null_turns_off = True  # `aliases = null` at load: the saved forms stay unread
 
     def __init__(self, aliases: Optional[str] = None, decide_unique: bool = True, name_ties: str = "score"):
         if aliases is not None and not isinstance(aliases, (str, Path)):
