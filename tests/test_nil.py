@@ -57,6 +57,17 @@ def test_features_show_rule_margin_and_type(kb_dir):
     assert probs.features[:, FEATURES.index("span")].tolist() == [0.25, 0.5, 0.75]
 
 
+def test_a_mention_without_candidates_has_no_confidence(kb_dir):
+    """A wordless mention (`--`) gets no candidate and is NIL; a classifier whose bias alone is confident
+    (0.99 on all-zero evidence) must not give it that confidence: it is 0, below any threshold."""
+    nlp = linker_pipeline(kb_dir, nil={**CLASSIFIER, "weights": {}, "bias": 5.0})
+    doc = nlp.make_doc("Lithium carbonate -- toxicity")
+    doc.ents = [Span(doc, 0, 2, "Chemical"), Span(doc, 2, 3, "Chemical")]
+    linked = nlp(doc).ents
+    assert linked[1].kb_id_ == "NIL" and linked[1]._.pel_candidates == [] and linked[1]._.pel_confidence == 0.0
+    assert linked[0]._.pel_confidence > 0.99
+
+
 def test_the_type_evidence_knows_a_label_named_otherwise(kb_dir):
     """scispaCy's NER says DISEASE, BioRED says DiseaseOrPhenotypicFeature: both are the map's Disease."""
     nlp = linker_pipeline(kb_dir, nil=CLASSIFIER)
