@@ -68,6 +68,21 @@ def test_a_mention_without_candidates_has_no_confidence(kb_dir):
     assert linked[0]._.pel_confidence > 0.99
 
 
+def test_scores_do_not_depend_on_the_name_of_nil_label(kb_dir):
+    """A gold NIL mention (the corpus's `NIL`) that the linker calls NIL under its own `nil_label` (OUT)
+    is no link either way: nlp.evaluate's figures are those of nil_label NIL."""
+    from spacy.training import Example
+
+    scores = []
+    for label in ("NIL", "OUT"):
+        nlp = linker_pipeline(kb_dir, nil_label=label, threshold=0.99)
+        reference = doc_with(nlp, [(0, 2, "Chemical", "D1"), (9, 12, "Disease", "NIL")])
+        assert [e.kb_id_ for e in nlp(doc_with(nlp, [(0, 2, "Chemical", "D1"), (9, 12, "Disease", "NIL")])).ents] == ["D1", label]
+        found = nlp.evaluate([Example(nlp.make_doc(TEXT), reference)])
+        scores.append({k: v for k, v in found.items() if k.startswith(("nel_", "pel_")) and not k.endswith("per_type")})
+    assert scores[0] == scores[1] and scores[0]["nel_micro_f"] == 1.0
+
+
 def test_the_type_evidence_knows_a_label_named_otherwise(kb_dir):
     """scispaCy's NER says DISEASE, BioRED says DiseaseOrPhenotypicFeature: both are the map's Disease."""
     nlp = linker_pipeline(kb_dir, nil=CLASSIFIER)

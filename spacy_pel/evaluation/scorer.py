@@ -95,7 +95,8 @@ def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Di
     def score(examples: Iterable[Example], *, nil_label: str = NIL, kb_ids=None, threshold: Optional[float] = None,
               top_k: Optional[int] = None, canonical: Optional[Callable[[str], str]] = None, **kwargs) -> Dict[str, Any]:
         examples = list(examples)
-        scores: Dict[str, Any] = Scorer.score_links(examples, negative_labels=[nil_label])
+        # the corpus's NIL (gold) and the linker's nil_label (predictions): neither is a link
+        scores: Dict[str, Any] = Scorer.score_links(examples, negative_labels=sorted({nil_label, NIL}))
         rows = candidate_rows(examples, canonical)
         scores.update(pel_scores(rows, kb_ids, threshold, top_k))
         scores.update({f"pel_nel_{x}": v for x, v in linked_prf(rows, kb_ids, threshold).items()})

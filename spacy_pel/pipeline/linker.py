@@ -304,9 +304,7 @@ class PELLinker(LinkerFolder, Pipe):
         span = None if span_probs is None else np.asarray([p for doc_probs in span_probs for p in doc_probs], np.float32)
         features = nil_features(scores, rows, batch.by_rule(), batch.labels, self.index, self.nil.label_types,
                                 texts if getattr(self.nil, "lexical", False) else None, span)
-        confidence = np.array(self.nil(features), dtype=np.float32)
-        if len(rows):  # no candidate (a wordless mention): nothing to be confident of
-            confidence[rows[:, 0] < 0] = 0.0
+        confidence = np.where(rows[:, :1] < 0, 0.0, np.asarray(self.nil(features), np.float32)[:, None])[:, 0]  # no candidate: 0
         out, start = [], 0
         for doc_spans in spans:
             part = slice(start, start + len(doc_spans))

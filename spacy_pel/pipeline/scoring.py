@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List
 from spacy.scorer import Scorer
 from spacy.training import Example
 
-from ..corpora import GOLD_KEY, bare_doc
+from ..corpora import GOLD_KEY, NIL, bare_doc
 from .depth import deepen
 from .mentions import DocSpans, linked_gold
 
@@ -66,7 +66,7 @@ def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, obj
         linker.ensure_loaded()
         examples = with_gold_mentions(linker, examples)
     if linker.scorer is None:
-        return Scorer.score_links(examples, negative_labels=[linker.cfg.nil_label])
+        return Scorer.score_links(examples, negative_labels=sorted({linker.cfg.nil_label, NIL}))
     kb_ids = linker.index.row if linker.index is not None else None
     k = max(GOLD_K, linker.cfg.top_k) if linker.cfg.use_gold_ents else linker.cfg.top_k  # candidates per mention
     canonical = linker.index.canonical if linker.index is not None else None  # alternative ids → primary
