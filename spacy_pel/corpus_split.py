@@ -17,7 +17,7 @@ import spacy
 from spacy.tokens import Doc
 
 from .corpora import NIL, corpus_ids, gold_ids, gold_spans, read_docbin, write_docbin
-from .files import InputError, PathLike
+from .files import InputError, PathLike, atomic_write
 
 
 def check_share(dev_share: float) -> None:
@@ -25,11 +25,17 @@ def check_share(dev_share: float) -> None:
         raise InputError(f"dev share {dev_share}: must be between 0 and 1 (e.g. 0.1 for a tenth of the documents)")
 
 
+def check_seed(seed: int) -> None:
+    if seed < 0:
+        raise InputError(f"seed {seed}: must be 0 or more")
+
+
 def split_docs(n_docs: int, dev_share: float, seed: int = 0) -> Tuple[List[int], List[int]]:
     """The indices of the training and dev documents of a corpus of ``n_docs``: ``round(dev_share ×
     n_docs)`` of them (at least one, and at least one left for training) drawn at random by ``seed`` for
     dev, each part in ascending order."""
     check_share(dev_share)
+    check_seed(seed)
     if n_docs < 2:
         raise InputError(f"a corpus of {n_docs} document(s) cannot be split: both parts need one")
     n_dev = min(n_docs - 1, max(1, round(dev_share * n_docs)))
@@ -50,16 +56,31 @@ def split_corpus(corpus: PathLike, train_output: PathLike, dev_output: PathLike,
     (their PMIDs, ``doc.user_data["pmid"]``; the document's place in the corpus where it has none) and
     how many dev mentions link entities the training part does not (``unseen``)."""
     check_share(dev_share)
+    check_seed(seed)
     paths = [Path(corpus), Path(train_output), Path(dev_output)]
     if len({p.resolve() for p in paths}) < 3:
         raise InputError(f"the corpus and the two outputs must be three different files: {', '.join(map(str, paths))}")
+    for output in paths[1:]:  # both checked before either is written
+        if output.is_dir():
+            raise InputError(f"cannot write output {output}: it is a folder, not a file")
     docs = read_docbin(spacy.blank(lang), corpus)
     train_rows, dev_rows = split_docs(len(docs), dev_share, seed)
     train, dev = [docs[i] for i in train_rows], [docs[i] for i in dev_rows]
     seen = corpus_ids(train)
     unseen = sum(1 for doc in dev for span in gold_spans(doc)
                  if span.kb_id_ != NIL and not any(i in seen for i in gold_ids(span.kb_id_)))
-    write_docbin(train, train_output)
-    write_docbin(dev, dev_output)
+    _write_parts(train, dev, Path(train_output), Path(dev_output))
     return {"train": part_counts(train), "dev": {**part_counts(dev), "unseen": unseen}, "seed": seed,
             "dev_doc_ids": [str(doc.user_data.get("pmid", i)) for i, doc in zip(dev_rows, dev)]}
+
+
+def _write_parts(train: List[Doc], dev: List[Doc], train_output: Path, dev_output: Path) -> None:
+    """Both parts serialised to temporary files before either replaces its output, so that a failed
+    write (a full disk) leaves the files at both paths as they were: never a new training part beside
+    an old dev part."""
+
+    def write_both(train_tmp: Path) -> None:
+        write_docbin(train, train_tmp)
+        write_docbin(dev, dev_output)  # the dev part is renamed into place, then the training part
+
+    atomic_write(train_output, write_both)

@@ -387,3 +387,63 @@ def test_e2e_needs_a_pipeline_that_finds_mentions(tmp_path, kb_dir, monkeypatch)
     result = run(evaluate.app, [gold, "--pipeline", tmp_path / "with_ner", "--e2e", "--output", tmp_path / "e2e.json"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "e2e.json").read_text())["span"]["p"] == 1.0  # its NER found the span it knows
+
+
+# ---------------------------------------------------------------------------- outputs that are files
+
+
+def test_an_output_file_that_is_a_folder_is_refused_but_a_folder_output_may_exist(tmp_path):
+    """require_output_file (silver, split, visualize …) refuses an existing folder where a file goes;
+    require_writable_parent alone (retarget, adapt, build-names, bulk …: their output is a folder) takes one."""
+    from spacy_pel.cli._errors import require_output_file, require_writable_parent
+    from spacy_pel.files import InputError
+
+    folder = tmp_path / "out.spacy"
+    folder.mkdir()
+    with pytest.raises(InputError, match=f"cannot write output {folder}: it is a folder"):
+        require_output_file(folder, "output")
+    require_writable_parent(folder, "output")
+    require_output_file(tmp_path / "new" / "out.spacy", "output")  # a file to be made, its folders too
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="is a file"):
+        require_output_file(tmp_path / "afile" / "out.spacy", "output")
+
+
+@pytest.mark.parametrize("template", ["https://x.org/q?id={}&fmt={fmt}", "https://x.org/{}/{}", "https://x.org/{{}}"])
+def test_visualize_url_template_checked_before_linking(tmp_path, monkeypatch, template):
+    monkeypatch.setattr(visualize, "load_pipeline", lambda *a, **k: pytest.fail("loaded before checking"))
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "meta.json").write_text("{}")
+    one_line_error(run(visualize.app, [corpus(tmp_path), tmp_path / "o.html", "--kb", kb, "--url-template", template]),
+                   "--url-template needs {} once", template)
+    assert not (tmp_path / "o.html").exists()
+
+
+def test_visualize_output_folder_refused_before_linking(tmp_path, monkeypatch):
+    monkeypatch.setattr(visualize, "load_pipeline", lambda *a, **k: pytest.fail("loaded before checking"))
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "meta.json").write_text("{}")
+    (tmp_path / "page.html").mkdir()
+    line = one_line_error(run(visualize.app, [corpus(tmp_path), tmp_path / "page.html", "--kb", kb]),
+                          str(tmp_path / "page.html"))
+    assert "folder" in line and ".tmp-" not in line
+
+
+def test_visualize_a_failed_write_keeps_the_earlier_page(tmp_path, monkeypatch):
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "meta.json").write_text("{}")
+    gold = corpus(tmp_path)
+    out = tmp_path / "pages" / "page.html"
+    out.parent.mkdir()
+    out.write_text("<html>the earlier page</html>", encoding="utf8")
+    monkeypatch.setattr(visualize, "load_pipeline", lambda *a, **k: (spacy.blank("en"), None))
+    monkeypatch.setattr(visualize, "render", lambda docs, template: "<html>\ud800</html>")  # fails as it is written
+    result = run(visualize.app, [gold, out, "--kb", kb])
+    assert result.exit_code != 0
+    assert out.read_text(encoding="utf8") == "<html>the earlier page</html>"
+    assert [p.name for p in out.parent.iterdir()] == ["page.html"]  # no temporary file left
+    monkeypatch.setattr(visualize, "render", lambda docs, template: "<html>new</html>")
+    assert run(visualize.app, [gold, out, "--kb", kb]).exit_code == 0 and out.read_text() == "<html>new</html>"

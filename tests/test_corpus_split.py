@@ -79,3 +79,59 @@ def test_split_command_prints_counts_and_refuses_bad_options_in_one_line(tmp_pat
         assert result.exit_code == 2 and result.stderr.strip().startswith("error: ")
         assert fragment or ".spacy file" in result.stderr
         assert fragment is None or fragment in result.stderr
+
+
+def one_line_error(result, *fragments):
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert all(f in lines[0] for f in fragments), lines[0]
+    return lines[0]
+
+
+def test_an_output_that_is_a_folder_is_refused_before_anything_is_written(tmp_path):
+    source = corpus(tmp_path / "all.spacy")
+    train = tmp_path / "train.spacy"
+    train.write_bytes(b"an earlier training part")
+    folder = tmp_path / "dev.spacy"
+    folder.mkdir()
+    for outputs in ((train, folder), (folder, tmp_path / "d2.spacy")):
+        message = one_line_error(CliRunner().invoke(app, ["split", str(source), *map(str, outputs)]), str(folder), "folder")
+        assert ".tmp-" not in message
+        with pytest.raises(InputError, match=f"{folder}: it is a folder"):
+            split_corpus(source, *outputs, 0.25)
+    assert train.read_bytes() == b"an earlier training part" and not (tmp_path / "d2.spacy").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all.spacy", "dev.spacy", "train.spacy"]  # no temp file left
+
+
+def test_a_failed_dev_part_leaves_the_training_part_as_it_was(tmp_path, monkeypatch):
+    import spacy_pel.corpus_split as corpus_split
+
+    source = corpus(tmp_path / "all.spacy")
+    train, dev = tmp_path / "train.spacy", tmp_path / "dev.spacy"
+    train.write_bytes(b"old train")
+    dev.write_bytes(b"old dev")
+    real = corpus_split.write_docbin
+
+    def full_disk(docs, path):
+        if path == dev:
+            raise OSError(28, "No space left on device", str(path))
+        return real(docs, path)
+
+    monkeypatch.setattr(corpus_split, "write_docbin", full_disk)
+    with pytest.raises(OSError):
+        split_corpus(source, train, dev, 0.25)
+    assert train.read_bytes() == b"old train" and dev.read_bytes() == b"old dev"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all.spacy", "dev.spacy", "train.spacy"]
+
+
+def test_a_negative_seed_is_one_line(tmp_path):
+    source = corpus(tmp_path / "all.spacy")
+    result = CliRunner().invoke(app, ["split", str(source), str(tmp_path / "t.spacy"), str(tmp_path / "d.spacy"),
+                                      "--seed", "-1"])
+    one_line_error(result, "--seed", "-1")
+    assert not (tmp_path / "t.spacy").exists()
+    with pytest.raises(InputError, match="seed -1"):
+        split_docs(20, 0.25, seed=-1)
+    with pytest.raises(InputError, match="seed -1"):
+        split_corpus(source, tmp_path / "t.spacy", tmp_path / "d.spacy", 0.25, seed=-1)

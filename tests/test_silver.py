@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 import spacy
 from typer.testing import CliRunner
 
 from spacy_pel.cli import silver as silver_cli
-from spacy_pel.corpora import gold_spans, read_docbin
+from spacy_pel.corpora import CorpusFormatError, gold_spans, read_docbin
 from spacy_pel.kb import Entity
 from spacy_pel.pipeline.updating import doc_gold_mentions
 from spacy_pel.training.silver import NameMatcher, SilverStats, raw_texts, short_form_matches, silver_doc, silver_docs
@@ -129,3 +130,62 @@ def test_the_command_writes_a_corpus_and_refuses_bad_input_in_one_line(tmp_path)
     assert result.exit_code == 2 and "no name of" in result.output and not (tmp_path / "none.spacy").exists()
     result = CliRunner().invoke(silver_cli.app, [str(text), "--kb", str(kb), "-o", str(out)])  # over an earlier corpus
     assert result.exit_code == 2 and [s.kb_id_ for d in read_docbin(NLP, out) for s in gold_spans(d)] == ["D3"]  # kept
+
+
+def silver_run(tmp_path, *texts, extra=()):
+    """Run the command on ``texts`` with the test KB: the CliRunner result."""
+    kb = tmp_path / "kb.jsonl"
+    kb.write_text("\n".join(json.dumps(e.to_dict()) for e in ENTITIES) + "\n", encoding="utf8")
+    out = tmp_path / "out.spacy"
+    return CliRunner().invoke(silver_cli.app, [*map(str, texts), "--kb", str(kb), "-o", str(out), *extra]), out
+
+
+def one_line(result, fragment):
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+    return lines[0]
+
+
+def test_a_text_line_that_is_not_utf8_is_one_line_naming_file_and_line_or_skipped(tmp_path):
+    text = tmp_path / "latin1.txt"
+    text.write_bytes("Eskalith caused fever.\nAspirin caf\u00e9 latin1.\n".encode("latin-1"))
+    result, out = silver_run(tmp_path, text)
+    one_line(result, f"{text}:2: not UTF-8 text")
+    assert not out.exists()
+    result, out = silver_run(tmp_path, text, extra=["--skip-bad-lines"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["docs"] == 1 and report["skipped_lines"] == 1 and f"{text}:2:" in report["skipped_examples"][0]
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text(tmp_path):
+    text = tmp_path / "bom.txt"
+    text.write_bytes("\ufeffEskalith caused fever.\nAnd pyrexia.\n".encode("utf8"))
+    assert list(raw_texts(NLP, text)) == ["Eskalith caused fever.", "And pyrexia."]
+    docs = list(silver_docs(NLP, raw_texts(NLP, text), matcher()))
+    assert [s.text for s in gold_spans(docs[0])] == ["Eskalith", "fever"]
+    pubtator = tmp_path / "bompub.txt"  # a PubTator file with a mark is still read as PubTator
+    pubtator.write_bytes("\ufeff1|t|Fever after lithium.\n1|a|It passed.\n".encode("utf8"))
+    assert list(raw_texts(NLP, pubtator)) == ["Fever after lithium. It passed."]
+
+
+def test_a_text_file_without_text_is_refused_as_a_corpus_without_documents_is(tmp_path):
+    for name, content in (("empty.txt", ""), ("blank.txt", "\n  \n\t\n")):
+        blank = tmp_path / name
+        blank.write_text(content, encoding="utf8")
+        with pytest.raises(CorpusFormatError, match="no text in this file"):
+            list(raw_texts(NLP, blank))
+        good = tmp_path / "good.txt"
+        good.write_text("Eskalith caused fever.\n", encoding="utf8")
+        message = one_line(silver_run(tmp_path, good, blank)[0], f"{blank}:1: no text in this file")
+        assert "PubTator" not in message
+
+
+def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path, monkeypatch):
+    text = tmp_path / "texts.txt"
+    text.write_text("Eskalith caused fever.\n", encoding="utf8")
+    (tmp_path / "out.spacy").mkdir()
+    monkeypatch.setattr(silver_cli, "read_kb", lambda *a, **k: pytest.fail("KB read before checking the output"))
+    message = one_line(silver_run(tmp_path, text)[0], f"{tmp_path / 'out.spacy'}")
+    assert "folder" in message and ".tmp-" not in message

@@ -1,8 +1,10 @@
 """Every value that reaches the displaCy page is escaped: KB ids, labels and URLs come from third-party files."""
+import pytest
 import spacy
 from spacy.tokens import Span
 
-from spacy_pel.evaluation.visualize import render
+from spacy_pel.evaluation.visualize import check_url_template, render
+from spacy_pel.files import InputError
 
 EVIL = 'X1"><script>alert(1)</script>'
 
@@ -27,3 +29,17 @@ def test_ids_link_to_their_kb_by_form_and_others_to_nothing():
     assert 'ui=PROD' not in html
     custom = render([doc], "https://example.org/{}")
     assert 'href="https://example.org/PROD-42"' in custom and "meshb" not in custom
+
+
+def test_a_url_template_is_one_id_field_with_other_braces_doubled():
+    doc = spacy.blank("en").make_doc("a b")
+    doc.ents = [Span(doc, 0, 1, label="X", kb_id="D014859")]
+    for good in ("auto", "https://x.org/{}", "https://x.org/{{x}}/{}?q=1}}"):
+        check_url_template(good)
+    assert 'href="https://x.org/{x}/D014859"' in render([doc], "https://x.org/{{x}}/{}")
+    for bad in ("https://x.org/q?id={}&fmt={fmt}", "https://x.org/{}/{}", "https://x.org/", "https://x.org/{{}}",
+                "https://x.org/{0}", "https://x.org/{}{", "https://x.org/}{}", "https://x.org/{:d}"):
+        with pytest.raises(InputError, match="needs {} once"):
+            check_url_template(bad)
+        with pytest.raises(InputError, match="needs {} once"):  # before anything is rendered
+            render([doc], bad)

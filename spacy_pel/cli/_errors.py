@@ -127,6 +127,15 @@ def require_writable_parent(path: Path, what: str) -> None:
             return
 
 
+def require_output_file(path: Path, what: str) -> None:
+    """Refuse an output *file* whose place cannot be made (:func:`require_writable_parent`) or that is an
+    existing folder, before any work (the write would fail only at the end, naming its temporary file).
+    Outputs that are folders (a pipeline, an encoder, a KB) take :func:`require_writable_parent` alone."""
+    require_writable_parent(path, what)
+    if path.is_dir():
+        fail(f"cannot write {what} {path}: it is a folder, not a file")
+
+
 def ray_options(ray: bool, address: Optional[str], workers: Optional[int], cpus_per_worker: int) -> Optional[RayOptions]:
     """``--ray [--address] [--workers] [--cpus-per-worker]`` of the build commands (None: a local build)."""
     if not ray:

@@ -12,7 +12,7 @@ from ..corpora import write_docbin
 from ..files import BadLines
 from ..kb import READERS, read_kb
 from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
-from ._errors import cli_errors, fail, require_writable_parent
+from ._errors import cli_errors, fail, require_output_file
 from ._output import echo_json
 
 HELP = (
@@ -44,8 +44,9 @@ def main(
                                      "entity, wherever it occurs after the definition"),
     label: str = typer.Option(LABEL, "--label", help="Span label of the mentions"),
     seed: int = typer.Option(0, "--seed"),
-    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip a corpus's malformed annotation lines "
-                                        "(counted and shown) instead of stopping at the first"),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed lines (a corpus's bad "
+                                        "annotation lines, a .txt file's lines that are not UTF-8; counted and shown) "
+                                        "instead of stopping at the first"),
 ):
     """Find the names of exactly one KB entity in raw text and write them as linked mentions, in their
     context: training data for `adapt --paths.train` from a KB and unannotated text."""
@@ -60,7 +61,7 @@ def main(
         fail("--max-per-entity must be 0 or more")
     if not 0 <= swap <= 1:
         fail("--swap must be in [0, 1]")
-    require_writable_parent(output, "output")
+    require_output_file(output, "output")
     nlp = spacy.blank("en")
     matcher = NameMatcher(read_kb(kb, format), types or None, stop_words=nlp.Defaults.stop_words,
                           short_forms=short_forms)

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 
 from ..corpus_split import split_corpus
-from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_output_file
 from ._output import echo_json
 
 HELP = (
@@ -38,7 +38,9 @@ def main(
     for output in (train_output, dev_output):
         if output.suffix.lower() != ".spacy":
             fail(f"output {output} should be a .spacy file")
-        require_writable_parent(output, "output")
+        require_output_file(output, "output")
+    if seed < 0:
+        fail(f"--seed must be 0 or more, not {seed}")
     echo_json(split_corpus(corpus, train_output, dev_output, dev_share, seed))
 
 

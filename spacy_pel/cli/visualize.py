@@ -7,14 +7,15 @@ from typing import Optional
 import typer
 
 from ..corpora import read_docbin
-from ..evaluation.visualize import AUTO_URL, link_docs, render
+from ..evaluation.visualize import AUTO_URL, check_url_template, link_docs, render
+from ..files import atomic_write
 from ..pipeline.linker import load_pipeline
 from ._errors import (
     cli_errors,
     fail,
     require_file,
+    require_output_file,
     require_pipeline_or_kb,
-    require_writable_parent,
 )
 
 HELP = (
@@ -44,11 +45,10 @@ def main(
     require_file(corpus, "corpus")
     if limit < 1:
         fail(f"--limit must be at least 1, not {limit}")
-    if url_template != AUTO_URL and "{}" not in url_template:
-        fail(f"--url-template needs {{}} where the id goes: {url_template!r}")
-    require_writable_parent(output, "output")
+    check_url_template(url_template)
+    require_output_file(output, "output")
     nlp, _ = load_pipeline(pipeline, kb)
     docs = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render(docs, url_template), encoding="utf8")
+    html = render(docs, url_template)
+    atomic_write(output, lambda tmp: tmp.write_text(html, encoding="utf8"))  # a failed write keeps an earlier page
     typer.echo(f"wrote {output} ({len(docs)} documents)")

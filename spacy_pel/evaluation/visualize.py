@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from string import Formatter
 from typing import Iterable
 from urllib.parse import quote
 
@@ -14,6 +15,7 @@ from spacy import displacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from ..files import InputError
 from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
@@ -44,6 +46,22 @@ mark.entity:hover .pel-cands, mark.entity:target .pel-cands { display: block; }
 """
 LEGEND = ('<p class="pel-legend">Each mention: its label, its KB id (a link) and its NIL confidence (NIL below '
           'the pipeline\'s threshold). Hover a mention for its top candidates with their scores.</p>')
+
+
+def check_url_template(url_template: str) -> None:
+    """Refuse a KB link template other than :data:`AUTO_URL` that is not one ``{}`` (where the id goes)
+    with any other brace doubled (``{{``, ``}}``): ``{fmt}`` or a second ``{}`` would fail only when the
+    first mention is rendered, after all the linking."""
+    if url_template == AUTO_URL:
+        return
+    need = f"--url-template needs {{}} once, where the id goes (any other brace doubled: {{{{ }}}}): {url_template!r}"
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in Formatter().parse(url_template)
+                  if name is not None]
+    except ValueError as err:  # a lone brace
+        raise InputError(f"{need} ({err})") from None
+    if fields != [("", "", None)]:
+        raise InputError(need)
 
 
 def entity_data(doc: Doc, url_template: str = AUTO_URL) -> dict:
@@ -83,6 +101,7 @@ def _linking(span, url_template: str) -> dict:
 def render(docs: Iterable[Doc], url_template: str = AUTO_URL) -> str:
     """displaCy entity HTML; each entity shows its kb id linked through ``url_template``, its NIL
     confidence beside it and, on hover, its top candidates with scores (mentions numbered ``m0``, ``m1`` …)."""
+    check_url_template(url_template)
     data = [entity_data(d, url_template) for d in docs]
     for n, ent in enumerate(e for d in data for e in d["ents"]):
         ent["params"]["mid"] = f"m{n}"

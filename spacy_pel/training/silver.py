@@ -37,9 +37,9 @@ from typing import Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import PathLike
+from ..corpora import CorpusFormatError, PathLike
 from ..corpus_formats import corpus_docs, set_gold_spans
-from ..files import BadLines
+from ..files import BadLines, read_lines
 from ..kb import Entity, normalize
 from ..pipeline.abbreviations import definitions, whole_word
 from .entity_swaps import running_text_names
@@ -209,14 +209,28 @@ def silver_docs(nlp: Language, texts: Iterable[str], matcher: NameMatcher, swap:
 def raw_texts(nlp: Language, path: PathLike, bad_lines: Optional[BadLines] = None) -> Iterator[str]:
     """The documents' text of ``path``: the non-blank lines of a ``.txt`` file (unless it is PubTator),
     else the texts of a corpus in any format ``convert`` reads, its annotations left unused (a malformed
-    annotation line is recorded in ``bad_lines`` when given, as ``convert --skip-bad-lines`` does)."""
+    line is recorded in ``bad_lines`` when given, as ``convert --skip-bad-lines`` does).
+
+    A ``.txt`` file is read as every input file is (:func:`~spacy_pel.files.read_lines`): a byte-order
+    mark is dropped, a line that is not UTF-8 is refused as ``FILE:LINE: reason`` (or skipped into
+    ``bad_lines``), and a file without any text is refused, as a corpus without documents is."""
     path = Path(path)
-    if path.suffix.lower() == TEXT_SUFFIX:
-        with path.open(encoding="utf8") as f:
-            lines = (line.strip() for line in f)
-            first = next((line for line in lines if line), None)
-            if first is not None and not _PUBTATOR_TITLE.match(first):
-                yield first
-                yield from (line for line in lines if line)
-                return
+    if path.suffix.lower() == TEXT_SUFFIX and not _is_pubtator(path):
+        found, before = False, bad_lines.count if bad_lines is not None else 0
+        for _, line in read_lines(path, CorpusFormatError, bad_lines):
+            if line.strip():
+                found = True
+                yield line.strip()
+        if not found:
+            n_bad = bad_lines.count - before if bad_lines is not None else 0
+            skipped = f" ({n_bad} malformed line(s) skipped)" if n_bad else ""
+            raise CorpusFormatError(path, 1, f"no text in this file (a .txt file holds one document a line){skipped}")
+        return
     yield from (doc.text for doc in corpus_docs(nlp, path, bad_lines=bad_lines))
+
+
+def _is_pubtator(path: Path) -> bool:
+    """Whether the first non-blank line of a ``.txt`` file is a PubTator title (``PMID|t|``); lines that are
+    not UTF-8 are passed over here, and reported when the file is read."""
+    first = next((line.strip() for _, line in read_lines(path, CorpusFormatError, BadLines()) if line.strip()), None)
+    return first is not None and bool(_PUBTATOR_TITLE.match(first))
