@@ -249,9 +249,15 @@ def test_initialize_on_a_saved_pipeline_with_a_relative_kb_path(kb_dir, tmp_path
 
 def test_to_disk_writes_what_it_holds_and_honours_exclude(nlp, kb_dir, tmp_path):
     linker = nlp.get_pipe("pel_linker")
-    linker.to_disk(tmp_path / "idle")  # nothing loaded yet: nothing loaded for the occasion
+    assert linker.index is None and linker.encoder is None  # add_pipe loads nothing
+    linker.to_disk(tmp_path / "idle", exclude=["kb", "encoder"])  # nothing wanted: nothing loaded for it
     assert linker.index is None and linker.encoder is None
-    assert not (tmp_path / "idle" / "kb").exists() and not (tmp_path / "idle" / "encoder").exists()
+    shutil.copytree(kb_dir, tmp_path / "kb_copy")
+    copy = spacy.blank("en")
+    copy.add_pipe("pel_linker", config={"kb": str(tmp_path / "kb_copy"), "top_k": 3})
+    copy.to_disk(tmp_path / "right_away")  # add_pipe, then to_disk: the KB and encoder are saved inside
+    shutil.rmtree(tmp_path / "kb_copy")  # the folder it was made from is gone (shipped elsewhere)
+    assert linked(spacy.load(tmp_path / "right_away")(make_doc(copy))) == linked(nlp(make_doc(nlp)))
     before = linked(nlp(make_doc(nlp)))
     linker.to_disk(tmp_path / "no_kb", exclude=["kb"])
     assert (tmp_path / "no_kb" / "encoder").exists() and not (tmp_path / "no_kb" / "kb").exists()

@@ -37,8 +37,12 @@ class LinkerFolder:
     component's ``encoder``, ``index``, ``sources``, ``cfg``, ``parts()`` and ``set_resources``)."""
 
     def to_disk(self, path, *, exclude=tuple()) -> None:
-        """Write what the component holds (never loading anything): ``encoder/``, ``kb/``, the parts'
-        files and ``sources.json``; ``exclude`` names any of encoder, kb and the parts' data names."""
+        """Write ``encoder/``, ``kb/``, the parts' files and ``sources.json``; ``exclude`` names any of
+        encoder, kb and the parts' data names. A component that names a KB but has not loaded it yet
+        (``add_pipe`` then ``to_disk``, no call in between) loads it first, so the saved pipeline holds
+        its encoder and KB rather than depending on the folders it was made from."""
+        if self.cfg.kb is not None and (self.index is None or self.encoder is None) and not {"kb", "encoder"} <= set(exclude):
+            self.ensure_loaded()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         written: Dict[str, Optional[str]] = {}
