@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from spacy_pel.kb import Entity
 from spacy_pel.models.encoder import BiEncoder, EncoderConfig, Mention, batch_sizes
@@ -242,3 +243,18 @@ def test_identical_mention_inputs_are_encoded_once(tiny_bert, monkeypatch):
     together = enc.encode_mentions(mentions)
     assert sum(seen) == 3  # the repeated (text, context) input went through the model once
     np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+
+
+def test_a_saved_encoder_is_read_from_safetensors_only(tiny_encoder_dir, tmp_path):
+    """A saved encoder folder whose weights were swapped for a pickle (pytorch_model.bin) is refused,
+    not unpickled."""
+    import shutil
+
+    folder = tmp_path / "enc"
+    shutil.copytree(tiny_encoder_dir, folder)
+    weights = load_file(folder / "mention" / "model.safetensors")
+    (folder / "mention" / "model.safetensors").unlink()
+    torch.save(weights, folder / "mention" / "pytorch_model.bin")
+    with pytest.raises(OSError, match="no model.safetensors.*never read"):
+        BiEncoder.from_pretrained(folder)
+    assert BiEncoder.from_pretrained(tiny_encoder_dir).dim > 0

@@ -197,8 +197,12 @@ class BiEncoder(torch.nn.Module):
             config = EncoderConfig(**{f.name: data[f.name] for f in fields(EncoderConfig) if f.name in data})
             kw = {"local_files_only": True}
             tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
-            mention = AutoModel.from_pretrained(path / "mention", **kw)
-            entity = AutoModel.from_pretrained(path / "entity", **kw)
+            for tower in ("mention", "entity"):  # weights only from safetensors: a saved folder is never unpickled
+                if not any((path / tower / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")):
+                    raise OSError(f"{path / tower}: no model.safetensors; a saved spacy_pel encoder holds its weights "
+                                  "in safetensors only (pickled weights, pytorch_model.bin, are never read)")
+            mention = AutoModel.from_pretrained(path / "mention", use_safetensors=True, **kw)
+            entity = AutoModel.from_pretrained(path / "entity", use_safetensors=True, **kw)
             return cls(mention, entity, tokenizer, config)
         config = EncoderConfig(base=str(name_or_path), **overrides)
         source = resolve_model_name(str(name_or_path))
