@@ -100,7 +100,8 @@ def test_threshold_gives_nil(nlp):
     doc = nlp(make_doc(nlp))
     ids = [e.kb_id_ for e in doc.ents]
     top = [e._.pel_candidates[0][2] for e in doc.ents]
-    linker.threshold = (sorted(top)[0] + sorted(top)[1]) / 2  # the lowest-scoring span falls under it
+    with pytest.warns(UserWarning, match="set on the component only.*configure_linker"):  # not in nlp.config
+        linker.threshold = (sorted(top)[0] + sorted(top)[1]) / 2  # the lowest-scoring span falls under it
     doc = nlp(make_doc(nlp))
     expected = ["NIL" if s < linker.threshold else i for s, i in zip(top, ids)]
     assert [e.kb_id_ for e in doc.ents] == expected and expected.count("NIL") == 1

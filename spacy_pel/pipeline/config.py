@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Optional
@@ -127,6 +128,12 @@ class LinkerSettings:
         limit = int(getattr(encoder.mention_model.config, "max_position_embeddings", MAX_CONTEXT))
         if self.context_window > limit:
             raise ValueError(f"pel_linker: `context_window` {self.context_window} exceeds the encoder's {limit} positions")
+
+
+def warn_unsaved(setting: str) -> None:
+    """A setting changed on the component alone: ``nlp.to_disk`` writes ``nlp.config``, which still holds the old value."""
+    warnings.warn(f"pel_linker.{setting} set on the component only: nlp.to_disk saves the config's value; "
+                  f"spacy_pel.pipeline.linker.configure_linker(nlp, {setting}=…) changes both", UserWarning, stacklevel=3)
 
 
 class LinkerPart:

@@ -34,7 +34,7 @@ from spacy.vocab import Vocab
 from ..files import InputError
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
-from .config import LinkerPart, LinkerSettings
+from .config import LinkerPart, LinkerSettings, warn_unsaved
 from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
 from .folder import LinkerFolder
 from .mentions import DocSpans, spans_at
@@ -184,8 +184,8 @@ class PELLinker(LinkerFolder, Pipe):
         return self.cfg.top_k
 
     @top_k.setter
-    def top_k(self, value: int) -> None:
-        self.cfg = self.cfg.replace(top_k=value)
+    def top_k(self, value: int) -> None:  # this object only (with a warning); configure_linker: nlp.config too
+        self.cfg, _ = self.cfg.replace(top_k=value), warn_unsaved("top_k")
 
     @property
     def threshold(self) -> Optional[float]:
@@ -193,9 +193,9 @@ class PELLinker(LinkerFolder, Pipe):
 
     @threshold.setter
     def threshold(self, value: Optional[float]) -> None:
-        """Set the NIL threshold of this object (``configure_linker`` also updates ``nlp.config``)."""
         self.cfg = self.cfg.replace(threshold=value)
         self.check_threshold()
+        warn_unsaved("threshold")
 
     def check_threshold(self) -> None:
         t = self.cfg.threshold
