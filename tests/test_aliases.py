@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Span
+from typer.testing import CliRunner
 
-from spacy_pel.corpora import GOLD_KEY
+from spacy_pel.cli.aliases import app as aliases_app
+from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.kb import Entity
 from spacy_pel.pipeline.aliases import (
     AliasTable,
@@ -191,3 +193,25 @@ def test_an_alias_table_made_for_another_kb_is_said(kb_dir, caplog):
     with caplog.at_level(logging.WARNING, logger="spacy_pel"):
         assert len(AliasTable(index, ours).seen) == 5
     assert "alias table" not in caplog.text
+
+
+@pytest.mark.parametrize("gold, why", [((), "no gold mentions"), (((0, 1, "Chemical", "NIL"),), "1 gold mentions are all NIL"),
+                                       (None, "no gold mentions")])
+def test_cli_warns_when_the_table_comes_out_empty(tmp_path, gold, why):
+    """An empty table is written (exit 0) but said: a corpus without gold ids was most likely the wrong file."""
+    nlp = spacy.blank("en")
+    docs = []
+    if gold is not None:  # None: a corpus without documents
+        doc = nlp.make_doc(TEXT)
+        doc.spans[GOLD_KEY] = [Span(doc, a, b, label, kb_id=kb) for a, b, label, kb in gold]
+        docs.append(doc)
+    write_docbin(docs, tmp_path / "c.spacy")
+    result = CliRunner().invoke(aliases_app, [str(tmp_path / "c.spacy"), "-o", str(tmp_path / "aliases.json")])
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.stderr and why in result.stderr and "alias table is empty" in result.stderr
+    assert json.loads((tmp_path / "aliases.json").read_text()) == {}
+    doc = nlp.make_doc(TEXT)
+    doc.spans[GOLD_KEY] = [Span(doc, 0, 1, "Chemical", kb_id="D1")]
+    write_docbin([doc], tmp_path / "c.spacy")
+    result = CliRunner().invoke(aliases_app, [str(tmp_path / "c.spacy"), "-o", str(tmp_path / "aliases.json")])
+    assert result.exit_code == 0 and "warning" not in result.stderr

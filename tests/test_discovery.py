@@ -1,12 +1,15 @@
 import itertools
+import json
 
 import networkx as nx
 import numpy as np
 import pytest
 import spacy
+import typer
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
+import spacy_pel.cli.discover as discover_cli
 from spacy_pel.cli.discover import app
 from spacy_pel.corpora import GOLD_KEY, read_docbin, write_docbin
 from spacy_pel.discovery.cluster import (
@@ -319,3 +322,107 @@ def test_precomputed_nearest_entities_give_the_same_clusters():
         assert a[0] == b[0] and list(a[1]) == list(b[1])
     with pytest.raises(ValueError, match="nearest entities"):
         cluster(mentions, (ENTITY_VECS, ENTITY_IDS), nearest=(near[0][:2], near[1][:2]))
+
+
+# ---------------------------------------------------------------- command line: options checked, report honest
+NIL_CLASSIFIER = {"@misc": "spacy_pel.nil.classifier.v1", "weights": {"top": 5.0}, "bias": -2.0}
+
+
+def one_line_error(result, *fragments):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def gold_corpus(path, ids=("D1", "D2", "NIL")):
+    nlp = spacy.blank("en")
+    doc = make_doc(nlp)
+    doc.spans[GOLD_KEY] = [Span(doc, s.start, s.end, label=s.label_, kb_id=i) for s, i in zip(doc.ents, ids)]
+    write_docbin([doc], path)
+    return path
+
+
+@pytest.fixture
+def classifier_pipeline(kb_dir, tmp_path):
+    """A saved pipeline whose linker decides NIL with a classifier (as a calibrated one): auto links with 'pipeline'."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "nil": NIL_CLASSIFIER, "threshold": 0.5})
+    nlp.to_disk(tmp_path / "pipe")
+    return tmp_path / "pipe"
+
+
+def test_cli_pipeline_linking_refuses_the_options_it_does_not_use(classifier_pipeline, tmp_path):
+    corpus, out = gold_corpus(tmp_path / "in.spacy"), tmp_path / "out.spacy"
+    base = [str(corpus), str(out), "--pipeline", str(classifier_pipeline)]
+    runner = CliRunner()
+    for extra, option in ((["--threshold", "0.5"], "--threshold"), (["--mention-margin", "0.3"], "--mention-margin"),
+                          (["--linking", "pipeline", "--threshold", "0.99"], "--threshold"),
+                          (["--linking", "pipeline", "--mention-margin", "0.9"], "--mention-margin")):
+        one_line_error(runner.invoke(app, base + extra), option, "--linking pipeline")
+        assert not out.exists()
+    result = runner.invoke(app, base + ["--mention-threshold", "0.9"])  # what pipeline linking does take
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["linking"] == "pipeline" and report["mention_threshold"] == 0.9
+    assert "threshold" not in report and "mention_margin" not in report  # only what was applied is reported
+    # clustering inference takes them, and reports them
+    result = runner.invoke(app, base + ["--linking", "cluster", "--threshold", "2", "--mention-margin", "0.1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["threshold"], report["mention_threshold"], report["mention_margin"]) == (2.0, 2.0, 0.1)
+    # the help says which mode uses which option
+    helps = {p.name: p.help for p in typer.main.get_command(app).params}
+    assert "--linking pipeline: default none" in helps["mention_threshold"]
+    assert helps["threshold"].startswith("Clustering inference only") and helps["mention_margin"].startswith("Clustering inference only")
+    assert "--mention-threshold alone" in discover_cli.HELP
+
+
+def test_library_pipeline_linking_refuses_a_threshold(classifier_pipeline):
+    nlp = spacy.load(classifier_pipeline)
+    docs = [make_doc(nlp)]
+    with pytest.raises(ValueError, match="threshold"):
+        discover(nlp, docs, k=2, threshold=0.5)  # auto → pipeline: the edge floor would be ignored
+    assert discover(nlp, docs, k=2, mention_threshold=0.9)["mentions"] == 3
+
+
+@pytest.mark.parametrize("option, value", [("--threshold", "nan"), ("--mention-threshold", "nan"), ("--mention-margin", "nan"),
+                                           ("--threshold", "inf"), ("--mention-margin", "inf"), ("--mention-margin", "-0.1")])
+def test_cli_refuses_non_finite_and_out_of_range_floats(kb_dir, tmp_path, option, value):
+    corpus = gold_corpus(tmp_path / "in.spacy")
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "out.spacy"), "--kb", str(kb_dir), option, value])
+    one_line_error(result, option)
+    assert not (tmp_path / "out.spacy").exists()
+
+
+def test_library_refuses_nan_floors(kb_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir)})
+    for kwargs in ({"threshold": float("nan")}, {"mention_threshold": float("nan")}, {"mention_margin": float("nan")}):
+        with pytest.raises(ValueError, match="NaN"):
+            discover(nlp, [make_doc(nlp)], k=2, **kwargs)
+        with pytest.raises(ValueError, match="NaN"):
+            cluster(hand_mentions(), (ENTITY_VECS, ENTITY_IDS), k=3, **kwargs)
+
+
+def test_cli_refuses_an_output_that_is_a_folder_before_linking(kb_dir, tmp_path, monkeypatch):
+    corpus = gold_corpus(tmp_path / "in.spacy")
+    (tmp_path / "out.spacy").mkdir()
+
+    def no_linking(*args, **kwargs):
+        raise AssertionError("the pipeline was loaded before the output was checked")
+
+    monkeypatch.setattr(discover_cli, "load_pipeline", no_linking)
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "out.spacy"), "--kb", str(kb_dir)])
+    one_line_error(result, str(tmp_path / "out.spacy"), "folder")
+
+
+def test_cli_warns_on_a_corpus_without_gold_mentions(kb_dir, tmp_path):
+    nlp = spacy.blank("en")
+    write_docbin([nlp.make_doc("nothing here")], tmp_path / "in.spacy")
+    result = CliRunner().invoke(app, [str(tmp_path / "in.spacy"), str(tmp_path / "out.spacy"), "--kb", str(kb_dir)])
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.stderr and "no gold mentions" in result.stderr
+    assert json.loads(result.stdout)["mentions"] == 0

@@ -1,9 +1,16 @@
-"""spacy_pel.rules.label_types.v1: candidates of a type that fits the span's label come first."""
+"""spacy_pel.rules.label_types.v1: candidates of a type that fits the span's label come first; and
+``python -m spacy_pel label-types``, which checks all it is given before it writes anything."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Span
+from typer.testing import CliRunner
 
+from spacy_pel.cli.label_types import app
+from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.kb import Entity
 from spacy_pel.pipeline.label_types import LabelTypesRule
 from spacy_pel.pipeline.rules.batch import CandidateBatch
@@ -155,3 +162,66 @@ def test_tied_mentions_follow_chains_to_the_mention_that_was_retrieved(kb_dir):
     for i in (0, 1):
         assert batch.rows[i].tolist() == [3, 2, -1, -1] and batch.scores[i][0] == pytest.approx(0.9)
     assert batch.root(3) == 3  # a mention tied to itself is its own root
+
+
+# ---------------------------------------------------------------- label-types command line
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def one_line_error(result, *fragments):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def gold_corpus(path, gold=((0, 2, "Chem", "D1"), (7, 9, "Dis", "D2"))):
+    doc = spacy.blank("en").make_doc(TEXT)
+    doc.spans[GOLD_KEY] = [Span(doc, a, b, label, kb_id=kb) for a, b, label, kb in gold]
+    write_docbin([doc], path)
+    return path
+
+
+def test_cli_checks_the_config_before_writing_anything(kb_dir, tmp_path):
+    corpus, out, cfg_out = gold_corpus(tmp_path / "train.spacy"), tmp_path / "lt.json", tmp_path / "linker.cfg"
+    out.write_text("kept\n")
+    args = [str(corpus), "--kb", str(kb_dir), "-o", str(out), "--config-out", str(cfg_out)]
+    result = CliRunner().invoke(app, args + ["--config", str(CONFIGS / "linker.cfg")])  # no label_types rule in it
+    one_line_error(result, "linker.cfg", "[rules.label_types] rule, found 0")
+    assert out.read_text() == "kept\n" and not cfg_out.exists() and result.stdout == ""
+    pubtator = tmp_path / "small.pubtator"
+    pubtator.write_text("1|t|Lithium carbonate toxicity.\n1|a|None.\n")
+    one_line_error(CliRunner().invoke(app, args + ["--config", str(pubtator)]), f"--config {pubtator}", "no section headers")
+    pubtator.write_bytes(b"\xff\xfe not text")
+    one_line_error(CliRunner().invoke(app, args + ["--config", str(pubtator)]), f"--config {pubtator}", "utf-8")
+    assert out.read_text() == "kept\n" and not cfg_out.exists()
+    cfg_out.mkdir()
+    one_line_error(CliRunner().invoke(app, args + ["--config", str(CONFIGS / "linker_rules.cfg")]), str(cfg_out), "folder")
+    assert out.read_text() == "kept\n"
+    cfg_out.rmdir()
+    result = CliRunner().invoke(app, args + ["--config", str(CONFIGS / "linker_rules.cfg")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text()) == {"Chem": ["Chemical"], "Dis": ["Disease"]} and cfg_out.exists()
+
+
+def test_cli_refuses_a_map_naming_types_the_kb_does_not_have(kb_dir, tmp_path):
+    corpus, out = gold_corpus(tmp_path / "train.spacy"), tmp_path / "lt.json"
+    given = tmp_path / "map.json"
+    given.write_text('{"Dis": ["Disease", "NoSuchType", "Other"]}')
+    result = CliRunner().invoke(app, [str(corpus), "--kb", str(kb_dir), "-o", str(out), "--map", str(given)])
+    one_line_error(result, "NoSuchType, Other", "its types: Chemical, Disease")
+    assert "Disease," not in result.stderr.split("its types")[0] and not out.exists()
+    given.write_text('{"Dis": ["Disease"]}')
+    result = CliRunner().invoke(app, [str(corpus), "--kb", str(kb_dir), "-o", str(out), "--map", str(given)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text()) == {"Dis": ["Disease"]}
+
+
+def test_cli_warns_on_a_corpus_without_gold_mentions(kb_dir, tmp_path):
+    corpus, out = gold_corpus(tmp_path / "train.spacy", gold=()), tmp_path / "lt.json"
+    result = CliRunner().invoke(app, [str(corpus), "--kb", str(kb_dir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "warning: no gold mentions in" in result.stderr
+    assert json.loads(out.read_text()) == {}

@@ -7,7 +7,7 @@ from typing import List
 import spacy
 import typer
 
-from ..corpora import read_docbin
+from ..corpora import gold_spans, read_docbin
 from ..pipeline.aliases import mention_counts, write_aliases
 from ._errors import cli_errors, fail, require_file, require_writable_parent
 
@@ -36,5 +36,10 @@ def main(
     nlp = spacy.blank("en")
     docs = [d for c in corpora for d in read_docbin(nlp, c)]
     counts = mention_counts(docs)
+    if not counts:
+        mentions = sum(len(gold_spans(doc)) for doc in docs)
+        why = f"its {mentions} gold mentions are all NIL or have no text" if mentions else "no gold mentions"
+        typer.secho(f"warning: {', '.join(map(str, corpora))} ({len(docs)} docs): {why}, so the alias table is empty "
+                    "(the alias table rule then matches KB names only)", fg="yellow", err=True)
     write_aliases(counts, output)
     typer.echo(f"{len(counts)} surface forms from {len(docs)} docs → {output}")

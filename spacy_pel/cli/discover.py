@@ -1,6 +1,7 @@
 """``python -m spacy_pel discover``: the command line over :mod:`spacy_pel.discovery.cluster`."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -11,7 +12,7 @@ from spacy.util import filter_spans
 from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
 from ..pipeline.linker import load_pipeline
-from ._errors import cli_errors, fail, require_file, require_pipeline_or_kb, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_output_file, require_pipeline_or_kb
 from ._output import echo_json
 
 HELP = (
@@ -19,15 +20,37 @@ HELP = (
     "Reads a gold-span .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), and writes a .spacy corpus whose "
     "mentions carry an entity id or a stable NIL cluster id, the gold ids kept in the pel_gold span group. Prints counts as "
     "JSON, with ARI and NMI against the gold ids when the corpus has them.\n\n"
-    "Example: python -m spacy_pel discover corpus/dev.spacy out.spacy --kb kbs/mesh --threshold 0.5 --mention-margin 0.3"
+    "Two ways to link: clustering inference (--linking cluster: mentions and entities in one graph, tuned by --threshold and "
+    "--mention-margin), or the linker's own decisions with only its NIL mentions clustered (--linking pipeline: tuned by "
+    "--mention-threshold alone), which auto picks for a pipeline that decides NIL with a classifier, e.g. a calibrated one.\n\n"
+    "Example: python -m spacy_pel discover corpus/dev.spacy out.spacy --kb kbs/mesh --threshold 0.5 --mention-margin 0.3 "
+    "(a calibrated pipeline: --pipeline training/pipeline_calibrated --mention-threshold 0.9)"
 )
 
 app = typer.Typer(add_completion=False)
 
 
+def check_finite(value: Optional[float], option: str) -> None:
+    """Refuse NaN and ±inf (NaN fails every comparison: every edge dropped, every mention a NIL cluster)."""
+    if value is not None and not math.isfinite(value):
+        fail(f"{option} must be a finite number, not {value}")
+
+
+def check_options_used(linking: str, given: Dict[str, bool], auto: bool) -> None:
+    """Refuse an option that the linking mode resolved to does not use (it would be ignored silently)."""
+    if linking != "pipeline":
+        return
+    mode = "--linking pipeline" + (" (what auto picks for a linker that decides NIL with a classifier)" if auto else "")
+    for option in ("--threshold", "--mention-margin"):
+        if given[option]:
+            fail(f"{option} is for clustering inference; {mode} keeps the linker's own NIL decisions and clusters its NIL "
+                 "mentions by --mention-threshold alone: drop it, or give --linking cluster")
+
+
 @app.command(help=HELP)
 @cli_errors
 def main(
+    ctx: typer.Context,
     corpus: Path = typer.Argument(..., help="Gold-span .spacy corpus (from spacy_pel.convert)"),
     output: Path = typer.Argument(..., help="Where to write the .spacy corpus with discovered ids"),
     pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
@@ -35,14 +58,16 @@ def main(
     encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
     k: int = typer.Option(10, "--k", help="Nearest mentions per mention in the graph"),
     threshold: Optional[float] = typer.Option(
-        None, "--threshold", help="Edge similarity floor λ (default: the linker's NIL threshold; none = no NIL clusters)"
+        None, "--threshold", help="Clustering inference only: edge similarity floor λ (default: the linker's NIL "
+        "threshold; none = no NIL clusters)"
     ),
     mention_threshold: Optional[float] = typer.Option(
-        None, "--mention-threshold", help="Floor for mention–mention edges (default: --threshold)"
+        None, "--mention-threshold", help="Floor for mention–mention edges (clustering inference: default --threshold; "
+        "--linking pipeline: default none, each NIL mention joins its --k nearest NIL mentions)"
     ),
     mention_margin: float = typer.Option(
-        MENTION_MARGIN, "--mention-margin", help="β: a mention–mention edge outranks entity edges only when this much stronger "
-        f"({MENTION_MARGIN}: tuned on BC5CDR dev, benchmarks/discovery.md; 0: arboEL's)"
+        MENTION_MARGIN, "--mention-margin", help="Clustering inference only: β, a mention–mention edge outranks entity edges "
+        f"only when this much stronger ({MENTION_MARGIN}: tuned on BC5CDR dev, benchmarks/discovery.md; 0: arboEL's)"
     ),
     linking: str = typer.Option(
         "auto", "--linking", help="cluster: clustering inference; pipeline: the linker's own decisions (rules, NIL "
@@ -59,27 +84,45 @@ def main(
     require_file(corpus, "corpus")
     if k < 1:
         fail(f"--k must be at least 1, not {k}")
+    check_finite(threshold, "--threshold")
+    check_finite(mention_threshold, "--mention-threshold")
+    check_finite(mention_margin, "--mention-margin")
     if mention_margin < 0:
         fail(f"--mention-margin must be at least 0, not {mention_margin}")
     if linking not in LINKING:
         fail(f"--linking must be one of {', '.join(LINKING)}, not {linking}")
-    require_writable_parent(output, "output")
+    require_output_file(output, "output")
+    margin_source = ctx.get_parameter_source("mention_margin")  # typer's own click: its ParameterSource, by name
+    given = {"--threshold": threshold is not None,
+             "--mention-margin": margin_source is not None and margin_source.name != "DEFAULT"}
+    if linking == "pipeline":  # known before the pipeline loads
+        check_options_used(linking, given, auto=False)
     nlp, linker = load_pipeline(pipeline, kb, encoder)
     try:
-        linking = resolve_linking(linker, linking, threshold)
+        resolved = resolve_linking(linker, linking, threshold)
     except ValueError as err:
         fail(str(err))
+    check_options_used(resolved, given, auto=linking == "auto")
     docs = read_docbin(nlp, corpus)
     for doc in docs:
         gold = list(gold_spans(doc))
         if GOLD_KEY not in doc.spans:
             doc.spans[GOLD_KEY] = gold  # keep the gold ids: doc.ents is overwritten below
         doc.spans[DISCOVERED_KEY] = [Span(doc, s.start, s.end, label=s.label) for s in gold]
-    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin, linking))
+    if not any(doc.spans[DISCOVERED_KEY] for doc in docs):
+        typer.secho(f"warning: {corpus} has no gold mentions ({len(docs)} docs): nothing to cluster, the output has no "
+                    "linked mentions", fg="yellow", err=True)
+    report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin,
+                                              resolved))
     for doc in docs:
         doc.ents = filter_spans(doc.spans[DISCOVERED_KEY])
-    report.update({"k": k, "threshold": linker.threshold if threshold is None else threshold, "mention_margin": mention_margin,
-                   "linking": linking})
+    report.update({"k": k, "linking": resolved})
+    if resolved == "pipeline":  # what was applied: the linker's own NIL decision, and the NIL mentions' edge floor
+        report.update({"mention_threshold": mention_threshold})
+    else:
+        threshold = linker.threshold if threshold is None else threshold
+        report.update({"threshold": threshold, "mention_threshold": threshold if mention_threshold is None else mention_threshold,
+                       "mention_margin": mention_margin})
     report["gold"] = gold_cluster_scores(docs)
     write_docbin(docs, output)
     echo_json(report)

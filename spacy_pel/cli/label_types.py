@@ -2,18 +2,23 @@
 learned from a training corpus's gold ids (:mod:`spacy_pel.pipeline.label_map`)."""
 from __future__ import annotations
 
+import configparser
 import json
+import tempfile
 from pathlib import Path
 from typing import List, Optional
 
+import numpy as np
 import spacy
 import typer
+from confection import ConfigValidationError
 
 from ..corpora import read_docbin
 from ..files import atomic_write
-from ..pipeline.label_map import learn_label_types, read_label_types, write_linker_config
+from ..pipeline.label_map import LabelTypes, learn_label_types, read_label_types, write_linker_config
 from ..retrieval.index import EntityIndex
-from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+from ..retrieval.table import EntityTable
+from ._errors import cli_errors, fail, require_dir, require_file, require_output_file, require_writable_parent
 from ._output import echo_json
 
 HELP = (
@@ -27,6 +32,35 @@ HELP = (
 
 app = typer.Typer(add_completion=False)
 LEARN = "learn"
+SHOWN_TYPES = 10  # of the KB's types, in the error for a map naming others
+
+
+def check_linker_config(config: Path) -> None:
+    """Refuse, before anything is written, a --config that is not a readable config or has no (or several)
+    pel_linker components with a label_types rule: the check is the write itself, to a scratch file."""
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            write_linker_config(config, {}, Path(scratch) / "config.cfg")
+    except ConfigValidationError as err:
+        detail = err.desc or str(err)  # the parser's own words open the last paragraph ("File contains no section headers.")
+        reason = next((ln.strip() for ln in detail.split("\n\n")[-1].splitlines() if ln.strip()), "not valid")
+        fail(f"--config {config} is not a pipeline config: {reason}")
+    except (UnicodeDecodeError, configparser.Error) as err:
+        fail(f"--config {config} is not a pipeline config: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+
+
+def check_map_types(label_types: LabelTypes, given: str, kb: Path) -> None:
+    """Refuse a given map naming KB types the KB's entities do not have: the rule would move every candidate of
+    such a label down (none fits), as if the label were wrong."""
+    EntityIndex.read_meta(kb)
+    table = EntityTable.read(kb)
+    used = np.unique(np.asarray(table.types.of)) if len(table.types) else []
+    known = sorted({t for i in used for t in table.types.sets[int(i)]})
+    unknown = sorted({t for types in label_types.values() for t in types} - set(known))
+    if unknown:
+        shown = ", ".join(known[:SHOWN_TYPES]) + (f", … ({len(known)} in all)" if len(known) > SHOWN_TYPES else "")
+        fail(f"--map {given} names KB types that {kb} does not have: {', '.join(unknown)} "
+             f"({'its types: ' + shown if known else 'its entities have no types'})")
 
 
 @app.command(help=HELP)
@@ -49,25 +83,33 @@ def main(
     require_dir(kb, "KB folder")
     if (config is None) != (config_out is None):
         fail("give --config and --config-out together")
-    if config is not None:
-        require_file(config, "pipeline config")
-        require_writable_parent(config_out, "--config-out")
     if output.is_dir():
         fail(f"output {output} is a folder; give a .json file name")
     require_writable_parent(output, "output")
     if not 0 < coverage <= 1 or not 0 <= min_share < 1:
         fail("--coverage must be in (0, 1] and --min-share in [0, 1)")
+    if config is not None:  # all checked before anything is written
+        require_file(config, "pipeline config")
+        require_output_file(config_out, "--config-out")
+        check_linker_config(config)
     if given != LEARN:
         require_file(Path(given), "--map")
         label_types, report = read_label_types(given), {"given": given}
+        check_map_types(label_types, given, kb)
     else:
         nlp = spacy.blank("en")
         docs = [d for c in corpora for d in read_docbin(nlp, c)]
         label_types, report = learn_label_types(docs, EntityIndex.from_disk(kb), coverage, min_share)
+        if not any(r["mentions"] for r in report.values()):
+            typer.secho(f"warning: no gold mentions in {', '.join(map(str, corpora))} ({len(docs)} docs): nothing to learn "
+                        "from, the map is empty (the rule does nothing)", fg="yellow", err=True)
+        elif not label_types:
+            typer.secho("warning: no label has in-KB gold mentions with KB types: the map is empty (the rule does nothing)",
+                        fg="yellow", err=True)
     atomic_write(output, lambda tmp: tmp.write_text(json.dumps(label_types, indent=2) + "\n", encoding="utf8"))
     echo_json({"label_types": label_types, "report": report})
     if config is not None:
         write_linker_config(config, label_types, config_out)
         typer.echo(f"{config} with this map → {config_out}", err=True)
-    if not label_types:
-        typer.secho("no label has in-KB gold mentions with KB types: the map is empty (the rule does nothing)", fg="yellow", err=True)
+    if given != LEARN and not label_types:
+        typer.secho(f"warning: --map {given} is empty: the rule does nothing", fg="yellow", err=True)

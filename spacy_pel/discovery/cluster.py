@@ -15,6 +15,7 @@ Command line (gold-span corpus in, linked/discovered corpus out, counts JSON on 
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -113,6 +114,7 @@ def cluster(
     edge only when it is that much stronger; β = ``inf`` puts every entity edge first (independent
     linking above λ, with mentions below λ joining their nearest mentions' clusters).
     """
+    check_floors(threshold, mention_threshold, mention_margin)
     vecs = np.ascontiguousarray(mention_vecs, dtype=np.float32)
     m = len(vecs)
     if m == 0:
@@ -140,6 +142,16 @@ def cluster(
     _, first, labels = np.unique(roots[:m], return_index=True, return_inverse=True)
     renumber = np.argsort(np.argsort(first))  # components numbered in order of their first mention
     return entity_for_mention, renumber[labels.reshape(-1)].astype(np.int64)
+
+
+def check_floors(threshold: Optional[float], mention_threshold: Optional[float], mention_margin: float) -> None:
+    """Refuse (``ValueError``) a NaN floor or margin, which fails every comparison (every edge dropped: every
+    mention its own NIL cluster), and a negative margin. ``±inf`` floors and ``inf`` margin keep their meanings."""
+    for name, value in (("threshold", threshold), ("mention_threshold", mention_threshold), ("mention_margin", mention_margin)):
+        if value is not None and math.isnan(value):
+            raise ValueError(f"{name} must be a number, not NaN")
+    if mention_margin < 0:
+        raise ValueError(f"mention_margin must be at least 0, not {mention_margin}")
 
 
 def _constrained_union(n_nodes: int, n_mentions: int, us: List[int], vs: List[int]) -> List[int]:
@@ -246,7 +258,8 @@ def discover(
       ``mention_threshold`` and ``mention_margin``;
     * ``pipeline`` — the linker links every mention as it would alone (its rules and NIL decision),
       and only the mentions it calls NIL are clustered, among themselves, with ``mention_threshold``
-      (:func:`pipeline_nil_clusters`).
+      (:func:`pipeline_nil_clusters`); ``mention_margin`` has no entity edges to weigh against and is
+      not used, and a ``threshold`` is refused (``ValueError``), as are NaN floors (:func:`check_floors`).
 
     Returns the counts ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
     """
@@ -255,6 +268,10 @@ def discover(
     linker = _linker(nlp_or_linker)
     linker.ensure_loaded()
     linking = resolve_linking(linker, linking, threshold)
+    check_floors(threshold, mention_threshold, mention_margin)
+    if linking == "pipeline" and threshold is not None:
+        raise ValueError("threshold is clustering inference's edge floor; linking 'pipeline' keeps the linker's own NIL "
+                         "decisions and clusters its NIL mentions by mention_threshold alone: drop it, or link with 'cluster'")
     docs = list(docs)
     spans = [[(s.start, s.end, s.label) for s in doc_spans(doc, spans_key)] for doc in docs]
     keys = [  # (doc index, start char, end char, label): unique and sortable
