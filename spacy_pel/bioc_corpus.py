@@ -60,7 +60,8 @@ def _documents_xml(path: Path) -> Iterator[Tuple[Optional[bioc.BioCDocument], st
 def _documents_json(path: Path) -> Iterator[Tuple[Optional[bioc.BioCDocument], str, Optional[Exception]]]:
     """(document, place, error) per document of a BioC JSON collection; JSON syntax errors raise FILE:LINE."""
     try:
-        with open(path, encoding="utf8", newline="") as fp:  # lines end at \n only, as everywhere
+        # a UTF-8 BOM is allowed, as in every other reader (and by the XML parser); lines end at \n only
+        with open(path, encoding="utf-8-sig", newline="") as fp:
             obj = json.load(fp)
     except UnicodeDecodeError as err:
         raise BioCFormatError(path, "", f"not UTF-8 text (byte 0x{err.object[err.start]:02x})", line=1) from err

@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -165,3 +166,49 @@ def test_errors_file_from_the_command_line(kb_dir, tmp_path):
     assert sum(report["errors"]["kinds"].values()) == 3 and f"the errors, one per line: {errors}" in result.output
     result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--e2e", "--errors", str(errors)])
     assert result.exit_code != 0 and "--errors lists gold mentions" in result.output and "Traceback" not in result.output
+
+
+def cli_error(args) -> str:
+    """The one ``error: …`` line of a refused command (exit status 2, no traceback)."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+def test_a_corpus_without_gold_mentions_is_refused(kb_dir, tmp_path):
+    """No gold mention: nothing to evaluate, not an accuracy of 0.000 with exit status 0."""
+    nlp = spacy.blank("en")
+    write_docbin([gold_doc(nlp, [])], tmp_path / "none.spacy")
+    assert "nothing to evaluate" in cli_error([tmp_path / "none.spacy", "--kb", kb_dir])
+    assert not (tmp_path / "m.json").exists()
+    # a linker of some labels only: the corpus has gold mentions, none of the labels it links
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": {"@misc": "spacy_pel.mentions.ents.v1",
+                                                                        "labels": ["Chemical"]}})
+    nlp.to_disk(tmp_path / "chemicals")
+    write_docbin([gold_doc(nlp, [(0, 2, "D1")])], tmp_path / "x.spacy")  # labelled X
+    message = cli_error([tmp_path / "x.spacy", "--pipeline", tmp_path / "chemicals", "--output", tmp_path / "m.json"])
+    assert "none of its gold mentions has a label the linker links" in message and not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_threshold_that_is_not_finite_is_refused(kb_dir, tmp_path, value):
+    write_docbin([gold_doc(spacy.blank("en"), [(0, 2, "D1")])], tmp_path / "gold.spacy")
+    assert f"--threshold must be a finite number, not {value}" in cli_error(
+        [tmp_path / "gold.spacy", "--kb", kb_dir, "--threshold", value])
+
+
+def test_reports_are_written_atomically(kb_dir, tmp_path):
+    """--output and --markdown replace the file whole (a new file renamed into place): a reader holding the
+    previous report — here a hard link to it — never sees it rewritten in place, or half-written."""
+    write_docbin([gold_doc(spacy.blank("en"), [(0, 2, "D1")])], tmp_path / "gold.spacy")
+    out, md = tmp_path / "m.json", tmp_path / "m.md"
+    for path in (out, md):
+        path.write_text("previous report", encoding="utf8")
+        os.link(path, tmp_path / f"held_{path.name}")
+    result = CliRunner().invoke(app, [str(tmp_path / "gold.spacy"), "--kb", str(kb_dir), "--output", str(out),
+                                      "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["counts"]["in_kb"] == 1 and md.read_text().startswith("## spacy_pel evaluation")
+    assert all((tmp_path / f"held_{p.name}").read_text() == "previous report" for p in (out, md))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left

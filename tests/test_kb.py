@@ -165,3 +165,20 @@ def test_obo_terms_without_a_namespace_take_the_default_namespace(tmp_path):
 def test_unknown_format(kb_file):
     with pytest.raises(ValueError, match="unknown KB format"):
         read_kb(kb_file, "xlsx")
+
+
+def test_an_id_holding_a_bar_from_a_reader_of_another_package_is_refused(tmp_path):
+    """A reader that makes its entities without the Collector: read_kb refuses its ``A|B`` id (a corpus would
+    read it back as two ids) in one line naming the file."""
+    import catalogue
+
+    from spacy_pel.files import InputError
+    from spacy_pel.kb import Entity, register_kb_reader
+
+    register_kb_reader("test_bar")(lambda path, bad_lines=None: [Entity("A", "alpha"), Entity("B|C", "beta")])
+    try:
+        path = write(tmp_path, "kb.txt", "anything\n")
+        with pytest.raises(InputError, match=r"kb\.txt: entity id 'B\|C' \(read as test_bar\) holds '\|'"):
+            read_kb(path, "test_bar")
+    finally:
+        catalogue._remove(("spacy_pel", "kb_readers", "test_bar"))

@@ -161,6 +161,21 @@ def test_json_errors(tmp_path):
     location_error(write(tmp_path, '{"documents": [5]}', "d.json"), "document #1", "not a BioC document")
 
 
+def test_a_utf8_bom_is_fine_in_json_as_in_xml(tmp_path):
+    """A BioC file saved with a UTF-8 byte order mark (Windows tools write one) reads as without it."""
+    (pdoc,) = read_bioc(write(tmp_path, XML))
+    as_json = bioc.biocjson.dumps(pubtator_to_bioc([pdoc]))
+    for name, text in (("bom.json", as_json), ("bom.xml", XML)):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf8"))
+        (again,) = read_bioc(path)
+        assert (again.pmid, again.text) == (pdoc.pmid, pdoc.text)
+        assert [(a.start, a.end, a.ids) for a in again.annotations] == [(a.start, a.end, a.ids) for a in pdoc.annotations]
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(b"\xef\xbb\xbf" + as_json.encode("utf8").replace(b'"documents"', b'\n"documents",', 1))
+    assert location_error(broken, "not valid JSON").line == 2  # lines counted as without the mark
+
+
 def test_skip_bad_lines_keeps_the_rest(tmp_path):
     bad = XML.replace("<text>Lithium</text>", "<text>Lithiun</text>")
     bad_lines = BadLines()
@@ -183,14 +198,17 @@ def test_formats_and_several_inputs(tmp_path):
     result = CliRunner().invoke(app, [str(xml), str(DEMO), str(tmp_path / "demo.spacy"), str(tmp_path / "all.spacy"),
                                       "--format", "bioc-xml"])
     assert result.exit_code == 2 and f"{DEMO}:1: not well-formed BioC XML" in result.output  # --format is for every input
-    result = CliRunner().invoke(app, [str(write(tmp_path, XML)), str(DEMO), str(tmp_path / "demo.spacy"), str(tmp_path / "all.spacy")])
+    # three inputs in three formats, each document once (the same document twice is not two documents)
+    convert_corpora([write(tmp_path, XML.replace("<id>100</id>", "<id>101</id>"), "other.xml")], tmp_path / "other.spacy")
+    result = CliRunner().invoke(app, [str(write(tmp_path, XML)), str(DEMO), str(tmp_path / "other.spacy"), str(tmp_path / "all.spacy")])
     assert result.exit_code == 0, result.output
     stats = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
     assert stats["formats"] == ["bioc-xml", "pubtator", "spacy"]
     demo = read_docbin(NLP, tmp_path / "demo.spacy")
     docs = read_docbin(NLP, tmp_path / "all.spacy")
-    assert len(docs) == 1 + 2 * len(demo) == stats["docs"]
-    assert [doc_summary(d) for d in docs[1:]] == [doc_summary(d) for d in demo + demo]
+    assert len(docs) == 2 + len(demo) == stats["docs"]
+    assert [doc_summary(d) for d in docs[1:-1]] == [doc_summary(d) for d in demo]
+    assert [d.user_data.get("pmid") for d in (docs[0], docs[-1])] == ["100", "101"]
 
 
 # ---------------------------------------------------------------- fuzzing

@@ -99,6 +99,46 @@ def test_obo_refused_header_does_not_merge_into_previous_term(tmp_path):
     assert bad.count == 1 and "t.obo:7: malformed stanza header" in bad.examples[0]
 
 
+def test_obo_comment_is_stripped_outside_quoted_strings_only(tmp_path):
+    """OBO 1.4: a trailing ``! comment`` starts outside quoted strings; a def or synonym may hold `` ! ``
+    and escaped quotes."""
+    text = ('format-version: 1.4\n\n[Term]\nid: X:1 ! the first\nname: heart attack ! a comment\n'
+            'def: "Death of heart muscle ! a very bad thing." [PMID:1 "a ! b"] ! comment\n'
+            'synonym: "say \\"MI\\" ! loudly" EXACT [] ! comment "quoted"\n'
+            'synonym: "plain" EXACT []\n')
+    (first,) = read_kb(write(tmp_path, "t.obo", text), "obo")
+    assert (first.id, first.name, first.description) == ("X:1", "heart attack", "Death of heart muscle ! a very bad thing.")
+    assert first.aliases == ['say "MI" ! loudly', "plain"]
+    # a quote left open is no quoted string: the comment is stripped, and the def refused as before
+    refused(write(tmp_path, "u.obo", GOOD["obo"] + 'def: "open ! comment\n'), "obo", 6, "def value must start with a quoted string")
+
+
+def test_ids_names_aliases_and_types_are_stripped(tmp_path):
+    """White space around an id is not kept in any format (a corpus's ids are read stripped): `` D1 `` is
+    ``D1``, and a second ``D1`` is a duplicate."""
+    path = write(tmp_path, "kb.jsonl", '{"id": " D1 ", "name": " x ", "aliases": [" y ", "", "x", "y"], "types": [" T "]}\n')
+    (entity,) = read_kb(path, "jsonl")
+    assert (entity.id, entity.name, entity.aliases, entity.types) == ("D1", "x", ["y"], ["T"])
+    refused(write(tmp_path, "two.jsonl", '{"id": " D1 ", "name": "x"}\n{"id": "D1", "name": "y"}\n'), "jsonl", 2,
+            "duplicate entity id 'D1' (first seen at")
+    refused(write(tmp_path, "blank.jsonl", '{"id": " D1 ", "name": "x"}\n{"id": " ", "name": "y"}\n'), "jsonl", 2,
+            "non-empty id and name")
+
+
+@pytest.mark.parametrize("format, text, line", [
+    ("jsonl", GOOD["jsonl"] + '{"id": "B|C", "name": "beta"}\n', 2),
+    ("obo", GOOD["obo"] + "\n[Term]\nid: X:2|X:3\nname: beta\n", 7),
+    ("csv", "id,name\nA,alpha\nB|C,beta\n", 3),
+    ("tsv", "A\talpha\nB|C\tbeta\n", 2),
+])
+def test_an_id_holding_a_bar_is_refused(tmp_path, format, text, line):
+    """``A|B`` is how a corpus writes a composite mention's ids: a KB id holding ``|`` would be read back as two."""
+    err = refused(write(tmp_path, f"kb.{format}", text), format, line, "holds '|'")
+    assert "composite mention" in str(err)
+    bad = BadLines()
+    assert [e.id for e in read_kb(tmp_path / f"kb.{format}", format, bad) if "|" in e.id] == [] and bad.count == 1
+
+
 def test_mesh_descriptor_with_extra_columns(tmp_path):
     path = write(tmp_path, "m.tsv", GOOD["mesh"] + "D000002\tname\t\tD03\t\textra\n")
     refused(path, "mesh", 2, "at most 5 tab-separated columns, not 6")

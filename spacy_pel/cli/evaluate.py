@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -9,10 +10,10 @@ from typing import Optional
 import typer
 from tqdm.auto import tqdm
 
-from ..corpora import bare_doc, corpus_ids, read_docbin
+from ..corpora import bare_doc, corpus_ids, read_docbin, require_gold_spans
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
-from ..files import write_jsonl
+from ..files import atomic_write, write_jsonl
 from ..pipeline.linker import load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
 from ._errors import (
@@ -60,6 +61,8 @@ def main(
     require_pipeline_or_kb(pipeline, kb, encoder)
     require_file(corpus, "corpus")
     require_file(train, "training corpus")
+    if threshold is not None and not math.isfinite(threshold):
+        fail(f"--threshold must be a finite number, not {threshold}")
     if errors is not None and e2e:
         fail("--errors lists gold mentions linked wrongly: it goes without --e2e")
     for path in (output, md, errors):
@@ -75,6 +78,7 @@ def main(
         check_finds_mentions(pipeline, "--e2e")
     nlp, linker = load_pipeline(pipeline, kb, encoder, linker_name)
     docs = read_docbin(nlp, corpus)
+    require_gold_spans(corpus, docs, "nothing to evaluate")
     if e2e:
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them
         raw = [bare_doc(d, nlp.vocab) if corpus_tokens else nlp.make_doc(d.text) for d in docs]
@@ -96,6 +100,8 @@ def main(
             train_ids = canonical_ids(linker, corpus_ids(train_docs))
             training = surface_ids(train_docs, linker.index.canonical)
         rows, seconds = mention_table(linker, docs, progress=True)
+        if not rows:  # a linker of some labels only (one per KB), none of which the corpus's mentions have
+            fail(f"{corpus}: none of its gold mentions has a label the linker links: nothing to evaluate")
         threshold = linker.threshold if threshold is None else threshold
         report = metrics(rows, seconds, linker.index.row, train_ids, threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
@@ -107,8 +113,6 @@ def main(
             write_jsonl(found, errors)
     typer.echo(text)
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2), encoding="utf8")
+        atomic_write(output, lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
     if md:
-        md.parent.mkdir(parents=True, exist_ok=True)
-        md.write_text(text, encoding="utf8")
+        atomic_write(md, lambda tmp: tmp.write_text(text, encoding="utf8"))

@@ -2,7 +2,7 @@
 
 :func:`normalize` is the lookup key of a name; :class:`KBFormatError` the error every reader raises
 (``FILE:LINE: reason``); :class:`Collector` keeps a reader's entities in file order and refuses an empty
-id or name, a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
+id or name, an id holding ``|``, a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
 :func:`split` are the small text helpers the readers use.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .. import files
 PathLike = Union[str, Path]
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+ID_SEP = "|"  # joins the ids of a composite mention in a corpus (corpora.ID_SEP): never in a KB id
 
 
 def normalize(text: str) -> str:
@@ -78,7 +79,8 @@ def nonblank_lines(path: Path, bad_lines: Optional[files.BadLines]) -> Iterator[
 
 
 class Collector:
-    """Keeps entities in file order and refuses a duplicate id, naming both lines.
+    """Keeps entities in file order and refuses a duplicate id, naming both lines; strips the id and name
+    (a duplicate is one after stripping) and refuses an id holding :data:`ID_SEP`.
 
     With ``bad_lines`` a refused entity is recorded there and left out; without, it raises.
     """
@@ -92,8 +94,12 @@ class Collector:
         files.reject(KBFormatError(path, line, message), self.bad_lines)
 
     def add(self, entity: Entity, path: PathLike, line: int) -> None:
-        if not entity.id.strip() or not entity.name.strip():
+        entity.id, entity.name = entity.id.strip(), entity.name.strip()  # as a corpus's ids are read
+        if not entity.id or not entity.name:
             return self.fail(path, line, "entity needs a non-empty id and name")
+        if ID_SEP in entity.id:
+            return self.fail(path, line, f"entity id {entity.id!r} holds {ID_SEP!r}, which joins the ids of a "
+                                         "composite mention in a corpus (A|B): it would be read as several ids")
         texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
         if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
             return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")

@@ -5,7 +5,8 @@
     {"id": "D008094", "name": "Lithium", "aliases": ["Li"], "types": ["Chemicals and Drugs"],
      "description": "", "extra": {"tree_numbers": ["D01.268.556.579"]}}
 
-Only ``id`` and ``name`` are required.
+Only ``id`` and ``name`` are required. White space around the id, the name, an alias or a type is not
+kept (``" D1 "`` is ``D1``, and a second ``D1`` a duplicate), as in the other formats.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 from .. import files
-from .entity import Collector, Entity, PathLike, nonblank_lines
+from .entity import Collector, Entity, PathLike, nonblank_lines, unique
 from .registry import register_kb_reader
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -42,6 +43,15 @@ def _jsonl_problem(data: object, line: str) -> Optional[str]:
     return None
 
 
+def _entity(data: dict) -> Entity:
+    """The entity of a record, its texts stripped as the other formats' readers strip them: the id and name
+    (by :class:`Collector`), each alias and type (an empty one, a repeated one or the name dropped)."""
+    entity = Entity.from_dict(data)
+    entity.aliases = unique(entity.aliases, entity.name.strip())
+    entity.types = unique(entity.types)
+    return entity
+
+
 @register_kb_reader("jsonl")
 def read_jsonl(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
     path = Path(path)
@@ -59,7 +69,7 @@ def read_jsonl(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> Li
         if problem:
             out.fail(path, lineno, problem)
             continue
-        out.add(Entity.from_dict(data), path, lineno)
+        out.add(_entity(data), path, lineno)
     return out.result()
 
 

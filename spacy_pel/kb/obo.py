@@ -10,9 +10,21 @@ from .entity import Collector, Entity, KBFormatError, PathLike, unique
 from .registry import register_kb_reader
 
 _OBO_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
+# what a trailing comment is looked for past: a quoted string (escaped quotes in it), an escaped
+# character, or the comment's start, `` ! `` (a `!` between white space, or ending the line)
+_OBO_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|\\.|\s!(?=\s|$)')
 _OBO_TAG = re.compile(r"^[A-Za-z0-9_-]+$")
 OBO_STANZAS = ("Term", "Typedef", "Instance")
 _OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one is refused, not kept
+
+
+def without_comment(value: str) -> str:
+    """A tag's value without its trailing ``! comment``: a `` ! `` outside quoted strings (OBO 1.4: a
+    ``def`` or ``synonym`` text may hold `` ! `` and escaped quotes ``\\"``; ``\\!`` is no comment)."""
+    for match in _OBO_COMMENT.finditer(value):
+        if not match.group().startswith(('"', "\\")):
+            return value[: match.start()]
+    return value
 
 
 @register_kb_reader("obo")
@@ -74,7 +86,7 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
         if not sep or not _OBO_TAG.match(tag):
             out.fail(path, lineno, "expected 'tag: value'")
             continue
-        value = value.split(" ! ")[0].strip()
+        value = without_comment(value).strip()
         if stanza is None and tag == "default-namespace" and value:
             header[tag] = [value]
         if stanza is None or stanza["kind"] is None:
