@@ -1,6 +1,7 @@
 """KB self-alignment (spacy_pel.training.adapt), its pair losses and the shared negatives."""
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -171,3 +172,70 @@ def test_adapt_cli_one_line_errors_and_a_run(synonym_kb, tiny_encoder_dir, tmp_p
     assert ok.exit_code == 0, ok.output
     report = json.loads(ok.output[ok.output.index("{"):], parse_constant=lambda c: pytest.fail(f"{c} in the report"))
     assert report["step"] == 1 and report["best"] is None
+
+
+def test_adapt_refuses_an_output_it_would_destroy(synonym_kb, tiny_encoder_dir, tmp_path, monkeypatch):
+    """-o is replaced at the end: a file, a folder of other files or a foreign OUTPUT.work is refused in one
+    line before any work, and left as it was; a new or empty folder, or an encoder folder, is written."""
+    from spacy_pel.cli import adapt as adapt_cli
+    from spacy_pel.files import InputError
+
+    thesis = tmp_path / "mine"
+    thesis.mkdir()
+    (thesis / "thesis.txt").write_text("data", encoding="utf8")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x", encoding="utf8")
+    (tmp_path / "w.work").mkdir()
+    (tmp_path / "w.work" / "keep.txt").write_text("d", encoding="utf8")
+    monkeypatch.setattr(adapt_cli, "adapt_retriever", lambda *a, **k: pytest.fail("adapt started"))
+    runner = CliRunner()
+    for output, words in ((thesis, "not an encoder folder"), (a_file, "is a file"), (tmp_path / "w", "not a work folder")):
+        for objective in ("retriever", "names"):
+            bad = runner.invoke(app, ["adapt", str(synonym_kb), "-o", str(output), "--encoder", str(tiny_encoder_dir),
+                                      "--max-steps", "1", "--objective", objective])
+            assert bad.exit_code == 2 and words in bad.output and len(bad.output.strip().splitlines()) == 1, bad.output
+    with pytest.raises(InputError, match="not an encoder folder"):  # the library refuses it too
+        adapt(None, thesis, settings(synonym_kb, tiny_encoder_dir), progress=False)
+    assert (thesis / "thesis.txt").read_text(encoding="utf8") == "data" and sorted(p.name for p in thesis.iterdir()) == ["thesis.txt"]
+    assert a_file.read_text(encoding="utf8") == "x" and (tmp_path / "w.work" / "keep.txt").exists()
+    assert not list(tmp_path.glob(".*"))  # nothing hidden left behind
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    adapt(None, empty, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 1}), progress=False)
+    assert (empty / "pel_encoder.json").exists()
+    # its own earlier output (an encoder folder) is written again: the run resumes from empty.work
+    state = adapt(None, empty, settings(synonym_kb, tiny_encoder_dir, **{"training.max_steps": 2}), progress=False)
+    assert state["step"] == 2
+
+
+def test_start_encoder_identity_is_a_folders_content_or_a_name(tiny_encoder_dir, tmp_path):
+    from spacy_pel.training.adapt import start_encoder_identity
+
+    assert start_encoder_identity("all-MiniLM-L6-v2", tmp_path / "out") == {"name": "all-MiniLM-L6-v2"}
+    start = tmp_path / "start"
+    shutil.copytree(tiny_encoder_dir, start)
+    first = start_encoder_identity(str(start), tmp_path / "out")
+    assert first == start_encoder_identity(str(tiny_encoder_dir), tmp_path / "out")  # a copy is the same encoder
+    (start / "out.work").mkdir()  # the run's own output and work folder inside the start folder do not count
+    (start / "out.work" / "inputs.json").write_text("{}", encoding="utf8")
+    assert start_encoder_identity(str(start), start / "out") == first
+    (start / "tokenizer" / "vocab.txt").write_text("changed", encoding="utf8")
+    assert start_encoder_identity(str(start), start / "out") != first
+
+
+def test_adapt_starts_over_when_the_start_encoder_changes(synonym_kb, tiny_encoder_dir, other_tiny_bert, tmp_path,
+                                                          caplog):
+    """Another encoder under the same --encoder path: the work folder made from the old one is discarded, and
+    the output is the new encoder's, as a run into a new folder writes it."""
+    start, out = tmp_path / "start", tmp_path / "adapted"
+    shutil.copytree(tiny_encoder_dir, start)
+    adapt(None, out, settings(synonym_kb, start, **{"training.max_steps": 3}), progress=False)
+    old = BiEncoder.from_pretrained(out).fingerprint()
+    shutil.rmtree(start)
+    BiEncoder.from_pretrained(other_tiny_bert).save(start)
+    with caplog.at_level(logging.WARNING, logger="spacy_pel.training.adapt"):
+        adapt(None, out, settings(synonym_kb, start, **{"training.max_steps": 3}), progress=False)
+    assert "another start encoder" in caplog.text and "starting over" in caplog.text
+    fresh = tmp_path / "fresh"
+    adapt(None, fresh, settings(synonym_kb, start, **{"training.max_steps": 3}), progress=False)
+    assert BiEncoder.from_pretrained(out).fingerprint() == BiEncoder.from_pretrained(fresh).fingerprint() != old

@@ -1,5 +1,6 @@
 """``patience``: the training loop stops after that many evaluations in a row without a new best, and
 keeps the best model; 0 never stops early."""
+import json
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 from spacy_pel.evaluation.evaluators import Evaluator
 from spacy_pel.files import InputError
 from spacy_pel.training.config import LoopSettings
-from spacy_pel.training.loop import StepOutput, Task, TrainingLoop
+from spacy_pel.training.loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
 
 
 class Scripted(Evaluator):
@@ -90,3 +91,40 @@ def test_a_checkpoint_of_another_optimizer_layout_is_one_clear_error(tmp_path):
     TrainingLoop(Linear([0.5]), LoopSettings(eval_every=2), out).run(progress=False)
     with pytest.raises(InputError, match="does not fit the model being trained.*resume false"):
         TrainingLoop(TwoGroups([0.5]), LoopSettings(eval_every=2), out, out / "last")
+
+
+NAN = float("nan")
+
+
+def test_no_dev_metric_keeps_the_last_model_and_never_stops_early(tmp_path):
+    """A NaN dev metric (nothing to evaluate on) never becomes a "best" score: each evaluation keeps the latest
+    model, so the last step's is the one in DIR/best, and patience (which counts from the best) never stops it."""
+    task, state = run(tmp_path, 2, [NAN])
+    assert state["step"] == 20 and "stopped_early" not in state
+    assert state["best"] is None and state["best_step"] == 20 and "no dev metric" in state["selected"]
+    assert float((tmp_path / "p2" / "best" / "weight.txt").read_text()) == float(task.weight)
+
+
+def test_a_real_metric_chooses_over_nan_ones(tmp_path):
+    task, state = run(tmp_path, 0, [NAN, 0.5, 0.4, NAN, 0.45])
+    assert state["best"] == 0.5 and state["best_step"] == 4 and "selected" not in state
+    task, state = run(tmp_path / "later", 0, [0.3, NAN, 0.2])  # a NaN after a real score does not replace it
+    assert state["best"] == 0.3 and state["best_step"] == 2
+
+
+def test_a_resumed_run_without_dev_metric_keeps_its_last_model(tmp_path):
+    """A checkpoint whose best is the first NaN-scored model (as an older version kept): resuming it, even
+    with no step left to run, evaluates and keeps the last model."""
+    out = tmp_path / "run"
+    task = Linear([NAN])
+    TrainingLoop(task, LoopSettings(eval_every=2), out).run(progress=False)
+    state_file = out / "last" / "state.json"
+    saved = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**saved, "best": NAN, "best_step": 2}))
+    (out / "best" / "weight.txt").write_text("0.0")
+    resumed = Linear([NAN])
+    with torch.no_grad():  # the task's model as resumed from DIR/last
+        resumed.weight.fill_(float((out / "last" / "weight.txt").read_text()))
+    state = TrainingLoop(resumed, LoopSettings(eval_every=2), out, checkpoint_to_resume(out)).run(progress=False)
+    assert resumed.seen == 0 and state["best_step"] == 20 and state["best"] is None
+    assert float((out / "best" / "weight.txt").read_text()) == float(task.weight)

@@ -1,6 +1,7 @@
 """KB self-alignment in the retriever's formats (spacy_pel.training.self_alignment, .synonyms)."""
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -183,3 +184,47 @@ def test_nothing_to_train_writes_the_start_encoder_as_it_is(synonym_kb, tiny_enc
     state = adapt_retriever(None, tmp_path / "d", settings(synonym_kb, tiny_encoder_dir, **{
         "synonyms.steps": 0, "paths.train": str(tmp_path / "train.spacy"), "training.max_steps": 1}), progress=False)
     assert "unchanged" not in state
+
+
+def test_with_nothing_held_out_the_last_step_is_written(synonym_kb, tiny_encoder_dir, tmp_path, caplog):  # noqa: F811
+    """No held-out entity (eval_entities 0, or fewer than ten entities with synonyms): dev_r1 is NaN at every
+    evaluation, so nothing can choose; the model of the last step is written, and the report says so."""
+    out = tmp_path / "a"
+    extra = {"synonyms.eval_entities": 0}
+    with caplog.at_level(logging.INFO, logger="spacy_pel"):
+        state = adapt_retriever(None, out, settings(synonym_kb, tiny_encoder_dir, **extra), progress=False)
+    assert [h["step"] for h in state["history"]] == [15, 30]
+    assert state["best"] is None and state["best_step"] == 30 and "no dev metric" in state["selected"]
+    assert "last step" in caplog.text
+    last = BiEncoder.from_pretrained(tmp_path / "a.work" / "last" / "encoder").fingerprint()
+    assert BiEncoder.from_pretrained(out).fingerprint() == last
+    assert json.loads((out / "adapt_log.json").read_text(encoding="utf8"))["best_step"] == 30
+    # the same when a time budget cut the run and it resumed
+    cut = adapt_retriever(None, tmp_path / "b", settings(synonym_kb, tiny_encoder_dir, **extra, **{"training.max_minutes": 0.001}),
+                          progress=False)
+    assert cut["step"] < 30 and cut["best_step"] == cut["step"]
+    state = adapt_retriever(None, tmp_path / "b", settings(synonym_kb, tiny_encoder_dir, **extra), progress=False)
+    assert state["step"] == 30 and state["best_step"] == 30 and state["best"] is None
+    last = BiEncoder.from_pretrained(tmp_path / "b.work" / "last" / "encoder").fingerprint()
+    assert BiEncoder.from_pretrained(tmp_path / "b").fingerprint() == last
+
+
+def test_adapt_starts_over_when_the_start_encoder_changes(synonym_kb, tiny_encoder_dir, other_tiny_bert,  # noqa: F811
+                                                          tmp_path, caplog):
+    """``cp -r enc X; adapt -o A --encoder X; rm -rf X; cp -r enc2 X; adapt -o A --encoder X``: the second run
+    starts over from the new X (the path is the same, the encoder is not)."""
+    start, out = tmp_path / "start", tmp_path / "a"
+    extra = {"synonyms.steps": 4, "training.eval_every": 4}
+    shutil.copytree(tiny_encoder_dir, start)
+    adapt_retriever(None, out, settings(synonym_kb, start, **extra), progress=False)
+    old = BiEncoder.from_pretrained(out).fingerprint()
+    with caplog.at_level(logging.WARNING, logger="spacy_pel.training.adapt"):
+        adapt_retriever(None, out, settings(synonym_kb, start, **extra), progress=False)
+        assert "starting over" not in caplog.text  # the same encoder: resumed
+        shutil.rmtree(start)
+        BiEncoder.from_pretrained(other_tiny_bert).save(start)
+        adapt_retriever(None, out, settings(synonym_kb, start, **extra), progress=False)
+    assert "another start encoder" in caplog.text and "starting over" in caplog.text
+    adapt_retriever(None, tmp_path / "fresh", settings(synonym_kb, start, **extra), progress=False)
+    new = BiEncoder.from_pretrained(out).fingerprint()
+    assert new != old and new == BiEncoder.from_pretrained(tmp_path / "fresh").fingerprint()

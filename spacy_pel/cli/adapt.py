@@ -8,7 +8,7 @@ import typer
 from spacy.cli._util import parse_config_overrides  # spaCy's own --section.key value parser
 
 from ..kb import READERS
-from ..training.adapt import adapt
+from ..training.adapt import adapt, check_output
 from ..training.self_alignment import adapt_retriever
 from ._errors import cli_errors, fail, require_file, require_writable_parent
 from ._output import echo_json
@@ -16,7 +16,7 @@ from ._output import echo_json
 HELP = (
     "Teach an encoder a KB's own synonyms, with no annotated text needed.\n\n"
     "Reads a KB file or folder (jsonl, mesh, medic, obo, umls, csv or tsv) and writes an encoder folder to use with build-kb, train or a "
-    "pipeline; an interrupted run resumes from OUTPUT.work/. --objective names trains on name pairs instead, and any config "
+    "pipeline (OUTPUT: a new or empty folder, or an encoder folder to replace); an interrupted run resumes from OUTPUT.work/. --objective names trains on name pairs instead, and any config "
     "setting can be overridden as --section.key value.\n\n"
     "Example: python -m spacy_pel adapt assets/mesh --format mesh -o training/adapted --max-minutes 20"
 )
@@ -54,6 +54,7 @@ def main(
     if objective not in OBJECTIVES:
         fail(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
     require_writable_parent(output, "output")
+    check_output(output)  # a file or a folder of other files would be replaced: refused before any work
     names = objective == "names"
     overrides = {"kb.path" if names else "paths.kb": str(kb), "kb.format" if names else "paths.kb_format": format,
                  **parse_config_overrides(ctx.args)}
@@ -66,5 +67,5 @@ def main(
             fail(f"{option} {value} and --{key} {overrides[key]} set the same thing: give one of them")
         overrides[key] = value
     state = (adapt if names else adapt_retriever)(config, output, overrides)
-    keys = ("step", "best", "best_step", "train_seconds", "names", "entities", "train_pairs_entities", "unchanged")
+    keys = ("step", "best", "best_step", "selected", "train_seconds", "names", "entities", "train_pairs_entities", "unchanged")
     echo_json({k: state[k] for k in keys if k in state})

@@ -15,10 +15,16 @@ is a starting point for mention training (``train``, both towers learning) and a
 Held out: ``eval_entities`` entities with two or more names; the evaluation scores how often one of
 their synonyms finds its entity's name first among those names and ``eval_pool`` other KB names
 (``synonym_r1``); the best model so far is the one written. The loop (:mod:`.loop`) resumes from
-``ENCODER.work/last``; a work folder made from another KB file or config is discarded.
+``ENCODER.work/last``; a work folder made from another KB file, config or start encoder (a folder's
+files, or a model name: :func:`start_encoder_identity`) is discarded.
+
+``ENCODER`` is replaced at the end, so it must be new, an empty folder or an encoder folder (one with
+``pel_encoder.json``: an earlier run's output, or a trained encoder); anything else is refused before
+any work (:func:`check_output`), as is an ``ENCODER.work`` that is not a work folder of adapt's.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -33,7 +39,7 @@ import torch
 from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write, file_digest
 from ..kb import Entity, kb_files, read_kb
-from ..models.encoder import BiEncoder
+from ..models.encoder import CONFIG_FILE, BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
 from .config import PathLike
@@ -236,12 +242,48 @@ def shared_tower_encoder(encoder: BiEncoder) -> BiEncoder:
 
 
 # ------------------------------------------------------------------ running it
-def inputs_stamp(cfg: AdaptConfig) -> Dict[str, Any]:
-    """What a work folder was made from: the settings and the KB files' content hash."""
+def check_output(output: Path) -> None:
+    """Refuse an ``output`` that writing the encoder would destroy: a file, or a folder with files in it
+    that is not an encoder folder (no ``pel_encoder.json``), and an ``output.work`` that is not adapt's."""
+    output, work = Path(output), work_folder(Path(output))
+    if output.exists() and not output.is_dir():
+        raise InputError(f"output {output} is a file, not an encoder folder: adapt would replace it; give another -o")
+    if output.is_dir() and any(output.iterdir()) and not (output / CONFIG_FILE).is_file():
+        raise InputError(f"output {output} is a folder of other files (no {CONFIG_FILE}: not an encoder folder): adapt "
+                         "would replace it and everything in it; give a new or empty folder as -o")
+    if work.exists() and not (work.is_dir() and (not any(work.iterdir()) or (work / STAMP_FILE).is_file())):
+        raise InputError(f"{work} (where adapt keeps the resumable state of -o {output}) exists and is not a work "
+                         f"folder of adapt's (no {STAMP_FILE}): adapt would delete it; move it or give another -o")
+
+
+def work_folder(output: Path) -> Path:
+    """The resumable state of a run writing ``output``."""
+    return output.with_name(output.name + WORK_SUFFIX)
+
+
+def start_encoder_identity(base: str, output: Path) -> Dict[str, str]:
+    """What the run starts from: for a local folder, the SHA-256 of its files (their relative paths and
+    contents; any of ``output`` and its work folder below it left out), so a folder replaced under the same
+    name counts as another encoder; otherwise the model name."""
+    root = Path(str(base))
+    if not root.is_dir():
+        return {"name": str(base)}
+    root = root.resolve()
+    skip = [p for p in (Path(output).resolve(), work_folder(Path(output).resolve())) if p != root]
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if not any(path.is_relative_to(s) for s in skip):
+            h.update(f"{path.relative_to(root).as_posix()}\0{file_digest(path)}\n".encode())
+    return {"folder_sha256": h.hexdigest()}
+
+
+def inputs_stamp(cfg: AdaptConfig, output: Path) -> Dict[str, Any]:
+    """What a work folder was made from: the settings, the KB files' content hash and the start encoder."""
     settings = asdict(cfg)
     for key in ("max_minutes", "resume", "device", "eval_every"):
         settings["training"].pop(key, None)
-    return kb_stamp(cfg.kb.path, cfg.kb.format, settings)
+    return {**kb_stamp(cfg.kb.path, cfg.kb.format, settings),
+            "start_encoder": start_encoder_identity(cfg.encoder.base, output)}
 
 
 def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, Any]:
@@ -249,13 +291,22 @@ def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, A
     return {"kb_sha256": file_digest(*kb_files(kb, format)), "settings": settings}
 
 
+STAMPED = {"kb_sha256": "KB file", "settings": "settings", "train_sha256": "training corpus",
+           "start_encoder": "start encoder"}
+
+
 def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:
-    """Keep ``work`` only when it was made from the same inputs (and resuming is asked for)."""
+    """Keep ``work`` only when it was made from the same inputs (and resuming is asked for); say which
+    input changed when it is discarded."""
     path = work / STAMP_FILE
     if work.exists():
-        same = path.is_file() and json.loads(path.read_text(encoding="utf8")) == stamp
-        if not (same and resume):
-            log.warning("adapt: %s was made from other inputs (or resume is off): starting over", work)
+        old = json.loads(path.read_text(encoding="utf8")) if path.is_file() else {}
+        changed = [STAMPED.get(k, k) + ("" if k in old else " (not recorded there)")
+                   for k in sorted({*old, *stamp}) if old.get(k) != stamp.get(k)]
+        if changed or not resume:
+            why = ("not stamped with its inputs" if not old else f"made from another {', '.join(changed)}" if changed
+                   else "there and resume is off")
+            log.warning("adapt: %s was %s: starting over", work, why)
             shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))
@@ -266,8 +317,9 @@ def run_adapt(cfg: AdaptConfig, output: PathLike, entities: Optional[List[Entity
     """Self-align ``cfg.encoder.base`` on the KB's names; write the encoder to ``output`` (its work
     folder, ``output.work``, keeps the resumable state). Returns the loop's final state."""
     output = Path(output)
-    work = output.with_name(output.name + WORK_SUFFIX)
-    prepare_work(work, inputs_stamp(cfg), cfg.training.resume)
+    check_output(output)
+    work = work_folder(output)
+    prepare_work(work, inputs_stamp(cfg, output), cfg.training.resume)
     if entities is None:
         entities = read_kb(cfg.kb.path, cfg.kb.format)
     checkpoint = checkpoint_to_resume(work, cfg.training.resume)
@@ -280,7 +332,11 @@ def run_adapt(cfg: AdaptConfig, output: PathLike, entities: Optional[List[Entity
 
 
 def publish(work: Path, output: Path, state: Dict[str, Any]) -> None:
-    """Write the work folder's best encoder to ``output`` atomically, with the run's log."""
+    """Write the work folder's best encoder to ``output`` atomically, with the run's log (with no dev
+    metric -- nothing held out -- that is the last step's model: ``state["selected"]``)."""
+    if state.get("selected"):
+        log.info("adapt: no held-out synonym to choose a model by (fewer than 10 entities with synonyms, or "
+                 "eval_entities 0): writing the model of the last step, %d", state["best_step"])
     with atomic_dir(output) as tmp:
         for item in (work / "best").iterdir():
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)

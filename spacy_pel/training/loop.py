@@ -11,8 +11,9 @@ what it saves. The loop does the rest, the same way for all of them:
   ``warmup`` × steps then linear decay to 0; or ``constant``), the loss (under bf16 autocast with
   ``precision = "bf16"``, or ``"auto"`` on a device with bf16 units), backward, gradient clipping at ``grad_clip`` (0 = none), optimizer step;
 * every ``eval_every`` steps and at the end: the evaluator's primary metric; the best model so far
-  goes to ``DIR/best``, a resumable checkpoint to ``DIR/last`` (weights and optimizer state as
-  safetensors, the rest as JSON), the history to ``DIR/train_log.json`` -- each written atomically;
+  goes to ``DIR/best`` (with no dev metric -- NaN, e.g. nothing held out to evaluate on -- nothing
+  chooses: the latest model is kept there, ``best`` is ``None`` and ``selected`` says so), a
+  resumable checkpoint to ``DIR/last`` (weights and optimizer state as safetensors, the rest as JSON), the history to ``DIR/train_log.json`` -- each written atomically;
 * a progress bar with the running losses and the best dev metric;
 * at the end, the task's ``finish`` hook (e.g. choose the span threshold on the best model).
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -37,8 +40,15 @@ from ..models.precision import resolve_precision
 from .config import LoopSettings
 from .run_config import CHECKPOINT_DIR
 
+log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
+NO_DEV_METRIC = "last: no dev metric to choose by"  # state["selected"] when NaN metrics left the choice to the step
+
+
+def real_number(value: Any) -> bool:
+    """A dev metric that can be compared: a number, not ``None`` or NaN."""
+    return value is not None and not math.isnan(value)
 
 
 @dataclass
@@ -213,7 +223,8 @@ class TrainingLoop:
                 parts[key].append(value)
             state["step"] = done = step + 1
             bar.update(1)
-            bar.set_postfix({**{k: f"{np.mean(v[-20:]):.4g}" for k, v in parts.items()}, "dev": f"{state['best']:.4g}"})
+            dev = f"{state['best']:.4g}" if real_number(state["best"]) else "n/a"
+            bar.set_postfix({**{k: f"{np.mean(v[-20:]):.4g}" for k, v in parts.items()}, "dev": dev})
             name = task.snapshot(done)
             if name:
                 self.save_model(self.output / name)
@@ -228,16 +239,29 @@ class TrainingLoop:
         if state["step"] != evaluated:  # the task's batches ended early (a time budget): evaluate where it stopped
             tail = state["step"] - evaluated
             self.evaluate_and_save({k: float(np.mean(parts[k][-tail:])) for k in task.loss_parts}, time.perf_counter() - t0)
-        elif not self.has_best:  # no step ran (e.g. 0 steps): the start is the best
+        elif not self.has_best or self.stale_latest():  # no step ran (e.g. 0 steps): the start (resumed) is the best
             self.evaluate_and_save({k: float("nan") for k in task.loss_parts}, 0.0)
         task.finish(self.output, state)
         self.write_log()
         return state
 
+    def stale_latest(self) -> bool:
+        """No dev metric chose ``DIR/best`` and it is not the model of the last step (a checkpoint of a
+        version that kept the first NaN-scored model): the resumed model is evaluated and kept instead."""
+        return not real_number(self.state["best"]) and self.state["best_step"] != self.state["step"]
+
     def out_of_patience(self) -> bool:
         """``patience`` evaluations in a row since the best one, none of them better (early stopping)."""
         evals = [h["step"] for h in self.state["history"]]
         return bool(self.settings.patience) and sum(s > self.state["best_step"] for s in evals) >= self.settings.patience
+
+    def better(self, value: float) -> bool:
+        """Whether the model scoring ``value`` replaces ``DIR/best``: a higher dev metric (the first
+        one counts); with no dev metric (NaN), the latest model, unless a real one chose ``DIR/best``."""
+        best = self.state["best"]
+        if not self.has_best or not real_number(best):
+            return True
+        return real_number(value) and value > best
 
     def save_model(self, folder: Path) -> None:
         with atomic_dir(folder) as tmp:
@@ -255,9 +279,15 @@ class TrainingLoop:
         value = evaluator.primary(metrics)
         losses = {k: round(v, 4) for k, v in losses.items()}
         state["history"].append({"step": state["step"], **losses, **evaluator.log(metrics)})
-        if value > state["best"] or not self.has_best:
-            state["best"], state["best_step"] = value, state["step"]
+        if self.better(value):
+            state["best"], state["best_step"] = (value if real_number(value) else None), state["step"]
             self.save_model(self.output / "best")
             self.has_best = True
+            if real_number(value):
+                state.pop("selected", None)
+            elif state.get("selected") != NO_DEV_METRIC:
+                state["selected"] = NO_DEV_METRIC
+                log.info("no dev metric (%s is NaN, e.g. nothing held out): the model of the last step is kept as "
+                         "the best", evaluator.primary_metric)
         save_checkpoint(self.output / CHECKPOINT_DIR, task, self.optimizer, state)
         self.write_log()

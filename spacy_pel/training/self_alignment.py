@@ -9,8 +9,11 @@ select the model by their synonyms' recall@1.
 
 The run is :func:`~spacy_pel.training.retriever.run_retriever` over a retriever config
 (``configs/adapt.cfg``; ``None``: :data:`DEFAULTS`) with the KB as ``paths.kb`` and no corpus. Its
-resumable state is ``ENCODER.work/``, kept only when the KB file's content (and a training corpus's)
-and the settings are the ones it was made from; the best encoder is written to ``ENCODER`` at the end.
+resumable state is ``ENCODER.work/``, kept only when the KB file's content (and a training corpus's),
+the start encoder (a folder's files, or a model name) and the settings are the ones it was made from; the
+best encoder is written to ``ENCODER`` at the end (with no held-out entity to choose by -- fewer than ten
+with synonyms, or ``synonyms.eval_entities`` 0 -- the last step's). ``ENCODER`` must be new, empty or an
+encoder folder (:func:`~.adapt.check_output`).
 
 Started from an encoder this package saved (a trained retriever: ``--encoder
 PIPELINE/pel_linker/encoder``), the run continues that encoder in its own input formats: its word-piece
@@ -32,7 +35,7 @@ from confection import Config
 
 from ..files import atomic_dir, file_digest
 from ..models.encoder import CONFIG_FILE, BiEncoder
-from .adapt import LOG_FILE, WORK_SUFFIX, kb_stamp, nested, prepare_work, publish
+from .adapt import LOG_FILE, check_output, kb_stamp, nested, prepare_work, publish, start_encoder_identity, work_folder
 from .config import ConfigError, PathLike, RetrieverConfig, TrainingSection
 from .retriever import run_retriever
 from .run_config import load_config
@@ -106,19 +109,20 @@ def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Opt
     ``paths.kb_format`` name the KB file); write the encoder to ``output``. Returns the loop's state.
     A saved start encoder keeps its input settings unless ``overrides`` set them (see the module doc);
     with nothing to train it is written as it is (:func:`write_start_encoder`)."""
+    output = Path(output)
+    check_output(output)
     base = retriever_adapt_config(config, overrides)["encoder"]["base"]
     given = dict(overrides or {})
     overrides = {**kept_settings(base), **given}
     raw = retriever_adapt_config(config, overrides)
     if nothing_to_train(raw):
-        return write_start_encoder(base, Path(output), raw, given)
+        return write_start_encoder(base, output, raw, given)
     cfg = RetrieverConfig.from_config(raw, str(config or "adapt settings"))
-    output = Path(output)
-    work = output.with_name(output.name + WORK_SUFFIX)
+    work = work_folder(output)
     settings = {section: dict(values) for section, values in raw.items()}
     for key in UNSTAMPED:
         settings.get("training", {}).pop(key, None)
-    stamp = kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings)
+    stamp = {**kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings), "start_encoder": start_encoder_identity(base, output)}
     if cfg.paths.train and Path(cfg.paths.train).is_file():  # a replayed corpus (synonyms.replay) or a mention stage: its content counts too
         stamp["train_sha256"] = file_digest(cfg.paths.train)
     prepare_work(work, stamp, cfg.training.resume)
