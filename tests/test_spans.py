@@ -158,6 +158,31 @@ def test_token_vectors_are_their_pieces_mean(context_free, nlp):
             assert torch.allclose(H[t], out.mean(0), atol=1e-5)
 
 
+def test_a_windows_padding_does_not_depend_on_what_it_is_batched_with(encoder, nlp, monkeypatch):
+    """At bf16 the padded width moves the rounding, so a document's vectors (and its found spans, its
+    links) changed with the documents linked beside it. Every window is padded to its own length rounded
+    up to WIDTH_STEP (at most the model's window), alone or batched with a longer document."""
+    from spacy_pel.models import doc_encoder
+
+    assert doc_encoder.padded_widths([3, 64, 65, 200, 512], cap=512).tolist() == [64, 64, 128, 256, 512]
+    assert doc_encoder.padded_widths([100], cap=40).tolist() == [40]
+    widths = []
+    forward = type(encoder.mention_model).forward
+
+    def recorded(self, input_ids=None, **kwargs):
+        widths.append(tuple(input_ids.shape))
+        return forward(self, input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(type(encoder.mention_model), "forward", recorded)
+    short, long = nlp("Aspirin and warfarin ."), nlp(TEXT * 12)
+    alone = encode_docs(encoder, [short])[0]
+    assert widths == [(1, doc_encoder.WIDTH_STEP)]
+    widths.clear()
+    together = encode_docs(encoder, [long, short])[1]
+    assert (1, doc_encoder.WIDTH_STEP) in widths and len(widths) == 2  # the short one in a batch of its own width
+    assert torch.allclose(alone, together, atol=1e-6)
+
+
 def test_chunked_matches_manual_window_passes(encoder, nlp):
     """A real (context-using) model: batched, padded, stitched output equals running each window
     alone and taking every piece from its owner window."""

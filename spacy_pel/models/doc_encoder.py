@@ -182,7 +182,7 @@ def encode_docs(
     precision = encoder._autocast() if not grad else contextlib.nullcontext()
     try:
         with grad_mode, precision:
-            states = _run_windows(model, tok.pad_token_id, seqs, batch_size, device)
+            states = _run_windows(model, tok.pad_token_id, seqs, batch_size, device, window + 2)
         # outside inference mode, so the vectors are ordinary tensors (a span scorer trained on
         # frozen vectors needs to save them for backward)
         with torch.no_grad() if not grad else contextlib.nullcontext():
@@ -191,13 +191,33 @@ def encode_docs(
         model.train(was_training)
 
 
-def _run_windows(model, pad_id: int, seqs: List[List[int]], batch_size: int, device) -> List[torch.Tensor]:
-    """Hidden states of each sequence's pieces (``[CLS]``/``[SEP]`` dropped), batched by length."""
+WIDTH_STEP = 64  # a window is padded to its own length rounded up to this, whatever it is batched with
+
+
+def padded_widths(lengths: Sequence[int], cap: int) -> np.ndarray:
+    """Each window's padded width: its length rounded up to :data:`WIDTH_STEP`, at most ``cap`` (the
+    model's window, so a width never outgrows the position table)."""
+    return np.minimum(-(-np.asarray(lengths, dtype=np.int64) // WIDTH_STEP) * WIDTH_STEP, cap)
+
+
+def _batches(widths: np.ndarray, batch_size: int) -> List[np.ndarray]:
+    """Windows grouped by padded width (:func:`padded_widths`), widest first, at most ``batch_size`` a batch: a window's padding never depends on its companions, so a document's
+    vectors are the same whether it is linked alone or batched with others (at bf16 the padded width
+    moves the rounding)."""
+    order = np.argsort(-widths, kind="stable")
+    out: List[np.ndarray] = []
+    for width in dict.fromkeys(widths[order].tolist()):
+        same = order[widths[order] == width]
+        out += [same[b : b + batch_size] for b in range(0, len(same), batch_size)]
+    return out
+
+
+def _run_windows(model, pad_id: int, seqs: List[List[int]], batch_size: int, device, cap: int) -> List[torch.Tensor]:
+    """Hidden states of each sequence's pieces (``[CLS]``/``[SEP]`` dropped), batched by padded width."""
     states: List[Optional[torch.Tensor]] = [None] * len(seqs)
-    order = np.argsort(-np.asarray([len(s) for s in seqs], dtype=np.int64), kind="stable")
-    for b in range(0, len(order), batch_size):
-        idx = order[b : b + batch_size]
-        width = len(seqs[idx[0]])
+    widths = padded_widths([len(x) for x in seqs], cap)
+    for idx in _batches(widths, batch_size):
+        width = int(widths[idx[0]])
         ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
         for row, j in enumerate(idx):
