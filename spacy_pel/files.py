@@ -42,14 +42,17 @@ def atomic_write(target: PathLike, write) -> None:
         raise
 
 
-def atomic_dir(target: PathLike):
-    """Context manager yielding a temporary folder that replaces ``target`` only on success."""
-    return _AtomicDir(Path(target))
+def atomic_dir(target: PathLike, on_old: Optional[Callable[[Path], None]] = None):
+    """Context manager yielding a temporary folder that replaces ``target`` only on success.
+
+    ``on_old``: called with the folder ``target`` was (renamed aside) after the new one took its place and
+    before it is removed, to move out of it what must outlive it (if it raises, the old folder is kept)."""
+    return _AtomicDir(Path(target), on_old)
 
 
 class _AtomicDir:
-    def __init__(self, target: Path):
-        self.target = target
+    def __init__(self, target: Path, on_old: Optional[Callable[[Path], None]] = None):
+        self.target, self.on_old = target, on_old
 
     def __enter__(self) -> Path:
         self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +70,19 @@ class _AtomicDir:
             os.replace(self.target, old)
         os.replace(self.tmp, self.target)
         if old is not None:
+            if self.on_old is not None and old.is_dir():
+                self.on_old(old)
             shutil.rmtree(old, ignore_errors=True)
         return False
+
+
+def link_or_copy(src: PathLike, dst: PathLike) -> None:
+    """A hard link of ``src`` at ``dst`` where the file system allows, else a copy (``shutil.copytree``'s
+    ``copy_function``: a folder copied into a sibling costs no space)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def write_jsonl(records: Iterable[dict], path: PathLike) -> None:
@@ -91,6 +105,17 @@ class InputError(ValueError):
     The command-line tools print its message on one line (no traceback) and exit with status 2.
     :class:`spacy_pel.kb.KBFormatError` and :class:`spacy_pel.corpora.CorpusFormatError` are kinds of it.
     """
+
+
+def check_output_folder(path: PathLike, what: str, holds: Callable[[Path], bool]) -> None:
+    """Refuse to write a ``what`` folder (a KB, a name index, a pipeline) at ``path`` when that would replace
+    something else: a file, or a folder that is neither empty nor a ``what`` (``holds(path)`` is False).
+    One line (:class:`InputError`), to be checked before any work."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"output {path} is a file; give a folder to write the {what} to")
+    if path.is_dir() and any(path.iterdir()) and not holds(path):
+        raise InputError(f"output {path} is a folder that is not a {what}; refusing to replace it")
 
 
 class LineError(InputError):

@@ -174,3 +174,44 @@ def test_entities_added_to_a_kb_reach_a_saved_pipeline_without_retraining(saved_
     doc.ents = [Span(doc, 0, 1, label="Chemical"), Span(doc, 2, 3, label="Chemical")]
     assert [e.kb_id_ for e in nlp(doc).ents] == ["N1", "N1"]
     assert [e.kb_id_ for e in spacy.load(saved_pipeline)(doc).ents] != ["N1", "N1"]  # the saved one never had it
+
+
+def _error_line(result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.strip().splitlines() if not ln.startswith("warning: ")]  # spacy.load's
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_an_output_that_is_no_pipeline_is_refused(saved_pipeline, other_kb, tmp_path):
+    """Defect: retarget -o P wiped a folder P (a user's thesis.txt gone) and replaced a file P by a folder
+    (the file kept hidden as .P.old-PID)."""
+    kb, names, _ = other_kb
+    runner = CliRunner()
+
+    def run(output):
+        return runner.invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "--names", str(names), "-o", str(output)])
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "thesis.txt").write_text("data", encoding="utf8")
+    assert f"output {folder} is a folder that is not a pipeline" in _error_line(run(folder))
+    assert [p.name for p in folder.iterdir()] == ["thesis.txt"]
+    afile = tmp_path / "f.txt"
+    afile.write_text("x", encoding="utf8")
+    assert f"output {afile} is a file" in _error_line(run(afile))
+    assert afile.read_text(encoding="utf8") == "x" and not list(tmp_path.glob(".f.txt*"))
+    assert "is a folder that is not a pipeline" in _error_line(run(kb))  # a KB folder (its meta.json) is none
+    assert EntityIndex.from_disk(kb).entities.ids[0] == "H1"
+    with pytest.raises(InputError, match="not a pipeline"):
+        retarget(saved_pipeline, kb, folder, names)
+    assert run(tmp_path / "out").exit_code == 0 and run(tmp_path / "out").exit_code == 0  # a pipeline is replaced
+
+
+def test_a_damaged_kb_is_one_line(saved_pipeline, other_kb, tmp_path):
+    kb, names, _ = other_kb
+    (kb / "embeddings.npy").write_bytes(b"\x80\x04garbage")
+    result = CliRunner().invoke(app, ["retarget", str(saved_pipeline), "--kb", str(kb), "--names", str(names),
+                                      "-o", str(tmp_path / "out")])
+    assert f"KB folder {kb} is damaged: embeddings.npy is not a readable array" in _error_line(result)
+    assert not (tmp_path / "out").exists()

@@ -13,18 +13,37 @@ The written pipeline is self-contained: the KB, encoder and name rows are saved 
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import spacy
 from spacy.language import Language
 
-from ..files import InputError, PathLike, atomic_dir
+from ..files import InputError, PathLike, atomic_dir, check_output_folder
 from ..retrieval.index import EntityIndex
 from .linker import find_linker
 from .rules.name_rows import NAME as NAME_ROWS
 
 LABEL_TYPES_RULE = "spacy_pel.rules.label_types.v1"
+
+
+def is_pipeline(folder: PathLike) -> bool:
+    """True for a saved spaCy pipeline: a folder with ``config.cfg``, or a spaCy ``meta.json`` (its ``lang``)."""
+    folder = Path(folder)
+    if (folder / "config.cfg").is_file():
+        return True
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "lang" in meta
+
+
+def check_output(output: PathLike) -> None:
+    """Refuse an output that writing the pipeline would replace: a file, or a folder that is neither empty nor
+    a spaCy pipeline (a KB, a corpus, someone's notes)."""
+    check_output_folder(output, "pipeline", is_pipeline)
 
 
 def saved_linker(pipeline: PathLike) -> Tuple[str, Dict[str, Any]]:
@@ -80,7 +99,9 @@ def retarget(pipeline: PathLike, kb: PathLike, output: PathLike, names: Optional
              encoder: Optional[str] = None) -> Tuple[Language, Dict[str, str]]:
     """Write ``pipeline`` linking against ``kb`` to ``output`` (atomically); returns the pipeline and
     the config overrides it was loaded with. A KB, encoder and name rows that do not belong together
-    are refused here (their fingerprints), not at the first document."""
+    are refused here (their fingerprints), not at the first document. An ``output`` that is a file, or a
+    folder that is neither empty nor a pipeline, is refused before anything is read (:func:`check_output`)."""
+    check_output(output)
     overrides = linker_overrides(pipeline, kb, names, encoder)
     nlp = spacy.load(pipeline, config=overrides)
     find_linker(nlp)[1].ensure_loaded()

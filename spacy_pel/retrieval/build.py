@@ -29,7 +29,16 @@ from typing import Optional
 
 import torch
 
-from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, output_lock
+from ..files import (
+    BadLines,
+    InputError,
+    atomic_dir,
+    atomic_write,
+    check_output_folder,
+    file_digest,
+    link_or_copy,
+    output_lock,
+)
 from ..kb import READERS, kb_files, read_kb
 from ..models.encoder import (
     CONFIG_FILE,
@@ -40,7 +49,7 @@ from ..models.encoder import (
     looks_like_a_path,
 )
 from ..models.precision import index_precision, pick_device
-from ..retrieval.index import INDEX_KINDS, EntityIndex
+from ..retrieval.index import INDEX_KINDS, MIN_IVFPQ, EntityIndex, KeptNames
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, entity_texts_digest, read_stamp
 from .ray_build import RayOptions, encode_on_ray
 from .reuse import earlier_entities, encode_reusing
@@ -69,6 +78,15 @@ def check_encoder_source(source: str) -> None:
             )
     elif looks_like_a_path(source):
         raise InputError(f"encoder folder not found: {source}")
+
+
+def encoder_location(source: str) -> str:
+    """What a KB records as the encoder that built it (``meta.json``'s ``encoder_source``): a local folder
+    as an absolute path, so that the KB finds it from any working directory; a Hugging Face name as given."""
+    path = Path(source).expanduser()
+    if source in DEFAULT_ENCODER_NAMES or not path.is_dir():
+        return source
+    return os.path.abspath(path)
 
 
 def load_encoder(source: str, precision: str = "auto", device: str = "auto", rows: str = "entities") -> BiEncoder:
@@ -134,13 +152,17 @@ def check_options(
     if add is not None:
         if not (output / "meta.json").is_file():
             raise InputError(f"--add extends an existing KB, but {output} is not a KB folder (no meta.json)")
-    elif output.exists():
-        if not output.is_dir():
-            raise InputError(f"output {output} is a file; give a folder to write the KB to")
-        if any(output.iterdir()) and not (output / "meta.json").is_file():
-            raise InputError(f"output {output} is a folder that is not a KB; refusing to replace it")
+    else:
+        check_output_folder(output, "KB", lambda folder: (folder / "meta.json").is_file())
     if add is None or encoder != DEFAULT_ENCODER:
         check_encoder_source(encoder)
+
+
+def check_index_size(index: str, entities: int) -> None:
+    """Refuse an index kind the KB is too small for (``ivfpq``: :data:`MIN_IVFPQ` entities), before encoding."""
+    if index == "ivfpq" and entities < MIN_IVFPQ:
+        raise InputError(f"--index ivfpq needs at least {MIN_IVFPQ:,} entities to train its codebooks, and this KB "
+                         f"has {entities:,}; use --index flat (exact, and small at this size) or hnsw")
 
 
 # ---------------------------------------------------------------------------- what may be replaced
@@ -186,16 +208,12 @@ def reusable(folder: Optional[Path], stamp: dict, index: str) -> bool:
     return all(old.get(k) == stamp[k] for k in same) and set(old) - {"device"} == set(same)
 
 
-def _copy_kb(source: Path, output: Path) -> None:
-    """``source``'s files into ``output`` (hard links where the file system allows, else copies), atomically."""
-    def link_or_copy(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    with atomic_dir(output) as tmp:
+def _copy_kb(source: Path, output: Path, names: KeptNames) -> None:
+    """``source``'s files into ``output`` (hard links where the file system allows, else copies), atomically;
+    the name indexes of the KB folder it replaces kept or set aside (``names``)."""
+    with atomic_dir(output, on_old=names.set_aside) as tmp:
         shutil.copytree(source, tmp, copy_function=link_or_copy, dirs_exist_ok=True)
+        names.carry(tmp)
 
 
 # ---------------------------------------------------------------------------- the build
@@ -258,6 +276,10 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
     stamp: Optional[dict] = None
     if add is not None:
         existing = EntityIndex.from_disk(output)
+        # what the KB was built from, kept with this file appended (read now: writing the KB replaces the folder)
+        stamp = recorded_input(output)
+        stamp["added"] = [*stamp.get("added", []), {"kb": str(add), "format": format,
+                                                     "input_sha256": file_digest(*kb_files(add, format))}]
         new = read_kb(add, format, bad_lines)
         clash = [e.id for e in new if e.id in existing.row]
         if clash:
@@ -275,6 +297,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         input_sha256 = file_digest(*kb_files(source_path, format))
         check_replace(output, {"input_sha256": input_sha256, "format": format, "kb": str(source_path)}, force)
         entities = read_kb(source_path, format, bad_lines)
+        check_index_size(index, len(entities))
         enc = load_encoder(encoder, precision, device)
         t_enc = time.perf_counter()
         work = output.with_name(output.name + ".partial")
@@ -292,11 +315,12 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         }
         if reusable(reuse, stamp, index):
             t_copy = time.perf_counter()
-            _copy_kb(Path(reuse), output)
+            names = KeptNames(output, fingerprint, entities)
+            _copy_kb(Path(reuse), output, names)
             report = {"kb": str(source_path), "format": format, "encoder": str(encoder), "index": index,
                       "precision": enc.resolved_precision, "entities_total": len(entities), "entities_encoded": 0,
                       "reused_from": str(reuse), "wall_s": round(time.perf_counter() - t0, 1),
-                      "copy_s": round(time.perf_counter() - t_copy, 1)}
+                      "copy_s": round(time.perf_counter() - t_copy, 1), **_names_report(names.report())}
             atomic_write(output / "build_report.json",
                          lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
             return report
@@ -315,14 +339,14 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             vectors,
             metric=enc.config.similarity,
             fingerprint=fingerprint,
-            encoder_source=str(encoder),
+            encoder_source=encoder_location(encoder),
             kind=index,
             entity_settings=enc.entity_settings(),
         )
         encoded = len(entities) - resume.get("reused_entities", 0) - (earlier.reused if earlier else 0)
     t_index = time.perf_counter()
-    index_obj.to_disk(output)
-    _record_input(output, stamp, add, format)
+    kept = index_obj.to_disk(output)
+    atomic_write(output / STAMP_FILE, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))
     if add is None:
         shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)
     t1 = time.perf_counter()
@@ -344,14 +368,11 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         report["resume"] = resume
     if bad_lines is not None:
         report.update(bad_lines.as_dict())
+    report.update(_names_report(kept))
     atomic_write(output / "build_report.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
     return report
 
 
-def _record_input(output: Path, stamp: Optional[dict], add: Optional[Path], format: str) -> None:
-    """Keep what the KB was built from in ``output/stamp.json`` (with ``--add``: the files added since)."""
-    if stamp is None:
-        stamp = recorded_input(output)
-        stamp["added"] = [*stamp.get("added", []), {"kb": str(add), "format": format,
-                                                     "input_sha256": file_digest(*kb_files(add, format))}]
-    atomic_write(output / STAMP_FILE, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))
+def _names_report(kept: dict) -> dict:
+    """The report's ``name_indexes``: the name indexes in the folder kept, or set aside (and where)."""
+    return {"name_indexes": kept} if kept else {}

@@ -9,11 +9,17 @@ A KB folder holds::
                      searched exactly from embeddings.npy (:mod:`.search`)
 
 Folders are written whole into a temporary sibling and renamed into place, so a reader never sees
-a half-written KB.
+a half-written KB. Rewriting a KB folder keeps the name indexes inside it (``build-names``' default
+``KB/names``) when the new KB gives them the same rows, and else moves them beside it, with a warning
+(:class:`KeptNames`): they are never deleted.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import shutil
 from collections import ChainMap
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -21,7 +27,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from ..files import InputError, atomic_dir
+from ..files import InputError, atomic_dir, link_or_copy
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError, mismatch_reason
 from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, SubsetSearch, VectorFile
@@ -32,6 +38,7 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: flat KBs with an index.faiss of float32 vectors, no column files
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 MIN_IVFPQ = 10_000  # entities: PQ's codebooks need that many to train; below it flat is small and exact
+log = logging.getLogger(__name__)
 
 
 def make_faiss_index(dim: int, kind: str = "hnsw", hnsw_m: int = 32) -> faiss.Index:
@@ -47,7 +54,7 @@ def make_ivfpq(vectors: np.ndarray, seed: int = 0) -> faiss.Index:
     """IVF with ~4·√n lists over product-quantised vectors (d/4 bytes an entity), trained on a sample."""
     n, d = vectors.shape
     if n < MIN_IVFPQ:
-        raise ValueError(f"an ivfpq index needs at least {MIN_IVFPQ:,} entities (this KB has {n:,}); use flat")
+        raise InputError(f"an ivfpq index needs at least {MIN_IVFPQ:,} entities (this KB has {n:,}); use flat")
     nlist = int(min(65536, 2 ** round(np.log2(4 * np.sqrt(n)))))
     m = next(m for m in (d // 4, d // 8, d // 2, d) if m >= 1 and d % m == 0)
     index = faiss.index_factory(d, f"IVF{nlist},PQ{m}", faiss.METRIC_INNER_PRODUCT)
@@ -59,7 +66,76 @@ def make_ivfpq(vectors: np.ndarray, seed: int = 0) -> faiss.Index:
 
 
 class IncompleteKBError(InputError):
-    """A KB folder with its meta.json but without a file a KB needs (an interrupted copy, a deleted file)."""
+    """A KB folder with its meta.json but without a file a KB needs (an interrupted copy, a deleted file),
+    or with a file that cannot be read (truncated, overwritten)."""
+
+
+def is_name_index(folder: Path) -> bool:
+    """True for a name index folder (``build-names``): its meta.json records the ids of its KB."""
+    try:
+        meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "kb_ids_sha256" in meta
+
+
+def _name_inputs_digest(entities: Sequence[Entity]) -> str:
+    """SHA-256 of what name rows are made of: each entity's id, name, synonyms and types, in row order."""
+    h = hashlib.sha256()
+    for e in entities:
+        h.update(json.dumps([e.id, e.name, list(e.aliases), list(e.types)]).encode() + b"\n")
+    return h.hexdigest()
+
+
+class KeptNames:
+    """The name indexes inside a KB folder about to be rewritten (``build-names``' default ``KB/names``):
+    linked into the new folder (:meth:`carry`) when the new KB gives them the same rows — the same entity
+    encoder, ids, names, synonyms and types, in the same order (an unchanged KB built again) — else moved
+    beside it as ``KB.NAME.old`` with a warning (:meth:`set_aside`: after ``--add``, another KB or encoder)."""
+
+    def __init__(self, folder: PathLike, fingerprint: str, entities: Sequence[Entity]):
+        self.folder = Path(folder)
+        self.found = sorted(p for p in self.folder.iterdir() if is_name_index(p)) if self.folder.is_dir() else []
+        self.same = bool(self.found) and self._same(fingerprint, entities)
+        self.kept: List[str] = []
+        self.to_move: List[str] = []
+        self.aside: Dict[str, str] = {}
+
+    def _same(self, fingerprint: str, entities: Sequence[Entity]) -> bool:
+        try:
+            meta, old = EntityIndex.read_meta(self.folder), EntityTable.read(self.folder)
+        except (OSError, ValueError):
+            return False
+        return (meta.get("encoder_fingerprint") == fingerprint and len(old) == len(entities)
+                and _name_inputs_digest(old) == _name_inputs_digest(entities))
+
+    def carry(self, tmp: Path) -> None:
+        """Link the name indexes that still hold into the new KB folder ``tmp``."""
+        for sub in self.found:
+            if self.same and not (tmp / sub.name).exists():
+                shutil.copytree(sub, tmp / sub.name, copy_function=link_or_copy)
+                self.kept.append(sub.name)
+                log.info("kept the name index %s: the KB gives it the same rows", sub)
+            else:
+                self.to_move.append(sub.name)
+
+    def set_aside(self, old: Path) -> None:
+        """Move the others out of the old KB folder ``old`` (renamed aside) before it is removed."""
+        for name in self.to_move:
+            dest, n = self.folder.with_name(f"{self.folder.name}.{name}.old"), 1
+            while dest.exists() or dest.is_symlink():
+                n += 1
+                dest = self.folder.with_name(f"{self.folder.name}.{name}.old{n}")
+            os.replace(old / name, dest)
+            self.aside[name] = str(dest)
+            log.warning("the name index %s holds the name rows of the KB before this build, not of the new one: moved "
+                        "to %s (python -m spacy_pel build-names %s --output %s --reuse %s, with its --input and "
+                        "--max-length, encodes only the names it lacks if the entity encoder is the same)",
+                        self.folder / name, dest, self.folder, self.folder / name, dest)
+
+    def report(self) -> Dict[str, object]:
+        """What became of the name indexes: ``{"kept": [...], "set_aside": {name: where}}`` (empty: none)."""
+        return {k: v for k, v in (("kept", self.kept), ("set_aside", self.aside)) if v}
 
 
 class EntityIndex:
@@ -230,13 +306,18 @@ class EntityIndex:
             **({"nprobe": self.searcher.nprobe, "refine": self.searcher.refine} if self.kind == "ivfpq" else {}),
         }
 
-    def to_disk(self, path: PathLike) -> None:
-        with atomic_dir(path) as tmp:
+    def to_disk(self, path: PathLike) -> Dict[str, object]:
+        """Write the KB folder ``path`` (atomically); the name indexes in the folder it replaces are kept
+        or set aside (:class:`KeptNames`, whose report is returned)."""
+        names = KeptNames(path, self.fingerprint, self.entities)
+        with atomic_dir(path, on_old=names.set_aside) as tmp:
             self.entities.write(tmp)
             np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
             if self.kind != "flat":
                 faiss.write_index(getattr(self.searcher, "index", self.searcher), str(tmp / "index.faiss"))
             (tmp / "meta.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
+            names.carry(tmp)
+        return names.report()
 
     @classmethod
     def from_disk(cls, path: PathLike, precision: str = "auto") -> "EntityIndex":
@@ -247,6 +328,12 @@ class EntityIndex:
         except FileNotFoundError as err:
             missing = Path(err.filename).name if err.filename else str(err)
             raise IncompleteKBError(f"KB folder {path} is incomplete: {missing} is missing; rebuild it with build_kb") from None
+        except (ValueError, EOFError, RuntimeError) as err:  # a truncated or overwritten file (FAISS: RuntimeError)
+            if isinstance(err, InputError):
+                raise
+            reason = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+            reason = reason.removeprefix(f"{path}: ").split("; rebuild")[0]
+            raise IncompleteKBError(f"KB folder {path} is damaged: {reason[:300]}; rebuild it with build_kb") from None
 
     @staticmethod
     def read_meta(path: PathLike) -> dict:
@@ -267,8 +354,12 @@ class EntityIndex:
     @classmethod
     def _read(cls, path: Path, meta: dict, precision: str) -> "EntityIndex":
         entities = EntityTable.read(path)
-        # memory-mapped: only the rows read (training, subsets) are paged in; the rules read rows with pread
-        embeddings = np.load(path / "embeddings.npy", allow_pickle=False, mmap_mode="r")
+        try:  # memory-mapped: only the rows read (training, subsets) are paged in; the rules read rows with pread
+            embeddings = np.load(path / "embeddings.npy", allow_pickle=False, mmap_mode="r")
+        except (ValueError, EOFError) as err:
+            raise ValueError(f"embeddings.npy is not a readable array ({str(err).split('. ')[0]})") from None
+        if embeddings.ndim != 2 or embeddings.shape[1] != meta.get("dim", embeddings.shape[-1]):
+            raise ValueError(f"embeddings.npy holds an array of shape {embeddings.shape}, not vectors of {meta.get('dim')} dimensions")
         kind = meta.get("index", "flat")
         if kind == "flat":  # exact search from the saved vectors (a version-1 index.faiss is not read)
             index = FlatSearch.from_npy(path / "embeddings.npy", precision)

@@ -29,12 +29,12 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..files import InputError, atomic_dir, atomic_write, output_lock
+from ..files import InputError, atomic_dir, atomic_write, check_output_folder, output_lock
 from ..kb import Entity, normalize
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from .build import load_encoder
 from .chunks import PieceTower, encode_resumable
-from .index import EntityIndex
+from .index import EntityIndex, is_name_index
 from .ray_build import encode_on_ray
 from .reuse import earlier_names, encode_reusing
 from .search import FlatSearch, VectorFile
@@ -303,9 +303,22 @@ class NameIndex:
         path = Path(path)
         if not (path / META).exists():
             raise FileNotFoundError(f"{path} is not a name index folder (no {META}); build one with build-names")
+        try:
+            return cls._read(path, precision, in_memory)
+        except (ValueError, EOFError, KeyError) as err:  # a truncated or overwritten file
+            if isinstance(err, InputError):
+                raise
+            reason = f"{META} lacks {err}" if isinstance(err, KeyError) else next(
+                (ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+            raise InputError(f"name index {path} is damaged ({reason[:300]}); build it again with build-names") from None
+
+    @classmethod
+    def _read(cls, path: Path, precision: str, in_memory: bool) -> "NameIndex":
         meta = json.loads((path / META).read_text(encoding="utf8"))
+        if not isinstance(meta, dict):
+            raise ValueError(f"{META} is not a JSON object")
         if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: name index format {meta.get('format_version')} is not {FORMAT_VERSION}")
+            raise InputError(f"{path}: name index format {meta.get('format_version')} is not {FORMAT_VERSION}")
         searcher = FlatSearch.from_npy(path / VECTORS, precision) if in_memory else None
         file = None if in_memory else VectorFile(path / VECTORS)
         if file is not None:
@@ -336,6 +349,7 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
         raise InputError("max length must be in 4..512 word pieces and the batch size at least 1")
     kb = Path(kb)
     output = Path(output) if output is not None else kb / NAMES_DIR
+    check_output_folder(output, "name index", is_name_index)
     if ray is not None:
         ray.check()
     t0 = time.perf_counter()
