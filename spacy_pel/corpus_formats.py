@@ -1,17 +1,20 @@
 """Any annotated corpus → one ``.spacy`` file: PubTator (:mod:`.corpora`), BioC XML / JSON
 (:mod:`.bioc_corpus`), Prodigy JSONL (:mod:`.prodigy_corpus`) or ``.spacy`` files, several of them
-concatenated (training on several corpora for one KB).
+concatenated (training on several corpora for one KB); a document whose id an earlier input had is
+refused, naming both files (or left out and counted with ``skip_bad_lines``).
 
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
-``.jsonl`` Prodigy tasks, ``.spacy`` a DocBin, anything else PubTator. ``labels`` keeps the mentions of those types only (BC5CDR's
-diseases beside a disease corpus); the others are counted as ``left_out_by_label``, never silently lost.
+``.jsonl`` Prodigy tasks (or ``link``'s JSON lines output), ``.spacy`` a DocBin, anything else PubTator.
+``labels`` keeps the mentions of those types only (BC5CDR's diseases beside a disease corpus); the others
+are counted as ``left_out_by_label``, never silently lost.
 ``id_map`` rewrites gold ids annotated against an older KB release (:mod:`.id_map`), counted as ``remapped``,
 after ``strip_prefixes`` has removed a namespace the KB's ids lack (``UMLS:``), counted as ``prefix_stripped``.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Collection, Dict, Iterator, List, Optional, Sequence
+from typing import Collection, Dict, Iterator, List, Optional, Sequence, Set
 
 import spacy
 from spacy.language import Language
@@ -36,6 +39,8 @@ from .corpora import (
 from .id_map import map_ids, strip_prefixes
 from .prodigy_corpus import read_prodigy
 
+log = logging.getLogger(__name__)
+TEXT_KEY = "\0text:"  # in ``earlier``: the text of a Prodigy document without an id of its own
 FORMATS = ("pubtator", "bioc-xml", "bioc-json", "prodigy", "spacy")
 _BY_SUFFIX = {".xml": "bioc-xml", ".json": "bioc-json", ".jsonl": "prodigy", ".spacy": "spacy"}
 
@@ -49,21 +54,44 @@ def corpus_format(path: PathLike, format: Optional[str] = None) -> str:
     return _BY_SUFFIX.get(Path(path).suffix.lower(), "pubtator")
 
 
+def _earlier(path: Path, doc_id: Optional[str], earlier: Optional[Dict[str, str]], bad_lines: Optional[files.BadLines]) -> bool:
+    """Is ``doc_id`` one of an earlier input (``earlier``: id → its file)? Refused (``InputError``, one line
+    naming both files), or with ``bad_lines`` recorded there: the caller leaves the document out."""
+    if earlier is None or doc_id is None or doc_id not in earlier:
+        return False
+    error = files.InputError(f"{path}: document {doc_id} is in an earlier input too ({earlier[doc_id]}): the same document "
+                             "twice in the output; give each document once")
+    if bad_lines is None:
+        raise error
+    bad_lines.add(error)
+    return True
+
+
 def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, stats: Optional[ConversionStats] = None,
                 bad_lines: Optional[files.BadLines] = None, labels: Optional[Collection[str]] = None,
-                id_map: Optional[Dict[str, str]] = None, strip: Sequence[str] = ()) -> Iterator[Doc]:
+                id_map: Optional[Dict[str, str]] = None, strip: Sequence[str] = (),
+                earlier: Optional[Dict[str, str]] = None) -> Iterator[Doc]:
     """The gold docs of one corpus file in any supported format; counts go to ``stats``. With ``labels``,
     only mentions of those types are kept (the others counted in ``stats.left_out_by_label``); with
     ``strip``, those prefixes are removed from gold ids (:func:`.id_map.strip_prefixes`), then with
-    ``id_map`` they are rewritten (:func:`.id_map.map_ids`, counted in ``stats.remapped``)."""
+    ``id_map`` they are rewritten (:func:`.id_map.map_ids`, counted in ``stats.remapped``). With
+    ``earlier`` (document id → the earlier input that had it), a document whose id the file names (a
+    PMID, a BioC id, a ``.spacy`` doc's ``pmid``, a Prodigy ``meta.doc_id``) and an earlier input had is
+    refused, or with ``bad_lines`` left out and counted there; once the file is read, its ids are added
+    to ``earlier``."""
     stats = stats if stats is not None else ConversionStats()
     keep = None if labels is None else set(labels)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus not found: {path}" if not path.exists() else f"corpus {path} is not a file")
     format = corpus_format(path, format)
+    own: Dict[Optional[str], str] = {}  # the ids this file names → it, for the inputs after it
     if format == "spacy":
         for doc in read_docbin(nlp, path):
+            pmid = None if doc.user_data.get("pmid") is None else str(doc.user_data["pmid"])
+            if _earlier(path, pmid, earlier, bad_lines):
+                continue
+            own.setdefault(pmid, str(path))
             if keep is not None:
                 _keep_labels(doc, keep, stats)
             if id_map or strip:
@@ -74,16 +102,27 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
             stats.nil += sum(s.kb_id_ == NIL for s in spans)
             stats.composite += sum(len(gold_ids(s.kb_id_)) > 1 for s in spans)
             yield doc
+        _remember(earlier, own)
         return
     if format == "pubtator":
         pdocs = read_pubtator(path, bad_lines, stats.relations_skipped)
     elif format == "prodigy":
-        pdocs = read_prodigy(path, bad_lines, stats.left_out_by_answer)
+        named: Set[str] = set()  # ids of the file's own, not hashes of a text
+        pdocs = read_prodigy(path, bad_lines, stats.left_out_by_answer, named)
     else:
         pdocs = read_bioc(path, format, bad_lines, stats.relations_skipped)
     if bad_lines is not None:
         stats.skipped_lines, stats.skipped_examples = bad_lines.count, list(bad_lines.examples)
+    same_text: List[str] = []  # earlier inputs with a text of a document here that has no id of its own
     for pdoc in pdocs:
+        doc_id = pdoc.pmid if format != "prodigy" or pdoc.pmid in named else None
+        if _earlier(path, doc_id, earlier, bad_lines):
+            stats.skipped_lines, stats.skipped_examples = bad_lines.count, list(bad_lines.examples)
+            continue
+        if doc_id is None and earlier is not None:  # Prodigy tasks without meta.doc_id: a text is all there is
+            same_text += [earlier[TEXT_KEY + pdoc.text]] if TEXT_KEY + pdoc.text in earlier else []
+            doc_id = TEXT_KEY + pdoc.text
+        own.setdefault(doc_id, str(path))
         if keep is not None:
             for ann in pdoc.annotations:
                 if ann.type not in keep:
@@ -93,6 +132,16 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
             for ann in pdoc.annotations:
                 ann.ids = _rewrite(ann.ids, id_map or {}, strip, stats)
         yield make_doc(nlp, pdoc, stats)
+    if same_text:  # not refused: annotations of other labels on the same texts may come in two datasets
+        log.warning(f"{path}: {len(same_text)} document(s) without an id (no meta.doc_id) have the text of one in an "
+                    f"earlier input ({same_text[0]}); each is kept as a document of its own (one input file of all "
+                    "their tasks makes them one document)")
+    _remember(earlier, own)
+
+
+def _remember(earlier: Optional[Dict[str, str]], own: Dict[Optional[str], str]) -> None:
+    if earlier is not None:
+        earlier.update({k: v for k, v in own.items() if k is not None and k not in earlier})
 
 
 def _keep_labels(doc: Doc, keep: set, stats: ConversionStats) -> None:
@@ -129,7 +178,8 @@ def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "e
     extension) into one ``.spacy`` file, documents in input order; returns the conversion statistics.
 
     Every input is read before anything is written: a malformed one stops with its location and writes
-    nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted. With
+    nothing; with ``skip_bad_lines`` malformed lines / annotations are left out and counted. A document an
+    earlier input had already (the same id) is refused too, or with ``skip_bad_lines`` left out and counted. With
     ``labels``, mentions of other types are left out and counted by type; with ``id_map`` (from
     :func:`.id_map.read_id_map`), gold ids of an older KB release become the current ones, after
     ``strip_id_prefixes`` are removed from them (``["UMLS:"]``).
@@ -141,8 +191,11 @@ def convert_corpora(inputs: Sequence[PathLike], output: PathLike, lang: str = "e
     stats = ConversionStats()
     bad = files.BadLines() if skip_bad_lines else None
     docs: List[Doc] = []
+    earlier: Dict[str, str] = {}  # a document id → the input that had it first
     for path, fmt in zip(inputs, formats):
-        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels, id_map, tuple(strip_id_prefixes)))
+        docs.extend(corpus_docs(nlp, path, fmt, stats, bad, labels, id_map, tuple(strip_id_prefixes), earlier))
+    if bad is not None:
+        stats.skipped_lines, stats.skipped_examples = bad.count, list(bad.examples)
     if labels is not None and not stats.mentions and stats.left_out_by_label:
         found = ", ".join(f"{n} {t}" for t, n in sorted(stats.left_out_by_label.items()))
         raise files.InputError(f"no mention has a type in labels {sorted(labels)}; the corpora have {found}")

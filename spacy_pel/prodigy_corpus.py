@@ -8,22 +8,27 @@ Two kinds of task give linked mentions:
   mention; an option id starting with ``NIL`` (``NIL_otherLink``, ``NIL_ambiguous``) is ``NIL``;
 * a task whose spans carry their own id (``"kb_id"``): each span a mention of its id.
 
-A document's id is its first task's ``meta.doc_id`` (what ``link --output-format prodigy`` writes), else its
+A document's id is its tasks' ``meta.doc_id`` (what ``link --output-format prodigy`` writes), else its
 ``_input_hash`` (else ``lineN``). Only accepted tasks (``"answer": "accept"``, or no answer: tasks as ``link``
 wrote them, not reviewed yet) are read; rejected and ignored ones are left
-out and counted by answer. Tasks of the same text (its ``_input_hash``, else the text) are one document:
-Prodigy asks about one mention a task. A span's offsets are checked against the text (and against the
+out and counted by answer. Tasks of the same text (its ``_input_hash``, else the text) and the same
+``meta.doc_id`` (or none) are one document: Prodigy asks about one mention a task; two documents of the same
+text keep their own ids and mentions. A span's offsets are checked against the text (and against the
 span's ``text`` when it has one); its label is the span's ``label`` (``ENTITY`` without one).
 
-A malformed line — not JSON, no text, a span outside it or without an id, one mention linked two ways —
-is refused as :class:`~.corpora.CorpusFormatError` (``FILE:LINE: reason``) or skipped and counted with
-``bad_lines``.
+``link``'s own JSON lines output (``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id, …}]}``,
+a line with ``mentions`` and no ``spans``) is read too: each line one document, its mentions as linked
+(the linker's NIL label, starting with ``NIL``, is ``NIL``); an id seen twice is refused.
+
+A malformed line — not JSON, no text, a span outside it or without an id, one mention linked two ways, a
+linked document's id seen before — is refused as :class:`~.corpora.CorpusFormatError` (``FILE:LINE:
+reason``) or skipped and counted with ``bad_lines``.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from . import files
 from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc
@@ -78,32 +83,72 @@ def _task_mentions(task: dict) -> List[Annotation]:
     return out
 
 
+def _meta_doc_id(task: dict) -> Optional[str]:
+    meta = task.get("meta")
+    doc_id = meta.get("doc_id") if isinstance(meta, dict) else None
+    return doc_id if isinstance(doc_id, str) and doc_id else None
+
+
+def is_linked_record(task: dict) -> bool:
+    """Is ``task`` a line of ``link``'s JSON lines output (``{id, text, mentions}``), not a Prodigy task?"""
+    return "mentions" in task and "spans" not in task
+
+
+def _linked_record(task: dict) -> PubTatorDoc:
+    """The document of a line of ``link``'s JSON lines output: its ``id``, ``text`` and linked ``mentions``."""
+    doc_id, text, mentions = task.get("id"), task.get("text"), task["mentions"]
+    if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool) or not str(doc_id).strip():
+        raise ValueError('a record of linked mentions needs an "id"')
+    if not isinstance(text, str):
+        raise ValueError('a record of linked mentions needs a "text"')
+    if not isinstance(mentions, list) or not all(isinstance(m, dict) for m in mentions):
+        raise ValueError('"mentions" must be a list of objects')
+    spans = [{"start": m.get("start_char"), "end": m.get("end_char"), "label": m.get("label"), "kb_id": m.get("kb_id"),
+              **({"text": m["text"]} if "text" in m else {})} for m in mentions]
+    return PubTatorDoc(str(doc_id), text, _task_mentions({"text": text, "spans": spans}) if spans else [])
+
+
 def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
-                 left_out: Optional[Dict[str, int]] = None) -> List[PubTatorDoc]:
-    """Read a Prodigy JSONL file (see the module): one document per text, its accepted mentions;
-    tasks of other answers are counted in ``left_out`` by answer."""
+                 left_out: Optional[Dict[str, int]] = None, named: Optional[Set[str]] = None) -> List[PubTatorDoc]:
+    """Read a Prodigy JSONL file (see the module): one document per text (and ``meta.doc_id``), its accepted
+    mentions; tasks of other answers are counted in ``left_out`` by answer. A line of ``link``'s JSON lines
+    output is one document, its mentions as linked. ``named`` gets the ids the file gives its documents
+    (``meta.doc_id``, a linked document's ``id``), not those made of a hash or a line number."""
     path = Path(path)
     left_out = left_out if left_out is not None else {}
-    docs: Dict[object, PubTatorDoc] = {}
-    where: Dict[Tuple[object, int, int], Tuple[str, int]] = {}  # a mention → (its ids, the line that gave them)
+    named = named if named is not None else set()
+    docs: Dict[tuple, PubTatorDoc] = {}
+    first: Dict[tuple, int] = {}  # a document → the line that opened it
+    where: Dict[Tuple[tuple, int, int], Tuple[str, int]] = {}  # a mention → (its ids, the line that gave them)
     for lineno, line in files.read_lines(path, CorpusFormatError, bad_lines):
         if not line.strip():
             continue
         try:
             task = json.loads(line)
             if not isinstance(task, dict):
-                raise ValueError("a line must be a JSON object (a Prodigy task)")
+                raise ValueError("a line must be a JSON object (a Prodigy task, or a document of link's JSON lines)")
+            if is_linked_record(task):
+                record = _linked_record(task)
+                key: tuple = ("link", record.pmid, None)
+                if key in docs:
+                    raise ValueError(f"document {record.pmid} appears twice (first at line {first[key]})")
+                for m in record.annotations:
+                    m.line = lineno
+                docs[key], first[key] = record, lineno
+                named.add(record.pmid)
+                continue
             answer = task.get("answer")
             if answer not in READ_ANSWERS:
                 left_out[str(answer)] = left_out.get(str(answer), 0) + 1
                 continue
             mentions = _task_mentions(task)
-            key = task.get("_input_hash", task["text"])
-            if not isinstance(key, (str, int)) or isinstance(key, bool):
-                raise ValueError(f"_input_hash must be a number, not {key!r}")
+            text_key = task.get("_input_hash", task["text"])
+            if not isinstance(text_key, (str, int)) or isinstance(text_key, bool):
+                raise ValueError(f"_input_hash must be a number, not {text_key!r}")
+            key = (_meta_doc_id(task), text_key)  # documents of the same text but other ids stay apart
             doc = docs.get(key)
             if doc is not None and doc.text != task["text"]:
-                raise ValueError(f"_input_hash {key!r} names another text too")
+                raise ValueError(f"_input_hash {text_key!r} names another text too")
             for m in mentions:
                 seen = where.get((key, m.start, m.end))
                 if seen is not None and seen[0] != m.kb_id:
@@ -114,11 +159,11 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
             files.reject(CorpusFormatError(path, lineno, message or type(err).__name__), bad_lines)
             continue
         if doc is None:
-            meta = task.get("meta")
-            doc_id = meta.get("doc_id") if isinstance(meta, dict) else None
-            if not isinstance(doc_id, str) or not doc_id:
-                doc_id = str(key) if "_input_hash" in task else f"line{lineno}"
+            doc_id = key[0] or (str(text_key) if "_input_hash" in task else f"line{lineno}")
             doc = docs[key] = PubTatorDoc(doc_id, task["text"])
+            first[key] = lineno
+            if key[0] is not None:
+                named.add(doc_id)
         for m in mentions:
             if (key, m.start, m.end) not in where:
                 where[(key, m.start, m.end)] = (m.kb_id, lineno)

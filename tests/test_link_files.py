@@ -5,6 +5,7 @@ What must hold: the ids written are those ``nlp.pipe`` gives the same documents 
 PubTator and BioC output read back by ``convert``'s readers give the same mentions with the linked ids
 (NIL as -1); raw text needs a pipeline that finds mentions; a malformed document names its line."""
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
+from spacy.language import Language
 from typer.testing import CliRunner
 
 from spacy_pel.bioc_corpus import read_bioc
@@ -21,11 +23,13 @@ from spacy_pel.bulk.linked_formats import LinkedDoc, pubtator_lines, write_linke
 from spacy_pel.bulk.local import link_file
 from spacy_pel.bulk.worker import LinkWorker
 from spacy_pel.cli.link import app
-from spacy_pel.corpora import NIL, pubtator_to_docs, read_pubtator
+from spacy_pel.corpora import NIL, gold_spans, pubtator_to_docs, read_docbin, read_pubtator
 from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.files import InputError
 from spacy_pel.pipeline.linker import configure_linker
 from spacy_pel.prodigy_corpus import read_prodigy
+
+from .conftest import shared
 
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "spacy_pel_hypothesis")  # its caches out of the checkout
 PUBTATOR = """\
@@ -262,3 +266,110 @@ def test_bioc_xml_writes_control_characters_as_spaces_and_keeps_the_offsets(tmp_
     assert back.text == "a   aspirin  case" and [(a.start, a.end, a.text, a.ids) for a in back.annotations] == [(4, 11, "aspirin", ["D4"])]
     write_linked([LinkedDoc("x1", text, None, [row])], tmp_path / "out.json", "bioc-json")
     assert read_bioc(tmp_path / "out.json", "bioc-json")[0].text == text
+
+
+OVERLAP = """\
+61|t|Lithium carbonate and atrial flutter.
+61|a|Aspirin.
+61\t0\t17\tLithium carbonate\tChemical\tD1
+61\t0\t7\tLithium\tChemical\tD1
+61\t22\t36\tatrial flutter\tDisease\tD3
+61\t22\t36\tatrial flutter\tDisease\tD3
+61\t38\t45\tAspirin\tChemical\tD4
+"""
+
+
+@Language.component("test_reads_entities", assigns=["doc.ents"])
+def reads_entities(doc):
+    return doc
+
+
+def linked_mentions(path: Path):
+    return [(a.start, a.end, a.type, a.ids) for d in read_pubtator(path) for a in d.annotations]
+
+
+def test_overlapping_and_repeated_mentions_are_all_linked_each_as_alone(pipelines, tmp_path, kb_dir):
+    """Nested mentions and a mention given twice (doc.ents cannot hold them): every one is linked, to the id it
+    gets in a file where nothing overlaps it; a pipeline with a component after the linker that reads the
+    entities links doc.ents only, and counts the mentions left out."""
+    corpus = write(tmp_path / "in.txt", OVERLAP)
+    stats = link_file(corpus, tmp_path / "out.pubtator", pipelines[0], progress=False)
+    assert (stats["mentions"], stats["unaligned"], stats["overlapping_not_linked"]) == (5, 0, 0)
+    lines, alone = OVERLAP.splitlines(), []
+    for keep in ((2, 4, 6), (3, 5)):
+        part = write(tmp_path / "part.txt", "\n".join(lines[:2] + [lines[i] for i in keep]) + "\n")
+        link_file(part, tmp_path / "part.pubtator", pipelines[0], progress=False)
+        alone += linked_mentions(tmp_path / "part.pubtator")
+    assert linked_mentions(tmp_path / "out.pubtator") == sorted(alone, key=lambda m: m[:2])
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3})
+    nlp.add_pipe("test_reads_entities")
+    nlp.to_disk(tmp_path / "reads")
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "r.pubtator"), "--pipeline", str(tmp_path / "reads"),
+                                      "--no-progress"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["mentions"] == 3, result.output
+    assert json.loads(result.stdout)["overlapping_not_linked"] == 2 and "2 given mention(s) not linked" in result.stderr
+
+
+def test_a_given_mention_that_cannot_be_a_span_is_counted_and_named(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.txt", "71|t|Lithium carbonate  and flutter.\n71|a|Aspirin.\n"
+                   "71\t0\t18\tLithium carbonate \tChemical\tD1\n71\t32\t39\tAspirin\tChemical\tD4\n")
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "out.pubtator"), "--pipeline", str(pipelines[1]),
+                                      "--no-progress"])
+    stats = json.loads(result.stdout)
+    assert result.exit_code == 0 and (stats["mentions"], stats["unaligned"]) == (1, 1), result.output
+    assert stats["unaligned_examples"][0].startswith("71 0-18 'Lithium carbonate '")
+    assert "1 given mention(s) not linked" in result.stderr and "71 0-18" in result.stderr
+
+
+def test_prodigy_tasks_are_linked_with_format_prodigy(pipelines, tmp_path):
+    lines = shared("nel-emerson", "emerson_annotated_text.jsonl").read_text(encoding="utf8").splitlines()
+    rejected = dict(json.loads(lines[0]), answer="reject", _input_hash=1)
+    corpus = write(tmp_path / "tasks.jsonl", "\n".join([*lines, json.dumps(rejected)]) + "\n")
+    stats = link_file(corpus, tmp_path / "out.pubtator", pipelines[1], format="prodigy", progress=False)
+    assert (stats["docs"], stats["mentions"], stats["format"], stats["left_out_by_answer"]) == (30, 30, "prodigy", {"reject": 1})
+    spans = [json.loads(line)["spans"][0] for line in lines]
+    assert [(a.start, a.end) for d in read_pubtator(tmp_path / "out.pubtator") for a in d.annotations] == \
+        [(s["start"], s["end"]) for s in spans]
+
+
+@pytest.mark.parametrize("output", ["out.pubtator", "out.xml", "out.json", "review.prodigy"])
+def test_an_id_given_twice_is_refused_before_linking_for_one_document_per_id(pipelines, tmp_path, monkeypatch, output):
+    corpus = write(tmp_path / "in.jsonl", '{"id": "a", "text": "Aspirin."}\n\n{"id": "b", "text": ""}\n'
+                   '{"id": "a", "text": "Warfarin."}\n')
+    monkeypatch.setattr(LinkWorker, "link", lambda *_: pytest.fail("linked before the ids were checked"))
+    name = "prodigy" if output.endswith(".prodigy") else None
+    with pytest.raises(InputError, match=rf"^{re.escape(str(corpus))}:4: document id 'a' appears twice \(first at "
+                                         rf"{re.escape(str(corpus))}:1\)"):
+        link_file(corpus, tmp_path / output, pipelines[0], output_format_name=name, progress=False)
+    result = CliRunner().invoke(app, [str(corpus), str(tmp_path / "cli.pubtator"), "--pipeline", str(pipelines[0])])
+    assert result.exit_code != 0 and len(result.stderr.strip().splitlines()) == 1 and "appears twice" in result.stderr
+    monkeypatch.undo()
+    assert link_file(corpus, tmp_path / "out.jsonl", pipelines[0], progress=False)["docs"] == 3  # one record a line
+
+
+def test_documents_of_the_same_text_stay_apart_in_prodigy_tasks(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.txt", "31|t|Aspirin.\n31|a|Warfarin.\n31\t0\t7\tAspirin\tChemical\tD4\n\n"
+                   "32|t|Aspirin.\n32|a|Warfarin.\n32\t9\t17\tWarfarin\tChemical\tD5\n")
+    review = tmp_path / "review.jsonl"
+    link_file(corpus, review, pipelines[1], output_format_name="prodigy", progress=False)
+    expected = [("31", [(0, 7)]), ("32", [(9, 17)])]
+    assert [(d.pmid, [(a.start, a.end) for a in d.annotations]) for d in read_prodigy(review)] == expected
+    assert convert_corpora([review], tmp_path / "r.spacy")["docs"] == 2
+    tasks = [json.loads(line) for line in review.read_text(encoding="utf8").splitlines()]
+    assert tasks[0]["_input_hash"] != tasks[1]["_input_hash"]
+    reviewed = [dict(t, _input_hash=7, answer="accept") for t in tasks]  # Prodigy's own hash: of the text, one for both
+    write(review, "".join(json.dumps(t) + "\n" for t in reviewed))
+    assert [(d.pmid, [(a.start, a.end) for a in d.annotations]) for d in read_prodigy(review)] == expected
+
+
+def test_convert_reads_links_jsonl_output_back(pipelines, tmp_path):
+    corpus = write(tmp_path / "in.jsonl", "".join(json.dumps(r) + "\n" for r in RAW))
+    stats = link_file(corpus, tmp_path / "out.jsonl", pipelines[0], progress=False)
+    back = convert_corpora([tmp_path / "out.jsonl"], tmp_path / "back.spacy")
+    assert (back["docs"], back["mentions"], back["nil"]) == (3, stats["mentions"], stats["nil"]) and stats["mentions"] == 5
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf8").splitlines()]
+    docs = read_docbin(spacy.blank("en"), tmp_path / "back.spacy")
+    assert [(d.user_data["pmid"], d.text) for d in docs] == [(r["id"], r["text"]) for r in records]
+    assert [[(s.start_char, s.end_char, s.label_, s.kb_id_) for s in gold_spans(d)] for d in docs] == \
+        [[(m["start_char"], m["end_char"], m["label"], m["kb_id"]) for m in r["mentions"]] for r in records]

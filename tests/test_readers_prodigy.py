@@ -2,6 +2,7 @@
 one text joined into one document, rejected tasks counted, NIL options, spans with their own ids, and
 every malformed task refused as FILE:LINE."""
 import json
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -106,10 +107,68 @@ def test_skip_bad_lines_keeps_the_rest(tmp_path):
         read_prodigy(write(tmp_path, task([{"start": 0, "end": 7}], ["Q1"], answer="reject")))
 
 
+def test_tasks_of_one_text_but_other_doc_ids_are_other_documents(tmp_path):
+    """What ``link --output-format prodigy`` writes, after Prodigy hashed each task's text (one hash for both)."""
+    path = write(tmp_path, task([{"start": 0, "end": 7}], ["Q1"], meta={"doc_id": "d1"}),
+                 task([{"start": 12, "end": 19}], ["Q2"], meta={"doc_id": "d2"}),
+                 task([{"start": 12, "end": 19}], ["Q3"], meta={"doc_id": "d1"}))
+    docs = read_prodigy(path)
+    assert [(d.pmid, d.text, [(a.start, a.ids) for a in d.annotations]) for d in docs] == [
+        ("d1", TEXT, [(0, ["Q1"]), (12, ["Q3"])]), ("d2", TEXT, [(12, ["Q2"])])]
+
+
+LINKED = {"id": "r1", "text": TEXT, "mentions": [
+    {"start_char": 0, "end_char": 7, "text": "Emerson", "label": "PERSON", "kb_id": "Q1", "score": 0.9, "candidates": []},
+    {"start_char": 12, "end_char": 19, "text": "Emerson", "label": "PERSON", "kb_id": "NIL", "score": None}]}
+
+
+def test_links_jsonl_output_is_read_one_document_a_line(tmp_path):
+    path = write(tmp_path, json.dumps(LINKED), json.dumps({"id": 7, "text": "", "mentions": []}))
+    docs = read_prodigy(path)
+    assert [(d.pmid, d.text, [(a.start, a.end, a.type, a.ids, a.line) for a in d.annotations]) for d in docs] == [
+        ("r1", TEXT, [(0, 7, "PERSON", ["Q1"], 1), (12, 19, "PERSON", [NIL], 1)]), ("7", "", [])]
+    for line, fragment in [(json.dumps(LINKED), "document r1 appears twice (first at line 1)"),
+                           (json.dumps(dict(LINKED, id="")), 'needs an "id"'),
+                           (json.dumps(dict(LINKED, id="r2", mentions=[dict(LINKED["mentions"][0], end_char=30)])),
+                            "span 0-30 is not within the text"),
+                           (json.dumps(dict(LINKED, id="r2", mentions=[dict(LINKED["mentions"][0], kb_id="")])), "has no id"),
+                           (json.dumps(dict(LINKED, id="r2", mentions={})), '"mentions" must be a list')]:
+        with pytest.raises(CorpusFormatError) as err:
+            read_prodigy(write(tmp_path, json.dumps(LINKED), line))
+        assert str(err.value).startswith(f"{path}:2: ") and fragment in str(err.value), str(err.value)
+
+
+def test_convert_refuses_a_document_an_earlier_input_had(tmp_path, caplog):
+    from typer.testing import CliRunner
+
+    from spacy_pel.cli.convert import app
+    from spacy_pel.files import InputError
+
+    one = tmp_path / "one.txt"
+    one.write_text("21|t|a and b.\n21|a|Nothing.\n21\t0\t1\ta\tChemical\tD1\n\n22|t|c.\n22|a|d.\n", encoding="utf8")
+    other = tmp_path / "other.txt"
+    other.write_text("23|t|e.\n23|a|f.\n\n21|t|a and b.\n21|a|Nothing.\n", encoding="utf8")
+    with pytest.raises(InputError, match=rf"other.txt: document 21 is in an earlier input too \({re.escape(str(one))}\)"):
+        convert_corpora([one, other], tmp_path / "x.spacy")
+    stats = convert_corpora([one, other], tmp_path / "x.spacy", skip_bad_lines=True)
+    assert (stats["docs"], stats["mentions"], stats["skipped_lines"]) == (3, 1, 1) and "document 21" in stats["skipped_examples"][0]
+    result = CliRunner().invoke(app, [str(one), str(tmp_path / "x.spacy"), str(one), str(tmp_path / "y.spacy")])
+    assert result.exit_code != 0 and len(result.stderr.strip().splitlines()) == 1 and "earlier input" in result.stderr
+    with pytest.raises(InputError, match=r"one.txt: document 21 is in an earlier input too \(.*x.spacy\)"):  # a .spacy input's ids too
+        convert_corpora([tmp_path / "x.spacy", one], tmp_path / "z.spacy")
+    named = write(tmp_path, task([{"start": 0, "end": 7}], ["Q1"], meta={"doc_id": "d1"}))
+    with pytest.raises(InputError, match="document d1 is in an earlier input too"):
+        convert_corpora([named, named], tmp_path / "z.spacy")
+    unnamed = write(tmp_path, task([{"start": 0, "end": 7}], ["Q1"]))  # Prodigy's: no id but a hash of the text
+    assert convert_corpora([unnamed, unnamed], tmp_path / "z.spacy")["docs"] == 2  # kept: other labels, other dataset
+    assert "have the text of one in an earlier input" in caplog.text
+
+
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "spacy_pel_hypothesis")
 SETTINGS = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-GOOD = "\n".join([task([{"start": 0, "end": 7, "label": "PERSON"}], ["Q1"]), task([{"start": 12, "end": 19, "kb_id": "Q2"}])])
-PIECES = ['"start": ', '"end": ', "12", "-1", '"kb_id": ', '"accept": ', '["NIL"]', "[", "]", "{", "}", ",", '"', "\\u", "\n", "null"]
+GOOD = "\n".join([task([{"start": 0, "end": 7, "label": "PERSON"}], ["Q1"]), task([{"start": 12, "end": 19, "kb_id": "Q2"}]),
+                  json.dumps(LINKED)])
+PIECES = ['"start": ', '"end": ', '"start_char": ', '"mentions": ', '"id": ', "12", "-1", '"kb_id": ', '"accept": ', '["NIL"]', "[", "]", "{", "}", ",", '"', "\\u", "\n", "null"]
 
 
 def check_reader(data: bytes) -> None:

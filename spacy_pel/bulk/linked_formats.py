@@ -13,13 +13,15 @@
 * ``prodigy``: one entity-linking choice task per mention, for review in Prodigy (``--output-format
   prodigy``): the document's text and its one span, the candidates as options (``ID: name (score)``) and
   ``NIL_otherLink``, the linker's choice pre-selected in ``accept``, the document id and the confidence in
-  ``meta``. ``convert`` reads the reviewed tasks back (:mod:`spacy_pel.prodigy_corpus`), so corrected links
+  ``meta``, an ``_input_hash`` of the document id (:func:`input_hash`: documents of the same text stay
+  apart). ``convert`` reads the reviewed tasks back (:mod:`spacy_pel.prodigy_corpus`), so corrected links
   become training data.
 
 Every file is written atomically: a run that stops leaves the previous file or none.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +126,12 @@ def bioc_collection(docs: Sequence[LinkedDoc], nil_label: NilLabels, xml: bool =
     return collection
 
 
+def input_hash(doc_id: str) -> int:
+    """The ``_input_hash`` of a document's review tasks: a signed 32-bit number, as Prodigy's hashes are,
+    of its id (not of its text, as Prodigy's own: two documents of the same text are two documents)."""
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf8"), digest_size=4).digest(), "little", signed=True)
+
+
 def prodigy_tasks(doc: LinkedDoc, nil_label: NilLabels) -> List[dict]:
     """The review tasks of one linked document: one choice task per mention (see the module)."""
     tasks = []
@@ -133,8 +141,8 @@ def prodigy_tasks(doc: LinkedDoc, nil_label: NilLabels) -> List[dict]:
         if choice != NIL and choice not in {o["id"] for o in options}:  # a rule's entity outside the top k
             options.insert(0, {"id": choice, "text": choice})
         options.append({"id": NIL_OTHER_LINK, "text": "Link not in options"})
-        tasks.append({"text": doc.text, "spans": [{"start": r["start_char"], "end": r["end_char"], "text": r["text"],
-                                                   "label": r["label"]}],
+        span = {"start": r["start_char"], "end": r["end_char"], "text": r["text"], "label": r["label"]}
+        tasks.append({"text": doc.text, "_input_hash": input_hash(doc.doc_id), "spans": [span],
                       "options": options, "accept": [NIL_OTHER_LINK if choice == NIL else choice],
                       "meta": {"doc_id": doc.doc_id, "confidence": r["confidence"]}})
     return tasks

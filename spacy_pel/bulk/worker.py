@@ -1,8 +1,15 @@
 """The actor of a bulk run: it loads the saved pipeline once and links chunk after chunk.
 
-Given spans (PubTator) become ``doc.ents`` as :mod:`spacy_pel.corpora` sets them (tokens split at
-every mention boundary), and the pipeline's own mention finders (NER, span ruler …) before
-``pel_linker`` are left out so they cannot replace them; raw text goes through the whole pipeline.
+Given spans (PubTator) are set as :mod:`spacy_pel.corpora` sets them (tokens split at every mention
+boundary): all of them, overlapping ones and repeats included, in the span group ``pel_gold``, and the
+non-overlapping ones as ``doc.ents``. A linker that links the spans a doc has (``doc.ents`` or a span
+group) links ``pel_gold`` instead, as ``evaluate`` links gold mentions, so every given mention is
+linked; in a pipeline with a component after its last linker that reads or sets the entities
+(``pel_discovery``) it links ``doc.ents``, and the overlapping mentions left out are counted in the
+worker's ``stats.overlapping``. The pipeline's own mention finders (NER, span ruler …) before
+``pel_linker`` are left out so they cannot replace them. A mention whose boundary falls inside white
+space cannot be a span: it is counted in ``stats.unaligned`` (with examples), not linked. Raw text goes
+through the whole pipeline.
 
 A batch that raises is not lost: each of its documents is linked again alone, twice at most, and a
 document that fails both times comes back with ``error`` set (its id and the reason), while the others
@@ -14,25 +21,36 @@ import json
 import logging
 import time
 import traceback
+from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import Annotation, PubTatorDoc, make_doc
+from ..corpora import GOLD_KEY, Annotation, ConversionStats, PubTatorDoc, make_doc
 from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, load_pipeline
 from ..pipeline.mention_finders import mention_finders
+from ..pipeline.mentions import DocSpans
 
 log = logging.getLogger(__name__)
 ATTEMPTS_ALONE = 2
 
 
-def mention_rows(doc: Doc, doc_id: str, linkers: Sequence[PELLinker]) -> List[dict]:
+def mention_rows(doc: Doc, doc_id: str, linkers: Sequence[PELLinker], sources: Optional[Sequence[object]] = None) -> List[dict]:
     """The output rows of a linked doc, one per mention the pipeline's linkers wrote (one linker per KB,
-    each linking its labels: each its own spans), in document order."""
-    spans = {(s.start_char, s.end_char, s.label_): s for linker in linkers for s in linker.mentions.spans(doc)}
+    each linking its labels: each its own spans; ``sources``: where each linker wrote, its mention
+    source by default), in document order. A span two linkers both link is one row; a mention given
+    twice (the same offsets and label) is two."""
+    spans: Dict[tuple, object] = {}
+    for source in sources if sources is not None else [linker.mentions for linker in linkers]:
+        repeat: Counter = Counter()
+        for s in source.spans(doc):
+            key = (s.start_char, s.end_char, s.label_)
+            repeat[key] += 1
+            spans[(*key, repeat[key])] = s
     rows = []
     for span in sorted(spans.values(), key=lambda s: (s.start_char, s.end_char)):
         candidates = span._.get(CANDIDATES_ATTR) or []
@@ -45,13 +63,34 @@ def mention_rows(doc: Doc, doc_id: str, linkers: Sequence[PELLinker]) -> List[di
     return rows
 
 
-def build_doc(nlp: Language, item: dict) -> Doc:
-    """The doc of a dataset item: raw text, or its given spans set as ``doc.ents`` (and ``pel_gold``)."""
+def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None) -> Doc:
+    """The doc of a dataset item: raw text, or its given spans set as the span group ``pel_gold`` (the
+    non-overlapping ones as ``doc.ents`` too); mentions that cannot be spans are counted in ``stats``."""
     if not item["spans"]:
         return nlp.make_doc(item["text"])
     text = item["text"]
     annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
-    return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations))
+    return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations), stats)
+
+
+def given_source(linker: PELLinker) -> object:
+    """Where ``linker`` finds given mentions: every one of them (the span group ``pel_gold``, overlapping
+    ones included; those of its ``labels`` only when it has some) when it links the spans a doc has,
+    else its own source (a span finder finds its own spans: the given ones are not used)."""
+    if type(linker.mentions) is DocSpans:
+        return DocSpans(GOLD_KEY, None if linker.mentions.labels is None else sorted(linker.mentions.labels))
+    return linker.mentions
+
+
+def _entities_after_linkers(nlp: Language) -> bool:
+    """Does a component after the last ``pel_linker`` say (its factory's ``assigns`` / ``requires``) that it
+    reads or sets the entities or span groups?"""
+    last = max(i for i, (_, proc) in enumerate(nlp.pipeline) if isinstance(proc, PELLinker))
+    for name, _ in nlp.pipeline[last + 1:]:
+        meta = nlp.get_pipe_meta(name)
+        if any(a.startswith(("doc.ents", "doc.spans", "token.ent")) for a in (*meta.assigns, *meta.requires)):
+            return True
+    return False
 
 
 def _failure(err: BaseException) -> str:
@@ -77,15 +116,34 @@ class LinkWorker:
         _, self.finders = mention_finders(self.nlp.config)
         self.linkers = [proc for _, proc in self.nlp.pipeline if isinstance(proc, PELLinker)]
         self.nil_labels = frozenset(linker.cfg.nil_label for linker in self.linkers)
+        # a component after the last linker that reads or sets the entities (pel_discovery …) would not see
+        # links written to pel_gold: link doc.ents there, and count the overlapping mentions it cannot hold
+        self.links_overlaps = not _entities_after_linkers(self.nlp)
+        self.given_sources = [given_source(linker) if self.links_overlaps else linker.mentions for linker in self.linkers]
+        self.stats = ConversionStats()  # given mentions not linked (``unaligned``, ``overlapping``), over every call
         self.load_seconds = time.perf_counter() - started
+
+    @contextmanager
+    def _given_mentions(self) -> Iterator[None]:
+        """Each linker links the given mentions (:func:`given_source`) for the time of the block."""
+        kept = [linker.mentions for linker in self.linkers]
+        try:
+            for linker, source in zip(self.linkers, self.given_sources):
+                linker.mentions = source
+            yield
+        finally:
+            for linker, source in zip(self.linkers, kept):
+                linker.mentions = source
 
     def link(self, items: Sequence[dict]) -> List[List[dict]]:
         """Mention rows of each item (all with given spans or all raw: one call of ``nlp.pipe``)."""
-        given = bool(items[0]["spans"])
-        docs = [build_doc(self.nlp, item) for item in items]
-        disable = self.finders if given else []
-        linked = self.nlp.pipe(docs, batch_size=self.batch_size, disable=disable)
-        return [mention_rows(doc, item["doc_id"], self.linkers) for doc, item in zip(linked, items)]
+        if not items[0]["spans"]:
+            docs = self.nlp.pipe([build_doc(self.nlp, item) for item in items], batch_size=self.batch_size)
+            return [mention_rows(doc, item["doc_id"], self.linkers) for doc, item in zip(docs, items)]
+        docs = [build_doc(self.nlp, item, self.stats) for item in items]
+        with self._given_mentions():
+            linked = list(self.nlp.pipe(docs, batch_size=self.batch_size, disable=self.finders))
+        return [mention_rows(doc, item["doc_id"], self.linkers, self.given_sources) for doc, item in zip(linked, items)]
 
     def _link_each(self, items: Sequence[dict]) -> Dict[int, object]:
         """{position: rows or error}: the documents of a failed batch, alone, ``ATTEMPTS_ALONE`` times."""

@@ -15,7 +15,8 @@ from ._output import echo_json, echo_skipped
 
 HELP = (
     "Convert annotated corpora into one spaCy .spacy file of linked gold mentions.\n\n"
-    "Reads PubTator, BioC XML or JSON, Prodigy JSONL, or .spacy files (several inputs go into one output) and writes a DocBin whose gold "
+    "Reads PubTator, BioC XML or JSON, Prodigy JSONL (or link's .jsonl output), or .spacy files (several inputs go into one "
+    "output, each document once) and writes a DocBin whose gold "
     "mentions carry their KB ids, NIL for a mention with none. Prints counts of mentions, NIL, composite and unaligned mentions "
     "as JSON; --labels keeps some mention types, --id-map rewrites ids of an older KB release, --strip-id-prefix removes a "
     "namespace the KB's ids lack (UMLS: for MedMentions against a UMLS KB).\n\n"
@@ -30,7 +31,8 @@ app = typer.Typer(add_completion=False)
 def main(
     inputs: List[Path] = typer.Argument(
         ..., help="Corpus file(s): PubTator (BC5CDR, NCBI disease, MedMentions, BioRED), BioC XML (.xml) or "
-        "JSON (.json), Prodigy tasks (.jsonl: entity-linking choices, or spans with a kb_id), or .spacy; several are concatenated into one output"
+        "JSON (.json), Prodigy tasks (.jsonl: entity-linking choices, or spans with a kb_id; link's own .jsonl output too), or "
+        ".spacy; several are concatenated into one output (a document id an earlier input had is refused)"
     ),
     output: Path = typer.Argument(..., help="Output .spacy file"),
     format: Optional[str] = typer.Option(

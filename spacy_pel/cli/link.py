@@ -13,7 +13,8 @@ from ._output import echo_json, echo_skipped
 
 HELP = (
     "Link the mentions of one corpus file and write them as JSON lines, PubTator or BioC.\n\n"
-    "Reads PubTator, BioC XML/JSON or .spacy (the mentions given are linked) or JSON lines / Parquet of id and text (the "
+    "Reads PubTator, BioC XML/JSON, .spacy or Prodigy tasks (--format prodigy) (every mention given is linked, "
+    "overlapping ones too) or JSON lines / Parquet of id and text (the "
     "pipeline's NER or span finder finds the mentions), links them in this process with a saved pipeline, and writes "
     "OUTPUT in the format of its extension: .jsonl (every candidate and score), .pubtator or .txt (NIL as -1, what "
     "BC5CDR's evaluation reads), .xml or .json (BioC). For a large corpus on many machines, use bulk.\n\n"
@@ -55,6 +56,15 @@ def main(
                       skip_bad_lines=skip_bad_lines, progress=progress)
     echo_json(stats)
     echo_skipped(stats)
+    if stats["left_out_by_answer"]:
+        answers = ", ".join(f"{n} {answer}" for answer, n in sorted(stats["left_out_by_answer"].items()))
+        typer.echo(f"left out Prodigy tasks that were not accepted: {answers}", err=True)
+    if stats["unaligned"]:
+        shown = "; ".join(stats["unaligned_examples"][:3])
+        typer.secho(f"{stats['unaligned']} given mention(s) not linked, they cannot be tokens (first: {shown})", fg="yellow", err=True)
+    if stats["overlapping_not_linked"]:
+        typer.secho(f"{stats['overlapping_not_linked']} given mention(s) not linked: they overlap others, and the pipeline has "
+                    "a component after pel_linker that reads the entities, so doc.ents only are linked", fg="yellow", err=True)
 
 
 if __name__ == "__main__":
