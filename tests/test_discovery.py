@@ -22,6 +22,7 @@ from spacy_pel.discovery.cluster import (
     nil_cluster_ids,
 )
 from spacy_pel.training.arborescence import arborescence_positives
+from tests.test_cli_errors import one_line_error
 
 
 def unit(x):
@@ -327,14 +328,6 @@ def test_precomputed_nearest_entities_give_the_same_clusters():
 # ---------------------------------------------------------------- command line: options checked, report honest
 NIL_CLASSIFIER = {"@misc": "spacy_pel.nil.classifier.v1", "weights": {"top": 5.0}, "bias": -2.0}
 
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def gold_corpus(path, ids=("D1", "D2", "NIL")):

@@ -16,6 +16,7 @@ from spacy_pel.pipeline.label_types import LabelTypesRule
 from spacy_pel.pipeline.rules.batch import CandidateBatch
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.search import FlatSearch
+from tests.test_cli_errors import one_line_error
 
 TEXT = "Lithium carbonate toxicity in a newborn with tricuspid regurgitation and an atrial flutter ."
 SPANS = ((0, 2, "Chem"), (7, 9, "Dis"), (11, 13, "Dis"), (3, 4, "Other"))
@@ -167,14 +168,6 @@ def test_tied_mentions_follow_chains_to_the_mention_that_was_retrieved(kb_dir):
 # ---------------------------------------------------------------- label-types command line
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def gold_corpus(path, gold=((0, 2, "Chem", "D1"), (7, 9, "Dis", "D2"))):

@@ -18,6 +18,7 @@ from spacy_pel.models.encoder import DEFAULT_ENCODER, BiEncoder
 from spacy_pel.retrieval.build import build_kb, encoder_location
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex, build_names
+from tests.test_cli_errors import one_line_error
 
 from .conftest import KB_LINES
 
@@ -25,14 +26,6 @@ from .conftest import KB_LINES
 def run(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def hidden(folder: Path):
