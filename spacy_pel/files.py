@@ -192,13 +192,16 @@ def file_digest(*paths: PathLike) -> str:
     return h.hexdigest()
 
 
-def folder_digest(folder: PathLike) -> str:
+def folder_digest(folder: PathLike, skip: Iterable[PathLike] = ()) -> str:
     """SHA-256 of every file below ``folder`` (their paths relative to it, and contents): the same for a
-    copy of the folder, different after any file in it changed (a saved pipeline: ~1 s a GB)."""
+    copy of the folder, different after any file in it changed (a saved pipeline: ~1 s a GB). Files
+    below a folder of ``skip`` are left out (a run's own output kept inside its input)."""
     root = Path(folder)
+    skipped = [Path(s) for s in skip]
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        _hash_file(h, path.relative_to(root).as_posix(), path)
+        if not any(path.is_relative_to(s) for s in skipped):
+            _hash_file(h, path.relative_to(root).as_posix(), path)
     return h.hexdigest()
 
 

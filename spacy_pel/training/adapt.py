@@ -24,7 +24,6 @@ any work (:func:`check_output`), as is an ``ENCODER.work`` that is not a work fo
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_dir, atomic_write, file_digest
+from ..files import InputError, atomic_dir, atomic_write, file_digest, folder_digest
 from ..kb import Entity, kb_files, read_kb
 from ..models.encoder import CONFIG_FILE, BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
@@ -270,11 +269,7 @@ def start_encoder_identity(base: str, output: Path) -> Dict[str, str]:
         return {"name": str(base)}
     root = root.resolve()
     skip = [p for p in (Path(output).resolve(), work_folder(Path(output).resolve())) if p != root]
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if not any(path.is_relative_to(s) for s in skip):
-            h.update(f"{path.relative_to(root).as_posix()}\0{file_digest(path)}\n".encode())
-    return {"folder_sha256": h.hexdigest()}
+    return {"folder_sha256": folder_digest(root, skip)}
 
 
 def inputs_stamp(cfg: AdaptConfig, output: Path) -> Dict[str, Any]:
