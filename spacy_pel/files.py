@@ -115,7 +115,8 @@ def check_output_folder(path: PathLike, what: str, holds: Callable[[Path], bool]
     if path.exists() and not path.is_dir():
         raise InputError(f"output {path} is a file; give a folder to write the {what} to")
     if path.is_dir() and any(path.iterdir()) and not holds(path):
-        raise InputError(f"output {path} is a folder that is not a {what}; refusing to replace it")
+        article = "an" if what[:1].lower() in "aeiou" else "a"
+        raise InputError(f"output {path} is a folder that is not {article} {what}; refusing to replace it")
 
 
 class LineError(InputError):

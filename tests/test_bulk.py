@@ -298,3 +298,23 @@ def test_a_worker_that_dies_on_a_document_loses_only_that_document(local_ray, pi
     assert [e["doc_id"] for e in errors] == ["r4"] and errors[0]["reason"].startswith("lost:")
     assert sorted({r["doc_id"] for r in read_rows(tmp_path / "out", "in.jsonl")}) == ["r0", "r1", "r2", "r3", "r5"]
     assert (summary["docs"], summary["errors"]) == (6, 1)
+
+
+def test_given_mentions_that_cannot_be_spans_are_counted_in_the_summary(local_ray, pipeline, tmp_path):
+    """A given mention whose boundary falls inside white space is counted (with an example) per shard and in
+    the summary, as ``link`` counts it (per document, so a batch linked again cannot count it twice), and a
+    re-run that skips the finished shards still reports it."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_pubtator(corpus / "a.txt", range(3))
+    (corpus / "b.txt").write_text("71|t|Lithium carbonate  and flutter.\n71|a|Aspirin.\n"
+                                  "71\t0\t18\tLithium carbonate \tChemical\tD1\n71\t32\t39\tAspirin\tChemical\tD4\n\n"
+                                  "72|t|Aspirin  and warfarin.\n72|a|None.\n72\t0\t8\tAspirin \tChemical\tD4\n",
+                                  encoding="utf8")
+    summary = link_corpus(corpus, tmp_path / "out", pipeline, workers=1, batch_size=4, progress=False)
+    marker = json.loads((tmp_path / "out" / "done" / "b.txt.json").read_text())
+    assert (summary["unaligned"], summary["overlapping_not_linked"], summary["mentions"]) == (2, 0, 12 + 1)
+    assert marker["unaligned"] == 2 and [x[:8] for x in marker["unaligned_examples"]] == ["71 0-18 ", "72 0-8 '"]
+    assert json.loads((tmp_path / "out" / "done" / "a.txt.json").read_text())["unaligned"] == 0
+    again = link_corpus(corpus, tmp_path / "out", pipeline, workers=1, batch_size=4, progress=False)
+    assert again["shards_linked_now"] == 0 and (again["unaligned"], again["unaligned_examples"]) == (2, marker["unaligned_examples"])

@@ -98,3 +98,14 @@ def test_cli_learns_writes_and_takes_a_given_map(typed_kb, corpus, tmp_path):
     assert json.loads(out.read_text()) == {"Chem": ["Drug"]}
     result = CliRunner().invoke(app, args[:-2])
     assert result.exit_code == 2 and "--config and --config-out together" in result.output
+
+
+def test_cli_takes_a_given_map_without_corpora_and_learning_needs_them(typed_kb, tmp_path):
+    given, out = tmp_path / "given.json", tmp_path / "lt.json"
+    given.write_text('{"Chem": ["Drug"]}')
+    result = CliRunner().invoke(app, ["--kb", str(typed_kb), "-o", str(out), "--map", str(given)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text()) == {"Chem": ["Drug"]}
+    result = CliRunner().invoke(app, ["--kb", str(typed_kb), "-o", str(tmp_path / "learned.json")])
+    assert result.exit_code == 2 and "give the annotated .spacy corpora" in result.output
+    assert not (tmp_path / "learned.json").exists()

@@ -130,13 +130,17 @@ def test_ids_names_aliases_and_types_are_stripped(tmp_path):
     ("obo", GOOD["obo"] + "\n[Term]\nid: X:2|X:3\nname: beta\n", 7),
     ("csv", "id,name\nA,alpha\nB|C,beta\n", 3),
     ("tsv", "A\talpha\nB|C\tbeta\n", 2),
+    ("jsonl", GOOD["jsonl"] + '{"id": "B,C", "name": "beta"}\n', 2),
+    ("tsv", "A\talpha\nB+C\tbeta\n", 2),
 ])
-def test_an_id_holding_a_bar_is_refused(tmp_path, format, text, line):
-    """``A|B`` is how a corpus writes a composite mention's ids: a KB id holding ``|`` would be read back as two."""
-    err = refused(write(tmp_path, f"kb.{format}", text), format, line, "holds '|'")
+def test_an_id_holding_a_composite_separator_is_refused(tmp_path, format, text, line):
+    """``A|B`` (PubTator), ``A,B`` (BioRED) and ``A+B`` (NCBI) are how corpora write a composite mention's ids:
+    a KB id holding one of them would be read back as several."""
+    sep = next(c for c in "|,+" if c in text.splitlines()[-1 if format != "obo" else -2])
+    err = refused(write(tmp_path, f"kb.{format}", text), format, line, f"holds {sep!r}")
     assert "composite mention" in str(err)
     bad = BadLines()
-    assert [e.id for e in read_kb(tmp_path / f"kb.{format}", format, bad) if "|" in e.id] == [] and bad.count == 1
+    assert [e.id for e in read_kb(tmp_path / f"kb.{format}", format, bad) if sep in e.id] == [] and bad.count == 1
 
 
 def test_mesh_descriptor_with_extra_columns(tmp_path):

@@ -23,7 +23,9 @@ from .. import files
 from .shards import Shard
 
 MENTIONS, ERRORS, DONE, SUMMARY = "mentions", "errors", "done", "summary.json"
-COUNTS = ("docs", "mentions", "nil", "errors")
+COUNTS = ("docs", "mentions", "nil", "errors", "unaligned", "overlapping_not_linked")  # markers before
+# the last two did not count them (0)
+EXAMPLES = 10
 
 
 def schema():
@@ -105,14 +107,21 @@ class ShardResult:
             "mentions": len(rows),
             "nil": sum(doc["nil"] for doc in ordered if not doc["error"]), "errors": len(errors),
             "link_seconds": round(sum(doc["seconds"] for doc in ordered), 3),
+            # given mentions not linked: a boundary inside white space; overlapping ones where only doc.ents are linked
+            "unaligned": sum(doc.get("unaligned", 0) for doc in ordered if not doc["error"]),
+            "unaligned_examples": [x for doc in ordered if not doc["error"]
+                                   for x in json.loads(doc.get("unaligned_examples") or "[]")][:EXAMPLES],
+            "overlapping_not_linked": sum(doc.get("overlapping_not_linked", 0) for doc in ordered if not doc["error"]),
         }
         files.atomic_write(marker_path(output, self.shard),
                            lambda tmp: tmp.write_text(json.dumps(marker, indent=1), encoding="utf8"))
         return marker
 
 
-def totals(markers: List[dict]) -> Dict[str, int]:
-    return {key: sum(m[key] for m in markers) for key in COUNTS}
+def totals(markers: List[dict]) -> dict:
+    """The counts summed over shards' markers, and the first examples of given mentions not linked."""
+    return {**{key: sum(m.get(key, 0) for m in markers) for key in COUNTS},
+            "unaligned_examples": [x for m in markers for x in m.get("unaligned_examples", [])][:EXAMPLES]}
 
 
 def write_summary(output: Path, summary: dict) -> None:

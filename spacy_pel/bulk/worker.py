@@ -24,7 +24,7 @@ import traceback
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from spacy.language import Language
@@ -136,22 +136,38 @@ class LinkWorker:
                 linker.mentions = source
 
     def link(self, items: Sequence[dict]) -> List[List[dict]]:
-        """Mention rows of each item (all with given spans or all raw: one call of ``nlp.pipe``)."""
+        """Mention rows of each item (all with given spans or all raw: one call of ``nlp.pipe``); the given
+        mentions not linked are added to ``stats``."""
+        results = self._link(items)
+        for _, counts in results:
+            self.stats.unaligned += counts.unaligned
+            self.stats.overlapping += counts.overlapping
+            self.stats.unaligned_examples.extend(counts.unaligned_examples[:max(0, 10 - len(self.stats.unaligned_examples))])
+        return [rows for rows, _ in results]
+
+    def _link(self, items: Sequence[dict]) -> List[Tuple[List[dict], ConversionStats]]:
+        """Mention rows of each item, and its given mentions not linked: ``unaligned`` (with examples) and
+        ``overlapping`` (0 when overlapping mentions are linked through ``pel_gold``)."""
         if not items[0]["spans"]:
             docs = self.nlp.pipe([build_doc(self.nlp, item) for item in items], batch_size=self.batch_size)
-            return [mention_rows(doc, item["doc_id"], self.linkers) for doc, item in zip(docs, items)]
-        docs = [build_doc(self.nlp, item, self.stats) for item in items]
+            return [(mention_rows(doc, item["doc_id"], self.linkers), ConversionStats()) for doc, item in zip(docs, items)]
+        counts = [ConversionStats() for _ in items]
+        docs = [build_doc(self.nlp, item, c) for item, c in zip(items, counts)]
         with self._given_mentions():
             linked = list(self.nlp.pipe(docs, batch_size=self.batch_size, disable=self.finders))
-        return [mention_rows(doc, item["doc_id"], self.linkers, self.given_sources) for doc, item in zip(linked, items)]
+        if self.links_overlaps:
+            for c in counts:
+                c.overlapping = 0
+        return [(mention_rows(doc, item["doc_id"], self.linkers, self.given_sources), c)
+                for doc, item, c in zip(linked, items, counts)]
 
     def _link_each(self, items: Sequence[dict]) -> Dict[int, object]:
-        """{position: rows or error}: the documents of a failed batch, alone, ``ATTEMPTS_ALONE`` times."""
+        """{position: (rows, not linked) or error}: the documents of a failed batch, alone, ``ATTEMPTS_ALONE`` times."""
         out: Dict[int, object] = {}
         for i, item in enumerate(items):
             for attempt in range(ATTEMPTS_ALONE):
                 try:
-                    out[i] = self.link([item])[0]
+                    out[i] = self._link([item])[0]
                     break
                 except Exception as err:  # noqa: BLE001 — any failure of one document is reported, not raised
                     out[i] = f"failed {attempt + 1} times alone after its batch failed; last: {_failure(err)}"
@@ -167,20 +183,24 @@ class LinkWorker:
             if not group:
                 continue
             try:
-                results.update(zip(group, self.link([items[i] for i in group])))
+                results.update(zip(group, self._link([items[i] for i in group])))
             except Exception:  # noqa: BLE001 — retried document by document below
                 results.update({group[i]: r for i, r in self._link_each([items[i] for i in group]).items()})
         seconds = time.perf_counter() - started
-        out = {k: [] for k in ("shard", "seq", "doc_id", "rows", "mentions", "nil", "error", "seconds")}
+        out = {k: [] for k in ("shard", "seq", "doc_id", "rows", "mentions", "nil", "error", "seconds", "unaligned",
+                               "unaligned_examples", "overlapping_not_linked")}
         for i, item in enumerate(items):
             result = results[i]
-            rows = result if isinstance(result, list) else []
+            rows, counts = result if isinstance(result, tuple) else ([], ConversionStats())
             out["shard"].append(item["shard"])
             out["seq"].append(item["seq"])
             out["doc_id"].append(item["doc_id"])
             out["rows"].append(json.dumps(rows, ensure_ascii=False))
             out["mentions"].append(len(rows))
             out["nil"].append(sum(r["kb_id"] in self.nil_labels for r in rows))
-            out["error"].append("" if isinstance(result, list) else str(result))
+            out["error"].append("" if isinstance(result, tuple) else str(result))
             out["seconds"].append(seconds / len(items))
+            out["unaligned"].append(counts.unaligned)
+            out["unaligned_examples"].append(json.dumps(counts.unaligned_examples, ensure_ascii=False))
+            out["overlapping_not_linked"].append(counts.overlapping)
         return out

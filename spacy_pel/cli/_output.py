@@ -72,3 +72,14 @@ def strict_json(data):
 def echo_json(data) -> None:
     """Print a command's report on stdout as indented strict JSON (:func:`strict_json`)."""
     typer.echo(json.dumps(strict_json(data), indent=2))
+
+
+def echo_not_linked(report: dict) -> None:
+    """Tell (on stderr) how many given mentions were not linked: ``unaligned`` (a boundary inside white space;
+    the first few shown) and ``overlapping_not_linked`` (a component after the linker reads ``doc.ents``)."""
+    if report.get("unaligned"):
+        shown = "; ".join(report.get("unaligned_examples", [])[:3])
+        typer.secho(f"{report['unaligned']} given mention(s) not linked, they cannot be tokens (first: {shown})", fg="yellow", err=True)
+    if report.get("overlapping_not_linked"):
+        typer.secho(f"{report['overlapping_not_linked']} given mention(s) not linked: they overlap others, and the pipeline has "
+                    "a component after pel_linker that reads the entities, so doc.ents only are linked", fg="yellow", err=True)

@@ -8,7 +8,7 @@ import typer
 
 from ..bulk.run import link_corpus
 from ._errors import cli_errors, fail, require_dir, require_writable_parent
-from ._output import echo_json
+from ._output import echo_json, echo_not_linked
 
 HELP = (
     "Link a large corpus on a Ray Data actor pool and write the mentions as Parquet files.\n\n"
@@ -36,7 +36,7 @@ def main(
 ):
     """Link every document of INPUT with the pipeline on a Ray actor pool and write Parquet mention rows
     per input shard into OUTPUT. A re-run skips finished shards; documents that fail are listed in
-    OUTPUT/errors/. Prints the summary JSON: documents, mentions, NIL, errors, mentions/s."""
+    OUTPUT/errors/. Prints the summary JSON: documents, mentions, NIL, errors, given mentions not linked, mentions/s."""
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -50,3 +50,4 @@ def main(
     summary = link_corpus(input, output, pipeline, address=address, workers=workers, batch_size=batch_size,
                           cpus_per_worker=cpus_per_worker, num_cpus=num_cpus, progress=progress)
     echo_json(summary)
+    echo_not_linked(summary)

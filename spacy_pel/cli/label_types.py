@@ -23,7 +23,7 @@ from ._output import echo_json
 
 HELP = (
     "Learn which KB types each span label can link to, for the linker's label_types rule.\n\n"
-    "Reads annotated .spacy corpora and their KB folder, keeps for each label the KB types that cover most of its gold "
+    "Reads annotated .spacy corpora and their KB folder (or takes a map given with --map, checked against the KB), keeps for each label the KB types that cover most of its gold "
     "entities, and writes the map as JSON; with --config and --config-out it also writes a pipeline config with the map "
     "inlined.\n\n"
     "Example: python -m spacy_pel label-types corpus/train.spacy --kb kbs/medic -o training/label_types.json --config "
@@ -66,7 +66,8 @@ def check_map_types(label_types: LabelTypes, given: str, kb: Path) -> None:
 @app.command(help=HELP)
 @cli_errors
 def main(
-    corpora: List[Path] = typer.Argument(..., help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy)"),
+    corpora: Optional[List[Path]] = typer.Argument(None, help="Annotated .spacy corpora (e.g. corpus/bc5cdr_train.spacy) "
+                                                    "to learn the map from; not needed with --map"),
     kb: Path = typer.Option(..., "--kb", help="KB folder (build-kb) whose entity types are counted"),
     output: Path = typer.Option(..., "--output", "-o", help="label → KB types JSON to write"),
     given: str = typer.Option(LEARN, "--map", help="A label → types JSON to use instead of learning one ('learn': learn it)"),
@@ -78,6 +79,9 @@ def main(
     """Count, per span label, the KB types of the gold entities and keep the types that cover most of
     them; prints the map and what each type adds. With --config/--config-out, writes the pipeline
     config with the map in its label_types rule."""
+    corpora = list(corpora or [])
+    if given == LEARN and not corpora:
+        fail("give the annotated .spacy corpora to learn the map from (or a map with --map)")
     for corpus in corpora:
         require_file(corpus, "corpus")
     require_dir(kb, "KB folder")

@@ -9,7 +9,7 @@ import typer
 from ..bulk.linked_formats import OUTPUT_FORMATS
 from ..bulk.local import INPUT_FORMATS, link_file
 from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
-from ._output import echo_json, echo_skipped
+from ._output import echo_json, echo_not_linked, echo_skipped
 
 HELP = (
     "Link the mentions of one corpus file and write them as JSON lines, PubTator or BioC.\n\n"
@@ -59,12 +59,7 @@ def main(
     if stats["left_out_by_answer"]:
         answers = ", ".join(f"{n} {answer}" for answer, n in sorted(stats["left_out_by_answer"].items()))
         typer.echo(f"left out Prodigy tasks that were not accepted: {answers}", err=True)
-    if stats["unaligned"]:
-        shown = "; ".join(stats["unaligned_examples"][:3])
-        typer.secho(f"{stats['unaligned']} given mention(s) not linked, they cannot be tokens (first: {shown})", fg="yellow", err=True)
-    if stats["overlapping_not_linked"]:
-        typer.secho(f"{stats['overlapping_not_linked']} given mention(s) not linked: they overlap others, and the pipeline has "
-                    "a component after pel_linker that reads the entities, so doc.ents only are linked", fg="yellow", err=True)
+    echo_not_linked(stats)
 
 
 if __name__ == "__main__":

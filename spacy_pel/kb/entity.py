@@ -18,6 +18,7 @@ PathLike = Union[str, Path]
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 ID_SEP = "|"  # joins the ids of a composite mention in a corpus (corpora.ID_SEP): never in a KB id
+ID_SEPARATORS = "|,+"  # what corpus readers split an id column on (BioRED writes A,B and NCBI A+B): none in a KB id
 
 
 def normalize(text: str) -> str:
@@ -80,7 +81,7 @@ def nonblank_lines(path: Path, bad_lines: Optional[files.BadLines]) -> Iterator[
 
 class Collector:
     """Keeps entities in file order and refuses a duplicate id, naming both lines; strips the id and name
-    (a duplicate is one after stripping) and refuses an id holding :data:`ID_SEP`.
+    (a duplicate is one after stripping) and refuses an id holding one of :data:`ID_SEPARATORS`.
 
     With ``bad_lines`` a refused entity is recorded there and left out; without, it raises.
     """
@@ -97,9 +98,10 @@ class Collector:
         entity.id, entity.name = entity.id.strip(), entity.name.strip()  # as a corpus's ids are read
         if not entity.id or not entity.name:
             return self.fail(path, line, "entity needs a non-empty id and name")
-        if ID_SEP in entity.id:
-            return self.fail(path, line, f"entity id {entity.id!r} holds {ID_SEP!r}, which joins the ids of a "
-                                         "composite mention in a corpus (A|B): it would be read as several ids")
+        sep = next((c for c in ID_SEPARATORS if c in entity.id), None)
+        if sep is not None:
+            return self.fail(path, line, f"entity id {entity.id!r} holds {sep!r}, which separates the ids of a "
+                                         "composite mention in a corpus (A|B, A,B, A+B): it would be read as several ids")
         texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
         if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
             return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_dir, atomic_write, file_digest, folder_digest
+from ..files import InputError, atomic_dir, atomic_write, check_output_folder, file_digest, folder_digest
 from ..kb import Entity, kb_files, read_kb
 from ..models.encoder import CONFIG_FILE, BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
@@ -245,11 +245,7 @@ def check_output(output: Path) -> None:
     """Refuse an ``output`` that writing the encoder would destroy: a file, or a folder with files in it
     that is not an encoder folder (no ``pel_encoder.json``), and an ``output.work`` that is not adapt's."""
     output, work = Path(output), work_folder(Path(output))
-    if output.exists() and not output.is_dir():
-        raise InputError(f"output {output} is a file, not an encoder folder: adapt would replace it; give another -o")
-    if output.is_dir() and any(output.iterdir()) and not (output / CONFIG_FILE).is_file():
-        raise InputError(f"output {output} is a folder of other files (no {CONFIG_FILE}: not an encoder folder): adapt "
-                         "would replace it and everything in it; give a new or empty folder as -o")
+    check_output_folder(output, "encoder folder", lambda folder: (folder / CONFIG_FILE).is_file())
     if work.exists() and not (work.is_dir() and (not any(work.iterdir()) or (work / STAMP_FILE).is_file())):
         raise InputError(f"{work} (where adapt keeps the resumable state of -o {output}) exists and is not a work "
                          f"folder of adapt's (no {STAMP_FILE}): adapt would delete it; move it or give another -o")
