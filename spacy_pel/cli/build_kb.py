@@ -44,7 +44,7 @@ def main(
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Entities per resumable chunk of OUTPUT.partial/"),
     force: bool = typer.Option(False, "--force", help="Replace a KB at --output that was built from another KB file, format or encoder"),
     reuse: Optional[Path] = typer.Option(None, "--reuse", help="An earlier KB folder: copied when built from this same KB file and entity encoder (e.g. the KB before a training run that froze the entity tower); when built by this entity encoder at this precision from another release of the KB, its vectors are taken for the entities whose text is unchanged and only the others are encoded; otherwise the KB is encoded as usual"),
-    ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel[ray]'); same output as a local build"),
+    ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel\\[ray]'); same output as a local build"),
     address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
     workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),
     cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="With --ray: CPUs and torch threads per actor"),

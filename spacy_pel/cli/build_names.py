@@ -36,7 +36,7 @@ def main(
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Names per resumable chunk of OUTPUT.partial/"),
     force: bool = typer.Option(False, "--force", help="Replace a name index at --output built for another KB, encoder, input or length"),
     reuse: Optional[Path] = typer.Option(None, "--reuse", help="An earlier name index (e.g. of the KB's last release) built by this entity encoder at this precision: its vectors are taken for the names it holds, only new names are encoded"),
-    ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel[ray]'); same output as a local build"),
+    ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel\\[ray]'); same output as a local build"),
     address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
     workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),
     cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="With --ray: CPUs and torch threads per actor"),
