@@ -31,7 +31,7 @@ def main(
     input: str = typer.Option("name", "--input", help=f"{' or '.join(INPUTS)}: what each name row encodes"),
     max_length: int = typer.Option(MAX_LENGTH, "--max-length", help="Word pieces per name input"),
     batch_size: int = typer.Option(256, "--batch-size"),
-    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, int8, int8_dynamic, onnx_fp32 or auto (bf16 where the CPU/GPU has bf16 units; else on a CPU block-wise int8 with VNNI (the pipeline's R@1 unchanged, ~1.35x faster), onnx_fp32 without; fp32 on a GPU)"),
+    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, int8, int8_rows, int8_dynamic, onnx_fp32 or auto (bf16 where the CPU/GPU has bf16 units; else on a CPU with VNNI int8_rows — torch's int8 products, block-wise int8 where torch lacks them; the pipeline's R@1 unchanged —, onnx_fp32 without; fp32 on a GPU)"),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Names per resumable chunk of OUTPUT.partial/"),
     force: bool = typer.Option(False, "--force", help="Replace a name index at --output built for another KB, encoder, input or length"),
