@@ -239,3 +239,15 @@ def test_adapt_starts_over_when_the_start_encoder_changes(synonym_kb, tiny_encod
     fresh = tmp_path / "fresh"
     adapt(None, fresh, settings(synonym_kb, start, **{"training.max_steps": 3}), progress=False)
     assert BiEncoder.from_pretrained(out).fingerprint() == BiEncoder.from_pretrained(fresh).fingerprint() != old
+
+
+def test_a_kb_of_one_entity_is_refused_in_one_line(tiny_encoder_dir, tmp_path):
+    """README's quickstart KB has one entity: with no other entity there is no negative, and adapt (either
+    objective) says so in one line instead of failing deep in negative sampling."""
+    kb = tmp_path / "one.jsonl"
+    kb.write_text('{"id": "X:1", "name": "acetylsalicylic acid", "aliases": ["aspirin", "ASA"]}\n', encoding="utf8")
+    for objective in ("retriever", "names"):
+        out = CliRunner().invoke(app, ["adapt", str(kb), "-o", str(tmp_path / f"enc_{objective}"), "--encoder",
+                                       str(tiny_encoder_dir), "--max-steps", "2", "--objective", objective])
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        assert "1 entity; training needs at least 2" in out.output

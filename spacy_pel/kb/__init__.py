@@ -15,7 +15,7 @@ or, given ``bad_lines``, counts the line there and skips it.
 """
 # the built-in formats register in import order: not sorted
 # isort: off
-from .entity import Entity, KBFormatError, PathLike, normalize
+from .entity import Entity, KBFormatError, PathLike, normalize, require_trainable
 from .registry import ENTRY_POINT_GROUP, READERS, kb_files, kb_readers, read_kb, register_kb_reader
 
 # the built-in formats, registered in this order
@@ -32,5 +32,5 @@ __all__ = [
     "ENTRY_POINT_GROUP", "Entity", "KBFormatError", "MESH_BRANCHES", "MESH_DESCRIPTOR_FILE",
     "MESH_SUPPLEMENTARY_FILE", "OBO_STANZAS", "PathLike", "READERS", "kb_files", "kb_readers",
     "UMLS_CONCEPTS", "mesh_files", "normalize", "read_jsonl", "read_kb", "read_medic", "read_mesh", "read_obo",
-    "read_csv", "read_tsv", "read_umls", "register_kb_reader", "umls_files", "write_jsonl",
+    "read_csv", "read_tsv", "read_umls", "register_kb_reader", "require_trainable", "umls_files", "write_jsonl",
 ]

@@ -114,3 +114,12 @@ class Collector:
 
     def result(self) -> List[Entity]:
         return list(self.entities.values())
+
+
+def require_trainable(entities: List[Entity], path: PathLike) -> List[Entity]:
+    """``entities`` if a training can learn from them, else :class:`files.InputError`: training (``adapt``,
+    ``train`` with an entity tower that learns) takes other entities' names as each one's negatives."""
+    if len(entities) < 2:
+        raise files.InputError(f"{path}: {len(entities)} entit{'y' if len(entities) == 1 else 'ies'}; training needs at "
+                               "least 2 (other entities' names are each one's negatives)")
+    return entities

@@ -37,7 +37,7 @@ import torch
 
 from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write, check_output_folder, file_digest, folder_digest
-from ..kb import Entity, kb_files, read_kb
+from ..kb import Entity, kb_files, read_kb, require_trainable
 from ..models.encoder import CONFIG_FILE, BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
@@ -312,7 +312,7 @@ def run_adapt(cfg: AdaptConfig, output: PathLike, entities: Optional[List[Entity
     work = work_folder(output)
     prepare_work(work, inputs_stamp(cfg, output), cfg.training.resume)
     if entities is None:
-        entities = read_kb(cfg.kb.path, cfg.kb.format)
+        entities = require_trainable(read_kb(cfg.kb.path, cfg.kb.format), cfg.kb.path)
     checkpoint = checkpoint_to_resume(work, cfg.training.resume)
     task = AdaptTask(cfg, entities, checkpoint)
     state = TrainingLoop(task, cfg.training, work, checkpoint).run(progress)

@@ -52,7 +52,7 @@ import torch
 from ..corpora import read_docbin
 from ..evaluation.evaluators import RecallEvaluator
 from ..files import InputError
-from ..kb import read_kb
+from ..kb import read_kb, require_trainable
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
@@ -86,7 +86,7 @@ def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) ->
 def kb_records(path: PathLike, format: str) -> EntityIndex:
     """The entities of a KB file as an index without vectors (zeros, no fingerprint): the entity
     records a trained entity tower learns from before any KB is encoded."""
-    entities = read_kb(path, format)
+    entities = require_trainable(read_kb(path, format), path)
     return EntityIndex(entities, np.zeros((len(entities), 1), np.float16), metric="cosine", fingerprint="",
                        encoder_source="", kind="flat")
 
