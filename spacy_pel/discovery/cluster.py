@@ -5,8 +5,8 @@
   its nearest entity, merged strongest edge first while no component holds two entities. A mention
   takes its component's entity; components without one are newly discovered entities.
 * :func:`nil_cluster_ids` -- stable ``NIL:<n>`` ids for those components.
-* :func:`discover` -- all of it over a batch of docs with a ``pel_linker``'s encoder; writes the ids
-  to the spans.
+* :func:`discover` -- all of it over a batch of docs with a ``pel_linker``'s encoder (clustering
+  inference, or the linker's own decisions with its NIL mentions clustered); writes the ids to the spans.
 * :func:`cluster_scores` -- adjusted Rand index and normalised mutual information (numpy only).
 
 Command line (gold-span corpus in, linked/discovered corpus out, counts JSON on stdout)::
@@ -201,24 +201,41 @@ def _linker(nlp_or_linker: Union[Language, PELLinker]) -> PELLinker:
     return find_linker(nlp_or_linker)[1] if isinstance(nlp_or_linker, Language) else nlp_or_linker
 
 
-def pipeline_nil_clusters(
-    linker: PELLinker, docs: Sequence[Doc], spans: Sequence[list], k: int = 10, mention_threshold: Optional[float] = None,
-) -> Tuple[List[Optional[str]], np.ndarray]:
-    """The linker's own decisions (candidate rules, NIL strategy and threshold) for every mention, and
-    the mentions it calls NIL clustered among themselves only: their ``k`` nearest NIL mentions joined
-    when at least ``mention_threshold`` similar (:func:`cluster` with no entities). Returns what
-    :func:`cluster` returns: entity id or None, and component numbers."""
+def linker_decisions(linker: PELLinker, docs: Sequence[Doc], spans: Sequence[list]) -> List[Optional[str]]:
+    """The linker's own decision for every mention (candidate rules, NIL strategy and threshold), linked
+    afresh: its entity id, or None for NIL."""
     linked = linker.candidates(docs, spans)
     decided = [linker.decide(r, c) for one in linked for r, c in zip(one.rows, one.confidence)]
-    entity_for_mention = [None if i == linker.cfg.nil_label else i for i in decided]
-    nil = [n for n, e in enumerate(entity_for_mention) if e is None]
-    components = np.arange(len(decided), dtype=np.int64) + len(decided)  # linked: their own component
+    return [None if i == linker.cfg.nil_label else i for i in decided]
+
+
+def nil_clusters(
+    linker: PELLinker, docs: Sequence[Doc], spans: Sequence[list], entity_for_mention: Sequence[Optional[str]], k: int = 10,
+    mention_threshold: Optional[float] = None,
+) -> np.ndarray:
+    """Component numbers for mentions already decided (``entity_for_mention``, None: NIL): each linked
+    mention its own component, and the NIL mentions clustered among themselves only: their ``k`` nearest
+    NIL mentions joined when at least ``mention_threshold`` similar (:func:`cluster` with no entities)."""
+    n = len(entity_for_mention)
+    nil = [i for i, e in enumerate(entity_for_mention) if e is None]
+    components = np.arange(n, dtype=np.int64) + n  # linked: their own component
     if nil:
         vectors = linker.mention_vectors(docs, spans_at(spans, nil))
         _, nil_components = cluster(vectors, (np.zeros((0, vectors.shape[1]), np.float32), []), k,
                                     mention_threshold=mention_threshold)
         components[nil] = nil_components
-    return entity_for_mention, components
+    return components
+
+
+def cluster_inference(
+    linker: PELLinker, docs: Sequence[Doc], spans: Sequence[list], k: int = 10, threshold: Optional[float] = None,
+    mention_threshold: Optional[float] = None, mention_margin: float = MENTION_MARGIN,
+) -> Tuple[List[Optional[str]], np.ndarray, np.ndarray]:
+    """Clustering inference over the mentions: what :func:`cluster` returns with the linker's encoder and
+    entity index (``threshold`` default: the linker's NIL threshold), and the mention vectors it used."""
+    threshold = linker.threshold if threshold is None else threshold
+    vectors = linker.mention_vectors(docs, spans) if any(spans) else np.zeros((0, 1), np.float32)
+    return (*cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin), vectors)
 
 
 LINKING = ("auto", "cluster", "pipeline")
@@ -226,16 +243,45 @@ LINKING = ("auto", "cluster", "pipeline")
 
 def resolve_linking(linker: PELLinker, linking: str, threshold: Optional[float] = None) -> str:
     """``"auto"`` → ``"cluster"`` when the linker's NIL confidence is its best score (its threshold is then
-    a cosine floor for the graph's edges), else ``"pipeline"``: a NIL classifier's threshold is a
-    probability, and as an edge floor it would make (nearly) every mention NIL. ``"cluster"`` with such a
-    linker needs an explicit ``threshold``."""
+    a cosine floor for the graph's edges) and it has no candidate rules, else ``"pipeline"``: a NIL
+    classifier's threshold is a probability, and as an edge floor it would make (nearly) every mention NIL;
+    and clustering inference links by the mention vectors alone, so it would overrule what the rules
+    decided (an alias table's exact names). ``"cluster"`` with a NIL classifier needs an explicit
+    ``threshold``; with rules it is taken as asked (the vectors alone)."""
     score_confidence = isinstance(linker.nil, TopScoreNil)
     if linking == "auto":
-        return "cluster" if score_confidence else "pipeline"
+        return "cluster" if score_confidence and not linker.rules else "pipeline"
     if linking == "cluster" and threshold is None and not score_confidence and linker.threshold is not None:
         raise ValueError(f"{linker.name}'s NIL threshold {linker.threshold} is its NIL classifier's probability, not a "
                          "similarity: give clustering inference an edge floor (threshold), or link with 'pipeline' (or 'auto')")
     return linking
+
+
+def check_linking(linker: PELLinker, linking: str, threshold: Optional[float] = None,
+                  mention_threshold: Optional[float] = None, mention_margin: float = MENTION_MARGIN) -> str:
+    """``linking`` resolved (:func:`resolve_linking`) after the settings are checked: a known mode, no NaN
+    floor (:func:`check_floors`), no ``threshold`` for ``pipeline`` (``ValueError``)."""
+    if linking not in LINKING:
+        raise ValueError(f"linking must be one of {', '.join(LINKING)}, not {linking!r}")
+    linking = resolve_linking(linker, linking, threshold)
+    check_floors(threshold, mention_threshold, mention_margin)
+    if linking == "pipeline" and threshold is not None:
+        raise ValueError("threshold is clustering inference's edge floor; linking 'pipeline' keeps the linker's own NIL "
+                         "decisions and clusters its NIL mentions by mention_threshold alone: drop it, or link with 'cluster'")
+    return linking
+
+
+def mention_keys(docs: Sequence[Doc], spans: Sequence[list]) -> List[Tuple[int, int, int, int]]:
+    """Each mention's (doc index, start char, end char, label): unique and sortable (:func:`nil_cluster_ids`)."""
+    return [(d, doc[a].idx, doc[b - 1].idx + len(doc[b - 1]), label)
+            for d, (doc, found) in enumerate(zip(docs, spans)) for a, b, label in found]
+
+
+def discovery_counts(entity_for_mention: Sequence[Optional[str]], components: np.ndarray) -> Dict[str, int]:
+    """The counts ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``."""
+    nil = [c for c, e in zip(components, entity_for_mention) if e is None]
+    return {"mentions": len(entity_for_mention), "linked": len(entity_for_mention) - len(nil),
+            "nil_clusters": len(set(nil)), "nil_mentions": len(nil)}
 
 
 def discover(
@@ -251,40 +297,34 @@ def discover(
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
     together, then set each span's ``kb_id_`` to its entity's id or its ``NIL:<n>`` cluster id (fresh
     spans replace the old). ``linking`` (``"auto"``: the first where the linker's NIL confidence is its best
-    score, else the second; :func:`resolve_linking`):
+    score and it has no candidate rules, else the second; :func:`resolve_linking`):
 
     * ``cluster`` — clustering inference: mention vectors from the ``pel_linker``'s encoder and
       :func:`cluster` with ``threshold`` (default: the linker's NIL threshold; ``-inf`` for none),
-      ``mention_threshold`` and ``mention_margin``;
+      ``mention_threshold`` and ``mention_margin`` (:func:`cluster_inference`; the vectors alone: no
+      candidate rules);
     * ``pipeline`` — the linker links every mention as it would alone (its rules and NIL decision),
       and only the mentions it calls NIL are clustered, among themselves, with ``mention_threshold``
-      (:func:`pipeline_nil_clusters`); ``mention_margin`` has no entity edges to weigh against and is
-      not used, and a ``threshold`` is refused (``ValueError``), as are NaN floors (:func:`check_floors`).
+      (:func:`linker_decisions`, :func:`nil_clusters`); ``mention_margin`` has no entity edges to weigh
+      against and is not used, and a ``threshold`` is refused (``ValueError``), as are NaN floors
+      (:func:`check_linking`).
 
+    The spans are linked afresh (docs the linker has not linked: a corpus's gold mentions); after the
+    linker in a pipeline, ``pel_discovery`` keeps the decisions its spans carry (:mod:`.component`).
     Returns the counts ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
     """
-    if linking not in LINKING:
-        raise ValueError(f"linking must be one of {', '.join(LINKING)}, not {linking!r}")
     linker = _linker(nlp_or_linker)
+    linking = check_linking(linker, linking, threshold, mention_threshold, mention_margin)
     linker.ensure_loaded()
-    linking = resolve_linking(linker, linking, threshold)
-    check_floors(threshold, mention_threshold, mention_margin)
-    if linking == "pipeline" and threshold is not None:
-        raise ValueError("threshold is clustering inference's edge floor; linking 'pipeline' keeps the linker's own NIL "
-                         "decisions and clusters its NIL mentions by mention_threshold alone: drop it, or link with 'cluster'")
     docs = list(docs)
     spans = [[(s.start, s.end, s.label) for s in doc_spans(doc, spans_key)] for doc in docs]
-    keys = [  # (doc index, start char, end char, label): unique and sortable
-        (d, doc[a].idx, doc[b - 1].idx + len(doc[b - 1]), label)
-        for d, (doc, found) in enumerate(zip(docs, spans))
-        for a, b, label in found
-    ]
-    if linking == "pipeline":
-        entity_for_mention, components = pipeline_nil_clusters(linker, docs, spans, k, mention_threshold)
+    keys = mention_keys(docs, spans)
+    if linking == "pipeline":  # the linker's own decisions, and its NIL mentions clustered among themselves only
+        entity_for_mention = linker_decisions(linker, docs, spans)
+        components = nil_clusters(linker, docs, spans, entity_for_mention, k, mention_threshold)
     else:
-        threshold = linker.threshold if threshold is None else threshold
-        vectors = linker.mention_vectors(docs, spans) if keys else np.zeros((0, 1), np.float32)
-        entity_for_mention, components = cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin)
+        entity_for_mention, components, _ = cluster_inference(linker, docs, spans, k, threshold, mention_threshold,
+                                                              mention_margin)
     ids = iter(nil_cluster_ids(components, entity_for_mention, keys))
     for doc, found in zip(docs, spans):
         if not found:
@@ -294,13 +334,7 @@ def discover(
             doc.ents = new  # fresh spans: kb_id_ set on doc.ents' copies would not stick
         else:
             doc.spans[spans_key] = new
-    nil = [c for c, e in zip(components, entity_for_mention) if e is None]
-    return {
-        "mentions": len(keys),
-        "linked": len(keys) - len(nil),
-        "nil_clusters": len(set(nil)),
-        "nil_mentions": len(nil),
-    }
+    return discovery_counts(entity_for_mention, components)
 
 
 # ---------------------------------------------------------------- cluster quality
@@ -357,6 +391,3 @@ def gold_cluster_scores(docs: Sequence[Doc], spans_key: str = DISCOVERED_KEY) ->
                 true.append(g)
                 pred.append(span.kb_id_)
     return {**cluster_scores(true, pred), "mentions": len(true)} if true else None
-
-
-# ---------------------------------------------------------------- command line
