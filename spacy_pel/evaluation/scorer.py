@@ -21,10 +21,14 @@ spaCy's ``spacy evaluate`` prints a fixed table (TOK, NER, SPAN … rows) with n
 also returned as ``spans_nel_p/r/f`` (and spaCy's ``nel_f_per_type`` as ``spans_nel_per_type``), so that
 ``spacy evaluate PIPELINE CORPUS --spans-key nel`` prints them, as its SPAN P/R/F rows and a
 per-type table (null: not returned).
+
+``others``: the (examples, settings) of further linkers of the pipeline (one per KB, each with
+``labels``), scored with these as one (:mod:`spacy_pel.pipeline.scoring`): every figure over all their
+mentions, each linker's looked up in its own KB, NIL decided by its own threshold.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from spacy.scorer import Scorer
@@ -41,6 +45,17 @@ class _AnyId:
 
     def __contains__(self, item) -> bool:
         return True
+
+
+class _PooledIds:
+    """The KB ids of several linkers (one per KB): ``(n, id)`` is in it when ``id`` is in the n-th one's KB."""
+
+    def __init__(self, kbs: List[Any]):
+        self.kbs = kbs
+
+    def __contains__(self, item) -> bool:
+        n, i = item
+        return i in self.kbs[n]
 
 
 def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[str], str]] = None) -> List[tuple]:
@@ -62,8 +77,31 @@ def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[st
     return rows
 
 
-def pel_scores(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None, top_k: Optional[int] = None) -> Dict[str, Any]:
+Threshold = Union[None, float, List[Optional[float]]]  # one for every row, or one per row (None: never NIL)
+Part = Tuple[List[Example], Dict[str, Any]]  # one linker's examples and settings (``nil_label``, ``kb_ids`` …)
+
+
+def pooled_rows(parts: Sequence[Part]) -> Tuple[List[tuple], _PooledIds, List[Optional[float]]]:
+    """The :func:`candidate_rows` of several linkers' (examples, settings) scored as one, their KB ids and
+    each row's threshold: the n-th linker's ids as ``(n, id)`` (a gold NIL as it is), so that each is
+    looked up in its own KB and matched by its own candidates."""
+    rows: List[tuple] = []
+    kbs: List[Any] = []
+    limits: List[Optional[float]] = []
+    for n, (examples, settings) in enumerate(parts):
+        own = candidate_rows(examples, settings.get("canonical"))
+        rows += [(gold if gold == [NIL] else [(n, i) for i in gold], [(n, c) for c in cands], scores, confidence)
+                 for gold, cands, scores, confidence in own]
+        kbs.append(_AnyId() if settings.get("kb_ids") is None else settings["kb_ids"])
+        limits += [settings.get("threshold")] * len(own)
+    return rows, _PooledIds(kbs), limits
+
+
+def pel_scores(rows: List[tuple], kb_ids=None, threshold: Threshold = None, top_k: Optional[int] = None) -> Dict[str, Any]:
     """The ``pel_*`` figures of ``rows`` (see the module doc)."""
+    if isinstance(threshold, list):  # one per row: metrics compares the confidences with them row by row
+        limits = [-np.inf if t is None else t for t in threshold]
+        threshold = None if all(t is None for t in threshold) else np.array(limits)
     report = metrics(rows, 0.0, _AnyId() if kb_ids is None else kb_ids, None, threshold)
     recall, linkable, nil, counts = report["recall_in_kb"], report["recall_all_linkable"], report["nil"], report["counts"]
     out: Dict[str, Any] = {f"pel_r{k}": recall.get(f"R@{k}", 0.0) for k in KS if top_k is None or k <= top_k}
@@ -76,13 +114,14 @@ def pel_scores(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None
     return out
 
 
-def linked_prf(rows: List[tuple], kb_ids=None, threshold: Optional[float] = None) -> Dict[str, float]:
+def linked_prf(rows: List[tuple], kb_ids=None, threshold: Threshold = None) -> Dict[str, float]:
     """NEL P/R/F over the mentions whose gold id is in the KB: right when the linked id is one of the
     gold ids (a composite mention ``A|B`` linked to A is right; ``Scorer.score_links`` compares the
     strings); NIL by ``threshold`` is no prediction. Without a threshold, R = P = recall@1."""
     kb_ids = _AnyId() if kb_ids is None else kb_ids
-    in_kb = [row for row in rows if row[0] != [NIL] and any(g in kb_ids for g in row[0])]
-    linked = [(row[0], row[1]) for row in in_kb if row[1] and (threshold is None or row_confidence(row) >= threshold)]
+    limits = threshold if isinstance(threshold, list) else [threshold] * len(rows)
+    in_kb = [(row, t) for row, t in zip(rows, limits) if row[0] != [NIL] and any(g in kb_ids for g in row[0])]
+    linked = [(row[0], row[1]) for row, t in in_kb if row[1] and (t is None or row_confidence(row) >= t)]
     right = sum(cands[0] in gold for gold, cands in linked)
     p, r = right / max(len(linked), 1), right / max(len(in_kb), 1)
     return {"p": p, "r": r, "f": 2 * p * r / max(p + r, 1e-12)}
@@ -93,11 +132,20 @@ def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Di
     """The scorer of ``pel_linker`` (see the module doc)."""
 
     def score(examples: Iterable[Example], *, nil_label: str = NIL, kb_ids=None, threshold: Optional[float] = None,
-              top_k: Optional[int] = None, canonical: Optional[Callable[[str], str]] = None, **kwargs) -> Dict[str, Any]:
-        examples = list(examples)
-        # the corpus's NIL (gold) and the linker's nil_label (predictions): neither is a link
-        scores: Dict[str, Any] = Scorer.score_links(examples, negative_labels=sorted({nil_label, NIL}))
-        rows = candidate_rows(examples, canonical)
+              top_k: Optional[int] = None, canonical: Optional[Callable[[str], str]] = None,
+              others: Sequence[Part] = (), **kwargs) -> Dict[str, Any]:
+        settings = {"nil_label": nil_label, "kb_ids": kb_ids, "threshold": threshold, "top_k": top_k,
+                    "canonical": canonical}
+        parts = [(list(egs), part) for egs, part in [(examples, settings), *others]]
+        # the corpus's NIL (gold) and the linkers' nil_label (predictions): neither is a link
+        negative = sorted({NIL} | {part.get("nil_label", NIL) for _, part in parts})
+        scores: Dict[str, Any] = Scorer.score_links([eg for egs, _ in parts for eg in egs], negative_labels=negative)
+        if others:
+            rows, kb_ids, threshold = pooled_rows(parts)
+            depths = [part.get("top_k") for _, part in parts]
+            top_k = None if None in depths else max(depths)
+        else:
+            rows = candidate_rows(parts[0][0], canonical)
         scores.update(pel_scores(rows, kb_ids, threshold, top_k))
         scores.update({f"pel_nel_{x}": v for x, v in linked_prf(rows, kb_ids, threshold).items()})
         if cli_spans_key:

@@ -14,12 +14,26 @@ they are (an NER's entities, linked end to end).
 The scores come from the component's ``scorer`` (``spacy_pel.linker_scorer.v1`` by default:
 ``Scorer.score_links`` plus recall@k and NIL figures, :mod:`spacy_pel.evaluation.scorer`), called with
 the linker's ``nil_label``, KB ids, ``threshold`` and ``top_k``; without one, ``Scorer.score_links``.
+
+One linker per KB (each with ``labels``, scored on gold mentions): spaCy's ``Scorer.score`` asks each
+component in turn, with the same examples, and keeps the last one's value of a key. So each such
+linker keeps what it scored on those examples (:class:`ScoringPass`: ``nlp.evaluate`` gives each call
+new predicted docs; a linker scoring them again starts a new pass), and when others of its pipeline
+scored them before it, it returns their figures pooled — every linker's mentions, each in its own KB
+and with its own threshold (``others`` of the scorer), in the order of their names, whatever the
+order of the components — and each linker's own figures under its name (``chemicals_pel_r1``,
+``diseases_nel_micro_f``). The last one thus holds the pipeline's figures, those ``spacy train``
+selects on (``nel_micro_f``) and ``spacy evaluate --spans-key nel`` prints. A pipeline with one such
+linker gets its figures alone, as before. (With ``per_component`` a linker's dict holds the linkers
+scored before it.)
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List
+import weakref
+from typing import Any, Dict, Iterable, List, NamedTuple, Sequence
 
 from spacy.scorer import Scorer
+from spacy.tokens import Doc
 from spacy.training import Example
 
 from ..corpora import GOLD_KEY, NIL, bare_doc
@@ -59,9 +73,43 @@ def with_gold_mentions(linker, examples: Iterable[Example]) -> List[Example]:
     return out
 
 
+class Scored(NamedTuple):
+    """What one linker scored in a pass: its predicted docs (one per reference), settings and own scores."""
+
+    docs: List[Doc]
+    settings: Dict[str, Any]
+    scores: Dict[str, object]
+
+
+class ScoringPass:
+    """The linkers of one pipeline (by name) that scored one sequence of examples (their predicted docs)."""
+
+    def __init__(self, docs: Sequence[Doc], vocab):
+        self.docs, self.vocab = [weakref.ref(d) for d in docs], vocab  # weak: the pass dies with its docs
+        self.linkers: Dict[str, Scored] = {}
+
+    def holds(self, docs: Sequence[Doc], vocab) -> bool:
+        same = len(docs) == len(self.docs) and all(ref() is doc for ref, doc in zip(self.docs, docs))
+        return same and vocab is self.vocab
+
+
+_PASSES: "weakref.WeakKeyDictionary[Doc, ScoringPass]" = weakref.WeakKeyDictionary()  # by the first predicted doc
+
+
+def scored_with(linker, docs: List[Doc], scored: Scored) -> Dict[str, Scored]:
+    """The linkers that scored the examples of these predicted ``docs`` so far (spaCy's ``Scorer.score``
+    gives every component the same examples), this one included as ``scored``."""
+    found = _PASSES.get(docs[0])
+    if found is None or not found.holds(docs, linker.vocab) or linker.name in found.linkers:
+        found = _PASSES[docs[0]] = ScoringPass(docs, linker.vocab)
+    found.linkers[linker.name] = scored
+    return found.linkers
+
+
 def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, object]:
     """The linker's scores on ``examples`` (see the module doc)."""
     examples = list(examples)
+    given = [eg.predicted for eg in examples]
     if linker.cfg.use_gold_ents:
         linker.ensure_loaded()
         examples = with_gold_mentions(linker, examples)
@@ -72,4 +120,17 @@ def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, obj
     canonical = linker.index.canonical if linker.index is not None else None  # alternative ids → primary
     settings = {"nil_label": linker.cfg.nil_label, "kb_ids": kb_ids, "threshold": linker.cfg.threshold, "top_k": k,
                 "canonical": canonical}
-    return linker.scorer(examples, **{**settings, **kwargs})
+    scores = linker.scorer(examples, **{**settings, **kwargs})
+    if not (examples and linker.cfg.use_gold_ents and getattr(linker.mentions, "labels", None) is not None):
+        return scores
+    linkers = scored_with(linker, given, Scored([eg.predicted for eg in examples], settings, scores))
+    return scores if len(linkers) == 1 else pooled_scores(linker, linkers, examples, **kwargs)
+
+
+def pooled_scores(linker, linkers: Dict[str, Scored], examples: List[Example], **kwargs) -> Dict[str, object]:
+    """The figures of ``linkers`` (the pass's, ``examples`` its references) pooled by ``linker``'s scorer,
+    in the order of their names, and each one's own figures under its name."""
+    parts = [([Example(doc, eg.reference) for doc, eg in zip(one.docs, examples)], one.settings)
+             for _, one in sorted(linkers.items())]
+    pooled = linker.scorer(parts[0][0], **{**parts[0][1], **kwargs}, others=parts[1:])
+    return {**pooled, **{f"{name}_{key}": value for name, one in linkers.items() for key, value in one.scores.items()}}
