@@ -271,19 +271,21 @@ def enumerate_spans(n_tokens: int, max_len: int = MAX_SPAN_LEN) -> Tuple[np.ndar
 def enumerate_doc_spans(
     doc, max_len: int = MAX_SPAN_LEN, skip_punct: bool = True
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """:func:`enumerate_spans` without spans that start or end on a whitespace token (or, with
-    ``skip_punct``, on a punctuation token). Such spans are never sensible mentions, and dropping
-    them shrinks the candidate set a lot. A gold mention that does start or end with punctuation
-    (e.g. ``"Na(+)"``) is then not enumerable: callers training the scorer should use
-    ``skip_punct=False`` or check their gold spans against the result.
+    """Every span of 1..``max_len`` words of ``doc`` that starts and ends on a word: whitespace tokens
+    (a newline, a double space) neither start nor end a span and are not counted, so ``a\nb`` has the
+    spans ``a b`` has. With ``skip_punct`` no span starts or ends on a punctuation token either. Such
+    spans are never sensible mentions, and dropping them shrinks the candidate set a lot. A gold
+    mention that does start or end with punctuation (e.g. ``"Na(+)"``) is then not enumerable: callers
+    training the scorer should use ``skip_punct=False`` or check their gold spans against the result.
+    Ordered by start, then by length, as :func:`enumerate_spans`.
     """
-    starts, ends = enumerate_spans(len(doc), max_len)
-    bad = np.fromiter(
-        (t.is_space or (skip_punct and t.is_punct) for t in doc), dtype=bool, count=len(doc)
-    )
-    if len(starts) == 0:
+    words = np.fromiter((i for i, t in enumerate(doc) if not t.is_space), dtype=np.int64)
+    starts, ends = enumerate_spans(len(words), max_len)
+    starts, ends = words[starts], words[ends - 1] + 1
+    if not skip_punct or len(starts) == 0:
         return starts, ends
-    keep = ~bad[starts] & ~bad[ends - 1]
+    punct = np.fromiter((t.is_punct for t in doc), dtype=bool, count=len(doc))
+    keep = ~punct[starts] & ~punct[ends - 1]
     return starts[keep], ends[keep]
 
 
@@ -329,13 +331,23 @@ def prefix_sum(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.zeros_like(c[:1]), c])
 
 
+def blank_tokens(H: torch.Tensor) -> torch.Tensor:
+    """A mask of the tokens without word pieces (whitespace: a newline, a double space, NBSP), whose
+    vectors :func:`encode_docs` leaves zero: the transformer never saw them, so span models treat them
+    as absent."""
+    return ~H.detach().any(dim=-1)
+
+
 def span_means(H: torch.Tensor, starts, ends) -> torch.Tensor:
-    """Mean of ``H[start:end]`` for every span, ``[S, hidden]``, via one cumulative sum."""
+    """Mean of ``H[start:end]`` for every span, ``[S, hidden]``, via one cumulative sum; tokens without
+    word pieces (:func:`blank_tokens`) are left out of the mean."""
     st, en = as_index(starts, H.device), as_index(ends, H.device)
     check_spans(H.shape[0], st, en)
     c = prefix_sum(H)
     sums = c[en] - c[st]
-    return (sums / (en - st).unsqueeze(1).to(sums.dtype)).to(H.dtype)
+    seen = prefix_sum(~blank_tokens(H))
+    counts = (seen[en] - seen[st]).clamp(min=1)
+    return (sums / counts.unsqueeze(1).to(sums.dtype)).to(H.dtype)
 
 
 def span_link_vectors(encoder: BiEncoder, H: torch.Tensor, starts, ends) -> torch.Tensor:

@@ -8,6 +8,11 @@ overlaps resolved greedily by score — the one rule the linker and both trainer
 (``softmax(W_t h_q)``) and a span's probability is that of its tags, ``P(B_i) Π_{q=i+1..j} P(I_q)
 (1 − P(I_{j+1}))``, so :func:`select_spans`, γ and the linker treat both kinds alike.
 
+Whitespace tokens (a newline, a double space: no word pieces, zero vectors) are absent to both kinds:
+no span starts or ends on one (:func:`.doc_encoder.enumerate_doc_spans`), one inside a span adds
+nothing, and ``j+1`` is the next token with word pieces — a newline between words changes no span's
+probability.
+
 A scorer trained with span labels (``labels``: the corpus's, e.g. Chemical and Disease) also has a
 label head, ``softmax(W [h_i; h_j; mean(h_i..h_j)] + b)``, that names each found span's type.
 """
@@ -22,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..files import atomic_write
-from .doc_encoder import POOLINGS, as_index, check_spans, prefix_sum, span_means
+from .doc_encoder import POOLINGS, as_index, blank_tokens, check_spans, prefix_sum, span_means
 
 PathLike = Union[str, Path]
 SPAN_SCORER_FORMAT = "spacy_pel.SpanScorer"
@@ -30,6 +35,7 @@ SPAN_SCORER_VERSION = 2  # 2: optional label head and kind (version 1 files: "sp
 KINDS = ("span", "bio")
 SCORER_FILE = "span_scorer.safetensors"  # a span scorer's weights inside a model folder (train_e2e, train_spans, a pipeline)
 O_TAG, B_TAG, I_TAG = 0, 1, 2
+IGNORED_TAG = -100  # a tag training does not learn (torch's cross-entropy ignore_index)
 
 
 class SpanScorer(torch.nn.Module):
@@ -79,11 +85,14 @@ class SpanScorer(torch.nn.Module):
         return self.w_tag(H.to(self.w_tag.weight.dtype))
 
     def _bio_logits(self, H: torch.Tensor, st: torch.Tensor, en: torch.Tensor) -> torch.Tensor:
-        """log-odds of ``P(B_i) Π P(I_q) (1 − P(I_{j+1}))`` for the spans ``[st, en)``."""
+        """log-odds of ``P(B_i) Π P(I_q) (1 − P(I_{j+1}))`` for the spans ``[st, en)``. Tokens without
+        word pieces (whitespace, :func:`.doc_encoder.blank_tokens`) are not there: none counts among
+        the ``I_q``, and ``j+1`` is the next token that has pieces."""
         logp = torch.log_softmax(self.tag_logits(H).float(), dim=-1)
-        inside = prefix_sum(logp[:, I_TAG])
+        blank = blank_tokens(H)
+        inside = prefix_sum(logp[:, I_TAG].masked_fill(blank, 0.0))
         after = torch.cat([torch.log1p(-logp[:, I_TAG].exp().clamp(max=1 - 1e-6)), logp.new_zeros(1)])  # j+1 = n: nothing after
-        log_span = logp[st, B_TAG] + (inside[en] - inside[st + 1]).float() + after[en]
+        log_span = logp[st, B_TAG] + (inside[en] - inside[st + 1]).float() + after[next_seen(blank)[en]]
         log_span = log_span.clamp(max=-1e-6)
         return log_span - torch.log1p(-log_span.exp())
 
@@ -107,6 +116,15 @@ class SpanScorer(torch.nn.Module):
         return [self.labels[i] for i in best]
 
 
+def next_seen(blank: torch.Tensor) -> torch.Tensor:
+    """``[n + 1]``: for each position ``p`` of ``n`` tokens (and ``n``), the first token at or after
+    ``p`` that is not ``blank`` (``n`` if none)."""
+    n = len(blank)
+    position = torch.arange(n + 1, device=blank.device)
+    seen = torch.where(torch.cat([~blank, blank.new_ones(1)]), position, n)
+    return torch.flip(torch.cummin(torch.flip(seen, [0]), 0).values, [0])
+
+
 def bio_tags(n_tokens: int, spans) -> np.ndarray:
     """O/B/I tags of ``n_tokens`` tokens for the ``(start, end)`` spans; a span overlapping an
     earlier (by start) one is left out."""
@@ -115,6 +133,14 @@ def bio_tags(n_tokens: int, spans) -> np.ndarray:
         if start < end and (tags[start:end] == O_TAG).all():
             tags[start], tags[start + 1 : end] = B_TAG, I_TAG
     return tags
+
+
+def bio_targets(tags: np.ndarray, H: torch.Tensor) -> torch.Tensor:
+    """A document's tags (:func:`bio_tags`) as training targets on ``H``'s device, those of tokens
+    without word pieces (:func:`.doc_encoder.blank_tokens`) ignored (``-100``, cross-entropy's
+    ``ignore_index``): no span probability reads them."""
+    targets = torch.from_numpy(np.asarray(tags, dtype=np.int64)).to(H.device)
+    return targets.masked_fill(blank_tokens(H), IGNORED_TAG)
 
 
 def greedy_non_overlapping(starts, ends, scores) -> List[int]:

@@ -2,13 +2,15 @@
 an NER (a component before ``pel_linker`` that sets ``doc.ents`` or the span group it links) or the
 linker's own span finder (``spacy_pel.mentions.span_finder.v1``). Commands that run a pipeline on raw
 text (``link``, ``bulk``, ``evaluate --e2e``, ``calibrate --e2e``) refuse one that has neither before
-loading anything.
+loading anything. What a component sets is what its factory declares (``assigns``), or what its settings
+say where they decide (a ``span_ruler`` with ``annotate_ents = true`` sets ``doc.ents``); a custom
+component that declares nothing may set the spans: such a pipeline is accepted, with a warning.
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import spacy
 
@@ -28,44 +30,96 @@ def _before_linker(config) -> Tuple[str, List[Tuple[str, dict]]]:
     return linker, [(n, components[n]) for n in names[: names.index(linker)]]
 
 
-def mention_finders(config) -> Tuple[bool, List[str]]:
-    """Read from a pipeline's config (nothing loaded): does ``pel_linker`` find its own spans (a span
-    finder), and which components before it set the spans it links (``doc.ents`` or a span group)?"""
+def _span_ruler_assigns(settings: dict) -> List[str]:
+    """span_ruler declares ``doc.spans``; with ``annotate_ents`` it sets ``doc.ents``, without a
+    ``spans_key`` no span group."""
+    return ["doc.ents"] * bool(settings.get("annotate_ents")) + ["doc.spans"] * (settings.get("spans_key") is not None)
+
+
+ASSIGNS_BY_SETTINGS = {"span_ruler": _span_ruler_assigns}  # factories whose settings decide what they set
+
+
+def _declares_nothing(factory: str) -> bool:
+    """A factory that declares no ``assigns`` and is not one of spaCy's pipes (whose declarations are
+    complete): a custom component, which may set the spans without saying so."""
+    try:
+        module = spacy.registry.find("factories", factory)["module"] or ""
+    except ValueError:  # registered under another name: not by spaCy
+        module = ""
+    return not (module.startswith("spacy.") and module != "spacy.language")  # spacy.language: @Language.component
+
+
+class Finders(NamedTuple):
+    """What finds a pipeline's mentions (:func:`scan_mention_finders`): ``own``, pel_linker's span
+    finder; ``components``, those before it that set the spans it links; ``undeclared``, those before it
+    that declare nothing they set (a custom ``@Language.component``), which may set them."""
+
+    own: bool
+    components: List[str]
+    undeclared: List[str]
+
+
+def scan_mention_finders(config) -> Finders:
+    """Read from a pipeline's config (nothing loaded) what finds the mentions ``pel_linker`` links
+    (:class:`Finders`). A component sets what its factory declares it assigns, or, for factories whose
+    settings decide (span_ruler's ``annotate_ents``), what its settings in the config say."""
     linker, before = _before_linker(config)
     lang = spacy.blank(config["nlp"]["lang"])  # spaCy registers its factories (and their metadata) lazily
     mentions = config["components"][linker].get("mentions") or {}
     wanted = "doc.spans" if mentions.get("spans_key") else "doc.ents"
-    found = []
+    found, undeclared = [], []
     for name, block in before:
         factory = block.get("factory")
         if factory is None:  # a sourced component: its metadata is in another pipeline; assume it may
             found.append(name)
             continue
         try:
-            assigns = lang.get_factory_meta(factory).assigns
+            meta = lang.get_factory_meta(factory)
         except ValueError:  # a factory of a package not installed here: spaCy fails at load anyway
             continue
+        by_settings = ASSIGNS_BY_SETTINGS.get(factory)
+        assigns = by_settings({**meta.default_config, **block}) if by_settings else meta.assigns
         if any(a == wanted or a.startswith(wanted + "[") or (wanted == "doc.spans" and a.startswith("doc.spans")) for a in assigns):
             found.append(name)
-    return mentions.get("@misc") == SPAN_FINDER, found
+        elif not meta.assigns and not by_settings and _declares_nothing(factory):
+            undeclared.append(name)
+    return Finders(mentions.get("@misc") == SPAN_FINDER, found, undeclared)
 
 
-def pipeline_mention_finders(pipeline: Path) -> Tuple[bool, List[str]]:
-    """:func:`mention_finders` of a saved pipeline, read from its ``config.cfg`` (``InputError`` when it
-    has none, or no ``pel_linker``)."""
+def mention_finders(config) -> Tuple[bool, List[str]]:
+    """Read from a pipeline's config (nothing loaded): does ``pel_linker`` find its own spans (a span
+    finder), and which components before it set the spans it links (``doc.ents`` or a span group)?"""
+    finders = scan_mention_finders(config)
+    return finders.own, finders.components
+
+
+def pipeline_mention_finders(pipeline: Path) -> Finders:
+    """:func:`scan_mention_finders` of a saved pipeline, read from its ``config.cfg`` (``InputError`` when
+    it has none, or no ``pel_linker``)."""
     if not (Path(pipeline) / "config.cfg").is_file():
         raise InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
     try:
-        return mention_finders(spacy.util.load_config(Path(pipeline) / "config.cfg", interpolate=True))
+        return scan_mention_finders(spacy.util.load_config(Path(pipeline) / "config.cfg", interpolate=True))
     except ValueError as err:
         raise InputError(f"pipeline {pipeline}: {err}") from err
+
+
+def _cannot_find(pipeline: Path, finders: Finders) -> bool:
+    """Nothing finds the mentions; when only components that declare nothing might, a warning (they are
+    trusted to: the config cannot tell)."""
+    if finders.own or finders.components:
+        return False
+    if finders.undeclared:
+        log.warning("pipeline %s: %s before pel_linker declare%s nothing they set; assuming they set the spans "
+                    "pel_linker links (if not, nothing is linked)", pipeline, ", ".join(finders.undeclared),
+                    "s" if len(finders.undeclared) == 1 else "")
+    return not finders.undeclared
 
 
 def check_finds_mentions(pipeline: Path, option: str) -> None:
     """Refuse (``InputError``), for a command's ``option`` that runs ``pipeline`` on raw text (``--e2e``),
     a pipeline that cannot find mentions there: it would score, or calibrate on, nothing."""
-    finds_own, finders = pipeline_mention_finders(pipeline)
-    if not finds_own and not finders:
+    if _cannot_find(pipeline, pipeline_mention_finders(pipeline)):
         raise InputError(f"{option} runs pipeline {pipeline} on raw text, but it cannot find mentions there: {NO_FINDER} "
                          f"({SPAN_FINDER}); leave out {option} to use the corpus's gold spans")
 
@@ -74,9 +128,9 @@ def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> Non
     """Refuse a pipeline that cannot find mentions in raw text (``raw``: the path of an input of raw text,
     if any) before anything is linked; warn that the spans of ``given`` (annotated) input are not used
     when ``pel_linker`` finds its own."""
-    finds_own, finders = pipeline_mention_finders(pipeline)
-    if raw is not None and not finds_own and not finders:
+    finders = pipeline_mention_finders(pipeline)
+    if raw is not None and _cannot_find(pipeline, finders):
         raise InputError(f"{raw} is raw text (no mentions given), but pipeline {pipeline} cannot find mentions in it: "
                          f"{NO_FINDER}; give PubTator input with the mentions, or a pipeline with an NER or {SPAN_FINDER}")
-    if finds_own and given:
+    if finders.own and given:
         log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")
