@@ -22,7 +22,7 @@ HELP = (
     "JSON, with ARI and NMI against the gold ids when the corpus has them.\n\n"
     "Two ways to link: clustering inference (--linking cluster: mentions and entities in one graph, tuned by --threshold and "
     "--mention-margin), or the linker's own decisions with only its NIL mentions clustered (--linking pipeline: tuned by "
-    "--mention-threshold alone), which auto picks for a pipeline that decides NIL with a classifier, e.g. a calibrated one.\n\n"
+    "--mention-threshold alone), which auto picks for a pipeline that decides NIL with a classifier (a calibrated one) or applies candidate rules.\n\n"
     "Example: python -m spacy_pel discover corpus/dev.spacy out.spacy --kb kbs/mesh --threshold 0.5 --mention-margin 0.3 "
     "(a calibrated pipeline: --pipeline training/pipeline_calibrated --mention-threshold 0.9)"
 )
@@ -40,7 +40,7 @@ def check_options_used(linking: str, given: Dict[str, bool], auto: bool) -> None
     """Refuse an option that the linking mode resolved to does not use (it would be ignored silently)."""
     if linking != "pipeline":
         return
-    mode = "--linking pipeline" + (" (what auto picks for a linker that decides NIL with a classifier)" if auto else "")
+    mode = "--linking pipeline" + (" (what auto picks for a linker that decides NIL with a classifier or applies candidate rules)" if auto else "")
     for option in ("--threshold", "--mention-margin"):
         if given[option]:
             fail(f"{option} is for clustering inference; {mode} keeps the linker's own NIL decisions and clusters its NIL "
@@ -72,7 +72,7 @@ def main(
     linking: str = typer.Option(
         "auto", "--linking", help="cluster: clustering inference; pipeline: the linker's own decisions (rules, NIL "
         "strategy), and only the mentions it calls NIL clustered among themselves (give --mention-threshold); auto: "
-        "cluster when the linker's NIL confidence is its best score, else pipeline (a NIL classifier's threshold is a "
+        "cluster when the linker's NIL confidence is its best score and it has no candidate rules, else pipeline (a NIL classifier's threshold is a "
         "probability, not an edge floor)"
     ),
 ):
