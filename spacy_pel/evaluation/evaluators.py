@@ -177,8 +177,9 @@ class JointEvaluator(Evaluator):
                 "gold_span_R@1": round(hits / max(n_linked, 1), 4)}
 
     def __call__(self, model: EndToEndModel) -> Metrics:
-        if not self.docs:
-            return {"strict": {"f": float("nan")}}
+        if not self.docs:  # nothing to evaluate on: the same metrics, NaN (the loop keeps the latest model)
+            nan = {"p": float("nan"), "r": float("nan"), "f": float("nan")}
+            return {"threshold": self.threshold, "span": dict(nan), "strict": dict(nan), "gold_span_R@1": float("nan")}
         return self.scores(self.predictions(model), self.threshold)
 
     def choose_threshold(self, model: EndToEndModel) -> Metrics:

@@ -44,9 +44,10 @@ from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
-from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
+from ..models.span_scorer import SCORER_FILE, SpanScorer, bio_targets, load_span_scorer, save_span_scorer
 from ..pipeline.mentions import learn_labels
 from ..pipeline.span_ensemble import write_models_file
+from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
@@ -54,6 +55,13 @@ from .run_config import config_for_run, load_config
 
 __all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e", "train_e2e_seeds"]
 SEEDS_DIR = "seeds"  # train_e2e_seeds: the further span models' folders, inside the output
+
+
+def require_linkable(source: PathLike, docs: Sequence, index: EntityIndex) -> None:
+    """Refuse a corpus none of whose gold mentions has an id in the KB, as the retriever does
+    (:func:`~spacy_pel.pipeline.updating.check_linkable`)."""
+    found, _, skipped = linkable_mentions((g for doc in docs for g in doc_gold_mentions(doc)), index.lookup)
+    check_linkable(str(source), len(found), skipped, len(index))
 
 
 class JointTask(Task):
@@ -84,6 +92,8 @@ class JointTask(Task):
         nlp = spacy.blank("en")
         train = read_docbin(nlp, p.train)
         require_gold_spans(p.train, train, "the span model would learn no span")
+        if t.link_weight > 0:  # else the linking loss would silently be 0
+            require_linkable(p.train, train, self.index)
         self.train_docs = [DocExample(d, self.index, self.max_len) for d in train]
         labels = sorted({label for ex in self.train_docs for _, label in ex.span_labels}) if cfg.spans.labels else []
         hidden = int(self.encoder.mention_model.config.hidden_size)
@@ -92,6 +102,8 @@ class JointTask(Task):
         dev = read_docbin(nlp, p.dev) if p.dev else []
         if p.dev:
             require_gold_spans(p.dev, dev, "the span model would be selected on nothing")
+            if t.select == "strict":  # else every model's strict F1 would be 0
+                require_linkable(p.dev, dev, self.index)
         dev_docs = [DocExample(d, self.index, self.max_len) for d in dev[: t.eval_docs or len(dev)]]
         self.evaluator = JointEvaluator(dev_docs, self.index, primary_metric=f"{t.select}.f")
         self.per_epoch = math.ceil(len(self.train_docs) / t.batch_docs)
@@ -158,7 +170,7 @@ class JointTask(Task):
         for ex, H in zip(batch, hidden):
             if bio and len(ex.tags):
                 logits.append(self.scorer.tag_logits(H))
-                labels.append(torch.from_numpy(ex.tags).to(H.device))
+                labels.append(bio_targets(ex.tags, H))  # whitespace tokens' tags ignored: no span reads them
             elif not bio and len(ex.starts):
                 logits.append(self.scorer(H, ex.starts, ex.ends))
                 labels.append(torch.from_numpy(ex.labels).to(H.device))

@@ -38,7 +38,7 @@ from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write
 from ..models.precision import resolve_precision
 from .config import LoopSettings
-from .run_config import CHECKPOINT_DIR
+from .run_config import CHECKPOINT_DIR, stale_checkpoint, start_run
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
@@ -135,9 +135,10 @@ class TimeBudget:
 
 # ------------------------------------------------------------------ checkpoints
 def checkpoint_to_resume(output: Path, resume: bool = True) -> Optional[Path]:
-    """``output/last`` when resuming is asked for and a checkpoint is there, else None."""
+    """``output/last`` when resuming is asked for and a checkpoint is there, else None; None too for
+    one left by a run with other settings or inputs than the run recorded there (:func:`stale_checkpoint`)."""
     last = Path(output) / CHECKPOINT_DIR
-    return last if resume and (last / STATE_FILE).exists() else None
+    return last if resume and (last / STATE_FILE).exists() and not stale_checkpoint(output) else None
 
 
 def save_checkpoint(path: Path, task: Task, optimizer: torch.optim.Optimizer, state: dict) -> None:
@@ -202,6 +203,7 @@ class TrainingLoop:
     def run(self, progress: bool = True) -> Dict[str, Any]:
         task, state, total = self.task, self.state, self.task.total_steps
         eval_every, clip = self.settings.eval_every, self.settings.grad_clip
+        start_run(self.output)  # the task has read and checked its inputs: a stale checkpoint goes now
         task.train_mode()
         task.start(state["step"])
         bar = tqdm(total=total, initial=state["step"], desc=task.description, disable=not progress)
@@ -223,7 +225,7 @@ class TrainingLoop:
                 parts[key].append(value)
             state["step"] = done = step + 1
             bar.update(1)
-            dev = f"{state['best']:.4g}" if real_number(state["best"]) else "n/a"
+            dev = f"{state['best']:.4g}" if real_number(state["best"]) and state["history"] else "n/a"
             bar.set_postfix({**{k: f"{np.mean(v[-20:]):.4g}" for k, v in parts.items()}, "dev": dev})
             name = task.snapshot(done)
             if name:

@@ -32,7 +32,7 @@ import torch
 
 from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_write, file_digest
+from ..files import InputError, atomic_write, file_digest, folder_digest
 from ..models.cross_encoder import CrossEncoder
 from ..models.encoder import DEFAULT_ENCODER, BiEncoder, Mention
 from ..pipeline.updating import check_linkable, linkable_mentions
@@ -75,6 +75,16 @@ class RerankerConfig:
             raise ValueError("reranker: `candidates` must be ≥ 2 (one list of candidates to order)")
         if self.hard_repeat < 1 or self.held_out_docs < 0:
             raise ValueError("reranker: `hard_repeat` must be ≥ 1 and `held_out_docs` ≥ 0")
+        for name in ("lr", "weight_decay", "eval_every", "seed"):  # eval_every 0: at the end only
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"reranker: `{name}` must be ≥ 0, not {getattr(self, name)!r}")
+        if not 0.0 <= self.warmup <= 1.0:
+            raise ValueError(f"reranker: `warmup` must be within [0, 1], not {self.warmup!r}")
+        if self.pooling not in ("mean", "cls"):  # the cross-encoder's poolings
+            raise ValueError(f"reranker: `pooling` must be 'mean' or 'cls', not {self.pooling!r}")
+        for name in ("mention_max_length", "entity_max_length", "mining_context"):  # the encoders' least budget
+            if getattr(self, name) < 8:
+                raise ValueError(f"reranker: `{name}` must be at least 8 word pieces, not {getattr(self, name)!r}")
 
 
 # ------------------------------------------------------------------ mining
@@ -148,9 +158,11 @@ def mine_candidates(encoder: BiEncoder, index: EntityIndex, docs: Sequence, k: i
 
 
 def mining_stamp(cfg: RerankerConfig, encoder: PathLike, kb: PathLike, corpus: PathLike) -> dict:
-    """What the cached candidates depend on."""
+    """What the cached candidates depend on: the encoder's contents (a folder; else its name), the KB,
+    the corpus's contents and the mining settings."""
     kb_meta = Path(kb) / "meta.json"
-    return {"encoder": str(encoder), "kb": str(kb), "kb_meta": file_digest(kb_meta) if kb_meta.exists() else None,
+    retriever = folder_digest(encoder) if Path(encoder).is_dir() else str(encoder)
+    return {"encoder": retriever, "kb": str(kb), "kb_meta": file_digest(kb_meta) if kb_meta.exists() else None,
             "corpus": file_digest(corpus), "candidates": cfg.candidates, "mining_context": cfg.mining_context}
 
 
@@ -302,6 +314,7 @@ def train_reranker(cfg: RerankerConfig, encoder: PathLike, kb: PathLike, train: 
         if from_disk:
             docs = read_docbin(spacy.blank("en"), train)
         bi = BiEncoder.from_pretrained(encoder, mention_max_length=cfg.mining_context)
+        index.check_encoder(bi)  # candidates searched with another encoder's vectors would mean nothing
         mined = mine_candidates(bi, index, docs, cfg.candidates, cfg.mining_batch_size, progress, source=str(train))
         mined.save(output, stamp)
     mine_s = time.perf_counter() - t0

@@ -1,7 +1,9 @@
 """A training run's config file and its checkpoint: reading a ``.cfg`` with ``section.key`` overrides,
 saving the resolved file beside the run's output, and telling a checkpoint left by a run with other
 settings, or by one that read other contents under the same paths (a corpus converted again, a KB
-rebuilt, a retrained encoder), from one this run may resume.
+rebuilt, a retrained encoder), from one this run may resume. A run is recorded before its inputs are
+read and takes effect — a stale checkpoint dropped, the config and digests written — only when its
+training starts (:func:`start_run`): a run refused for a typo costs the previous one nothing.
 
 The typed sections the files become are :mod:`spacy_pel.training.config`'s; this module knows only
 files and folders, so every trainer (the retriever's, the joint model's, adapt) reads its file here.
@@ -12,11 +14,11 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
 from confection import Config
 
-from ..files import atomic_write, file_digest, folder_digest
+from ..files import InputError, atomic_write, file_digest, folder_digest
 
 T = TypeVar("T")
 PathLike = Union[str, Path]
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "last"  # a run's resumable checkpoint, inside its output folder
 CONFIG_FILE = "config.cfg"  # the resolved config of the run, beside it
 INPUTS_FILE = "inputs.json"  # SHA-256 of the files and folders the run read (input_digests), beside it
+PENDING_FILE = "pending_run.json"  # a run recorded but not started yet (save_run_config → start_run), beside it
 # settings a run may change and still resume its checkpoint
 RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"))
 
@@ -45,54 +48,101 @@ def run_settings(raw: Mapping[str, Any]) -> Dict[str, Any]:
 
 def config_for_run(cls: Type[T], config: PathLike, output: PathLike, overrides: Optional[Mapping[str, Any]] = None):
     """Read the config file ``config`` (with ``overrides``) as ``cls`` (``RetrieverConfig``, ``JointConfig``)
-    and save the resolved file as ``output/config.cfg``; returns the typed config and ``output``.
+    and record it as the run to start in ``output`` (:func:`save_run_config`); returns the typed config
+    and ``output``.
 
     A checkpoint (``output/last``) left by a run with other settings (``output/config.cfg``; the
-    :data:`RESUME_FREE` ones aside) is removed with a warning, so the run starts over instead of
-    resuming stale work under the new settings."""
+    :data:`RESUME_FREE` ones aside) is not resumed, and is removed with a warning when the run starts
+    (:func:`start_run`), so the run starts over instead of resuming stale work under the new settings."""
     raw = load_config(config, overrides)
     cfg = cls.from_config(raw, str(config))
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     save_run_config(raw, output)
-    return cfg, output
+    return cfg, Path(output)
 
 
-def input_digests(raw: Mapping[str, Any]) -> Dict[str, str]:
-    """SHA-256 of every existing file or folder a run's config names in ``[paths]`` (corpora, KB,
-    encoder) and as ``encoder.base`` (a trained retriever to start from; a hub name is no path), by
-    setting name: what the run's work depends on besides its settings."""
+def named_inputs(raw: Mapping[str, Any]) -> Dict[str, List[Path]]:
+    """The paths a run's config names in ``[paths]`` (corpora, KB, encoder) and as ``encoder.base`` (a
+    trained retriever to start from, or a hub name), by setting name."""
     named = dict((raw.get("paths") or {}).items()) if isinstance(raw.get("paths"), Mapping) else {}
     named = {f"paths.{key}": value for key, value in named.items()}
     encoder = raw.get("encoder")
     if isinstance(encoder, Mapping) and encoder.get("base"):
         named["encoder.base"] = encoder["base"]
+    return {key: [Path(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str) and v]
+            for key, value in sorted(named.items())}
+
+
+def input_digests(raw: Mapping[str, Any]) -> Dict[str, str]:
+    """SHA-256 of every existing file or folder of :func:`named_inputs` (a hub name is no path), by
+    setting name: what the run's work depends on besides its settings."""
     digests = {}
-    for key, value in sorted(named.items()):
-        paths = [Path(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str) and v]
+    for key, paths in named_inputs(raw).items():
         if paths and all(p.is_file() or p.is_dir() for p in paths):
             digests[key] = "+".join(file_digest(p) if p.is_file() else folder_digest(p) for p in paths)
     return digests
 
 
+def check_apart(raw: Mapping[str, Any], output: PathLike) -> None:
+    """Refuse an ``output`` that is, or is inside, an input folder of :func:`named_inputs`, or that holds one
+    (:class:`InputError`): the run would write into its own input, whose contents then change under it
+    (and its checkpoint, judged by them, could never be resumed)."""
+    out = Path(output).resolve()
+    for key, paths in named_inputs(raw).items():
+        for path in (p for p in paths if p.is_dir()):
+            folder = path.resolve()
+            if out == folder or folder in out.parents or out in folder.parents:
+                how = "is" if out == folder else "is inside" if folder in out.parents else "holds"
+                raise InputError(f"output {output} {how} the input folder {path} ({key}): a run writes into its "
+                                 "output, so give one apart from its inputs")
+
+
 def save_run_config(raw: Mapping[str, Any], output: PathLike) -> None:
-    """``raw`` as ``output/config.cfg`` and its inputs' digests (:func:`input_digests`) as
-    ``output/inputs.json``, both written atomically — after removing ``output/last`` (with a warning)
-    when the files already there say it was left by a run with other settings (:func:`run_settings`)
-    or other input contents: a run resumes only its own work. (A checkpoint from before inputs were
-    recorded is judged by its settings alone.)"""
+    """Record ``raw`` and its inputs' digests (:func:`input_digests`) as the run to start in ``output``
+    (``output/pending_run.json``, written atomically, after :func:`check_apart`). Nothing else there
+    changes until the run starts (:func:`start_run`): a run that fails on its inputs before then leaves
+    the previous run's checkpoint and config as they were."""
+    check_apart(raw, output)
     output = Path(output)
-    saved, last, inputs_file = output / CONFIG_FILE, output / CHECKPOINT_DIR, output / INPUTS_FILE
-    inputs = input_digests(raw)
-    if last.exists() and saved.exists():
-        if run_settings(Config().from_disk(saved, interpolate=False)) != run_settings(raw):
-            log.warning("%s was left by a run with other settings (%s): starting over", last, saved)
-            shutil.rmtree(last)
-        elif inputs_file.exists():
-            before = json.loads(inputs_file.read_text(encoding="utf8"))
-            changed = sorted(k for k in set(before) | set(inputs) if before.get(k) != inputs.get(k))
-            if changed:
-                log.warning("%s was left by a run that read other contents for %s: starting over", last, ", ".join(changed))
-                shutil.rmtree(last)
-    atomic_write(saved, lambda tmp: Config(raw).to_disk(tmp))
-    atomic_write(inputs_file, lambda tmp: Path(tmp).write_text(json.dumps(inputs, indent=1), encoding="utf8"))
+    output.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"config": Config(raw).to_str(), "inputs": input_digests(raw)}, indent=1)
+    atomic_write(output / PENDING_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf8"))
+
+
+def stale_checkpoint(output: PathLike) -> Optional[str]:
+    """Why ``output/last`` is not the run's to resume: it was left by a run with other settings
+    (``output/config.cfg``, by :func:`run_settings`) or other input contents (``output/inputs.json``)
+    than the run :func:`save_run_config` recorded; None when it may be resumed, or there is no such
+    run or checkpoint. (A checkpoint from before inputs were recorded is judged by its settings alone.)"""
+    output = Path(output)
+    pending, saved, inputs_file = output / PENDING_FILE, output / CONFIG_FILE, output / INPUTS_FILE
+    if not (pending.exists() and saved.exists() and (output / CHECKPOINT_DIR).exists()):
+        return None
+    run = json.loads(pending.read_text(encoding="utf8"))
+    if run_settings(Config().from_str(run["config"], interpolate=False)) != run_settings(Config().from_disk(saved, interpolate=False)):
+        return f"a run with other settings ({saved})"
+    if inputs_file.exists():
+        before, inputs = json.loads(inputs_file.read_text(encoding="utf8")), run["inputs"]
+        changed = sorted(k for k in set(before) | set(inputs) if before.get(k) != inputs.get(k))
+        if changed:
+            return f"a run that read other contents for {', '.join(changed)}"
+    return None
+
+
+def start_run(output: PathLike) -> None:
+    """Start the run :func:`save_run_config` recorded in ``output`` (called as its training begins, its
+    inputs read and checked): remove ``output/last`` with a warning when :func:`stale_checkpoint` says
+    it is not this run's, and write its config as ``output/config.cfg`` and its inputs' digests as
+    ``output/inputs.json``, atomically. Nothing when no run is recorded there."""
+    output = Path(output)
+    pending, last = output / PENDING_FILE, output / CHECKPOINT_DIR
+    if not pending.exists():
+        return
+    why = stale_checkpoint(output)
+    if why:
+        log.warning("%s was left by %s: starting over", last, why)
+        shutil.rmtree(last)
+    run = json.loads(pending.read_text(encoding="utf8"))
+    inputs = json.dumps(run["inputs"], indent=1)
+    atomic_write(output / CONFIG_FILE, lambda tmp: Path(tmp).write_text(run["config"], encoding="utf8"))
+    atomic_write(output / INPUTS_FILE, lambda tmp: Path(tmp).write_text(inputs, encoding="utf8"))
+    pending.unlink()
