@@ -62,11 +62,11 @@ def test_reranker_flags_override_the_file_and_section_keys_override_flags(tmp_pa
                         lambda cfg, raw, output, resume: seen.update(cfg=cfg, raw=raw, resume=resume) or {"ok": 1})
     monkeypatch.chdir(tmp_path)
     args = ["train-reranker", "--config", str(config), "-o", str(tmp_path / "out"), "--encoder", "enc", "--kb", "kbdir",
-            "--lr", "0.001", "--seed", "5", "--training.seed", "9", "--model.pooling", "first"]
+            "--lr", "0.001", "--seed", "5", "--training.seed", "9", "--model.pooling", "cls"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     settings = seen["cfg"].settings()
-    assert (settings.max_steps, settings.lr, settings.seed, settings.pooling) == (7, 0.001, 9, "first")
+    assert (settings.max_steps, settings.lr, settings.seed, settings.pooling) == (7, 0.001, 9, "cls")
     assert seen["cfg"].paths.kb == "kbdir" and seen["encoder"] == "enc" and seen["resume"] is True
     assert seen["raw"]["training"]["max_steps"] == 7 and seen["raw"]["paths"]["encoder"] == "enc"
     bad = CliRunner().invoke(app, args + ["--training.max_step", "3"])

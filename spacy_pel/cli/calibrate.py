@@ -8,7 +8,15 @@ import typer
 
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
 from ..pipeline.mention_finders import check_finds_mentions
-from ._errors import cli_errors, fail, require_dir, require_file, require_one_of, require_writable_parent
+from ._errors import (
+    cli_errors,
+    fail,
+    require_dir,
+    require_file,
+    require_one_of,
+    require_output_file,
+    require_writable_parent,
+)
 from ._output import echo_json
 
 HELP = (
@@ -29,7 +37,7 @@ app = typer.Typer(add_completion=False)
 def main(
     pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev); without any, the pipeline is saved as it is"),
-    output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline"),
+    output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline: a new or empty folder, or a pipeline folder (the pipeline itself, an earlier calibration)"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve (with --e2e: strict P/R/F1 against the threshold)"),
     nil: str = typer.Option("top_score", "--nil", help="top_score: a threshold on the best score; classifier: "
                             "a logistic model over the NIL evidence (score, margin, rule match, type fit, name similarity), then a threshold; "
@@ -55,5 +63,5 @@ def main(
     require_file(corpus, "corpus")
     require_writable_parent(output, "output")
     if plot is not None:
-        require_writable_parent(plot, "plot")
+        require_output_file(plot, "plot")
     echo_json(calibrate(pipeline, corpus, output, plot, nil=nil, max_r1_loss=max_r1_loss, e2e=e2e, linker_name=linker))

@@ -25,9 +25,10 @@ from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
-from ..files import atomic_dir
+from ..files import InputError, atomic_dir
 from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
+from ..pipeline.retarget import check_output
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .linking import linked_mentions, mention_table
@@ -43,7 +44,7 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
     NIL F1 — among those that turn at most ``max_r1_loss`` of the in-KB mentions from ``correct``
     (linked right) to NIL, when both are given (``correct``: per mention, its best candidate is gold)."""
     if not is_nil.any():
-        raise ValueError("the corpus has no gold NIL mentions: NIL calibration needs some")
+        raise InputError("the corpus has no gold NIL mentions: NIL calibration needs some")
     order = np.argsort(top_scores, kind="stable")
     scores, labels = top_scores[order], is_nil[order].astype(float)
     tp = np.cumsum(labels)
@@ -63,7 +64,7 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
         if max_r1_loss is not None:
             allowed &= loss <= max_r1_loss
     if not allowed.any():
-        raise ValueError(f"no threshold keeps the in-KB recall@1 loss within {max_r1_loss}")
+        raise InputError(f"no threshold keeps the in-KB recall@1 loss within {max_r1_loss}")
     best = int(np.argmax(np.where(allowed, f1, -1)))
     return {
         "threshold": float(thresholds[best]),
@@ -146,7 +147,7 @@ def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, Li
     the raw terms. A feature constant over the mentions (``span`` for mentions a pipeline is given) tells
     nothing: it and its products are left out (weight 0), so they cannot double another term."""
     if not is_nil.any() or is_nil.all():
-        raise ValueError("fitting the NIL classifier needs both NIL and in-KB mentions")
+        raise InputError("fitting the NIL classifier needs both NIL and in-KB mentions")
     raw = features.astype(np.float64)
     varies = {f for f, spread in zip(FEATURES, raw.std(0)) if spread > 1e-9}
     terms, x = list(FEATURES), raw
@@ -199,7 +200,7 @@ def strict_curve(confidence: np.ndarray, correct: np.ndarray, n_gold: int) -> di
     points = [{"threshold": t, "kept": int(n), "p": float(p), "r": float(r), "f": float(f)}
               for t, n, p, r, f, ok in zip(thresholds, n_pred, precision, recall, f1, cut) if ok]
     if not points:
-        raise ValueError("the pipeline found no linked span in the corpus: nothing to calibrate")
+        raise InputError("the pipeline found no linked span in the corpus: nothing to calibrate")
     best = max(range(len(points)), key=lambda k: (round(points[k]["f"], 9), points[k]["kept"]))
     none = points[-1]
     return {**points[best], "without_threshold": {k: none[k] for k in ("p", "r", "f", "kept")}, "gold": n_gold, "points": points}
@@ -246,7 +247,7 @@ def e2e_evidence(nlp, name: str, linker, gold_docs: Sequence[Doc], batch_size: i
 def fit_e2e_classifier(evidence: FoundEvidence, types: Dict[str, List[str]], pairs: bool = False) -> ClassifierNil:
     """The NIL classifier of an end-to-end pipeline: P(a found span is a strict hit) over its evidence."""
     if evidence.correct.all() or not evidence.correct.any():
-        raise ValueError("fitting the end-to-end NIL classifier needs found spans that are strict hits and some that are not")
+        raise InputError("fitting the end-to-end NIL classifier needs found spans that are strict hits and some that are not")
     return fit_classifier(evidence.features, ~evidence.correct, types, pairs=pairs)
 
 
@@ -306,6 +307,22 @@ def plot_e2e_curve(curve: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def check_calibrate_options(output: Path, plot: Optional[Path] = None, max_r1_loss: Optional[float] = None) -> None:
+    """What :func:`calibrate` refuses before loading anything (:class:`~spacy_pel.files.InputError`): an
+    ``output`` that writing the pipeline would replace (a file, or a folder that is neither empty nor a
+    pipeline: the pipeline's own folder or an earlier calibration is one), a ``plot`` whose suffix is
+    no format matplotlib writes, a ``max_r1_loss`` that is no share within [0, 1]."""
+    check_output(output)
+    if plot is not None:
+        from matplotlib.backend_bases import FigureCanvasBase  # matplotlib: loaded only to plot
+
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
+        if Path(plot).suffix.lower().lstrip(".") not in formats:
+            raise InputError(f"--plot {plot}: give a file name ending in one of {', '.join('.' + f for f in formats)}")
+    if max_r1_loss is not None and not 0.0 <= max_r1_loss <= 1.0:  # NaN too
+        raise InputError(f"--max-r1-loss must be a share within [0, 1], not {max_r1_loss}")
+
+
 def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] = None, docs: Sequence[int] = (),
               nil: str = "top_score", max_r1_loss: Optional[float] = None, e2e: bool = False,
               linker_name: Optional[str] = None) -> dict:
@@ -320,6 +337,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     (default: the first)."""
     if nil not in NIL_STRATEGIES:
         raise ValueError(f"unknown NIL strategy {nil!r}; choose one of {', '.join(NIL_STRATEGIES)}")
+    check_calibrate_options(output, plot, max_r1_loss)
     nlp = spacy.load(pipeline)
     name, linker = find_linker(nlp, linker_name)
     gold_docs = read_docbin(nlp, corpus)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Type, TypeVar, Union, get_args, get_origin, get_type_hints
 
+import torch
+
 from ..files import InputError
 from ..models.encoder import EncoderConfig
 from ..models.linking import ENTITY_SPACES
@@ -256,13 +258,32 @@ def parse_config(cls: Type[T], cfg: Mapping[str, Any], source: str) -> T:
     return cls(**sections)
 
 
+def check_device(device: str, where: str) -> None:
+    """A :class:`ConfigError` unless torch can run on ``device`` on this machine: ``auto`` (CUDA when
+    present), ``cpu``, or a device it has (``cuda``, ``cuda:1``, ``mps`` …)."""
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{where}: must be 'auto', 'cpu' or a torch device such as 'cuda', not {device!r}") from None
+    if kind.type == "cpu":
+        return
+    backend = getattr(torch, kind.type, None)  # torch.cuda, torch.mps, torch.xpu
+    count = backend.device_count() if hasattr(backend, "is_available") and backend.is_available() else 0
+    check(count > (kind.index or 0), where, f"{device!r} is not a device of this machine ({count} {kind.type} "
+          "device(s)); use 'auto' (CUDA when present) or 'cpu'")
+
+
 def check_schedule(t, where: str) -> None:
-    """The settings every training loop has (the retriever's, the joint model's and adapt's)."""
+    """The settings every training loop has (the retriever's, the joint model's and adapt's), its seed
+    and device included."""
+    check_device(t.device, f"{where} device")
     one_of(t.precision, PRECISIONS, f"{where} precision")
     one_of(t.schedule, SCHEDULES, f"{where} schedule")
     check(0.0 <= t.warmup <= 1.0, f"{where} warmup", f"must be within [0, 1], not {t.warmup}")
     check(t.eval_every >= 1, f"{where} eval_every", f"must be at least 1, not {t.eval_every}")
-    for key in ("max_steps", "lr", "grad_clip", "weight_decay", "patience"):
+    for key in ("max_steps", "lr", "grad_clip", "weight_decay", "patience", "seed"):
         check(getattr(t, key) >= 0, f"{where} {key}", f"must be >= 0, not {getattr(t, key)}")
 
 
@@ -312,7 +333,9 @@ class RetrieverConfig:
         check(out.fgsm.mentions >= 0, f"{source} [fgsm] mentions", f"must be >= 0, not {out.fgsm.mentions}")
         check(t.batch_size >= 1, f"{source} [training] batch_size", f"must be at least 1, not {t.batch_size}")
         for where, value in (("augment] entity_swaps", out.augment.entity_swaps), ("augment] name_pairs", out.augment.name_pairs),
-                             ("synonyms] eval_entities", out.synonyms.eval_entities), ("training] max_minutes", t.max_minutes)):
+                             ("synonyms] eval_entities", out.synonyms.eval_entities), ("training] max_minutes", t.max_minutes),
+                             ("training] eval_kb_sample", t.eval_kb_sample), ("negatives] pool", n.pool),
+                             ("negatives] refresh_every", n.refresh_every)):
             check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
         c = out.augment.context_dropout
         check(0.0 <= c <= 1.0, f"{source} [augment] context_dropout", f"must be within [0, 1], not {c}")

@@ -167,6 +167,7 @@ class SpanScorerFile:
         check(out.spans.max_len >= 1, f"{source} [spans] max_len", f"must be at least 1, not {out.spans.max_len}")
         check(out.training.epochs >= 1, f"{source} [training] epochs", f"must be at least 1, not {out.training.epochs}")
         check(out.training.lr > 0, f"{source} [training] lr", f"must be > 0, not {out.training.lr}")
+        check(out.training.seed >= 0, f"{source} [training] seed", f"must be >= 0, not {out.training.seed}")
         _needed(out.paths, ("encoder", "train", "dev"), source)
         return out
 
