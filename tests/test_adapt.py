@@ -154,7 +154,7 @@ def test_adapt_cli_one_line_errors_and_a_run(synonym_kb, tiny_encoder_dir, tmp_p
     bad = runner.invoke(app, ["adapt", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "error: KB not found" in bad.output
     single = tmp_path / "single.jsonl"
-    single.write_text(json.dumps({"id": "A", "name": "a"}) + "\n", encoding="utf8")
+    single.write_text(json.dumps({"id": "A", "name": "a"}) + "\n" + json.dumps({"id": "B", "name": "b"}) + "\n", encoding="utf8")
     for objective in ("names", "retriever"):
         bad = runner.invoke(app, ["adapt", str(single), "-o", str(tmp_path / "x"), "--encoder", str(tiny_encoder_dir),
                                   "--objective", objective])

@@ -281,3 +281,22 @@ def test_e2e_metrics_typed_needs_the_label_and_span_ignores_ids():
     pred.ents = [Span(pred, 0, 2, label="Chemical", kb_id="D9"), Span(pred, 3, 4, label="Chemical", kb_id="D2")]
     m = e2e_metrics([pred], [gold])
     assert m["strict"]["f"] == 0.0 and m["span"] == {"p": 0.5, "r": 0.3333, "f": 0.4}
+
+
+def test_a_found_span_keeps_its_kb_type_label_when_it_is_nil(kb_dir, tiny_encoder_dir, tmp_path):
+    """A span finder without a label head names a found span by its best candidate's KB types: a span the
+    NIL threshold turns NIL keeps that label (it was ``ENTITY``: the label hung on the threshold)."""
+    nlp = spacy.blank("en")
+    docs = gold_docs(nlp)
+    report = train_span_scorer(BiEncoder.from_pretrained(tiny_encoder_dir), docs, docs, tmp_path / "spans", epochs=30,
+                               lr=0.05, progress=False)
+    finder = {"@misc": "spacy_pel.mentions.span_finder.v1", "threshold": report["threshold"],
+              "scorer": str(tmp_path / "spans" / "span_scorer.safetensors")}
+    labels = {}
+    for threshold in (None, 1.0):  # no NIL decision / every mention NIL (no cosine score reaches 1)
+        pipe = spacy.blank("en")
+        pipe.add_pipe("pel_linker", config={"kb": str(kb_dir), "mentions": finder, "vectors": COLLECTIVE, "threshold": threshold})
+        out = pipe(pipe.make_doc(docs[0].text))
+        labels[threshold] = [(e.start, e.end, e.label_) for e in out.ents]
+        assert all((e.kb_id_ == "NIL") == (threshold is not None) for e in out.ents)
+    assert labels[1.0] == labels[None] and labels[None] and "ENTITY" not in {label for *_, label in labels[None]}

@@ -352,7 +352,7 @@ class PELLinker(LinkerFolder, Pipe):
             for (a, b, label), r, c in zip(spans, rows, linked.confidence):
                 kb_id = self.decide(r, c)
                 if target.label_from_kb and not label:  # found spans: a label from their entity's KB types
-                    types = entities.types[r[0]] if kb_id != self.cfg.nil_label and r[0] >= 0 else []
+                    types = entities.types[r[0]] if r[0] >= 0 else []  # NIL too: a label must not hang on the threshold
                     label = target.label_for(types)
                 new.append(Span(doc, a, b, label=label, kb_id=kb_id))
             if not target.write(doc, new):
