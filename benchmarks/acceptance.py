@@ -111,12 +111,14 @@ NCBI_RUNS = tuple(Source(f"ncbi_medic_both_workflow_{s}", label, linking("in_kb"
     ("nobf16_s51", f"s51, {SPR_NO_BF16}"), ("nobf16_s52", f"s52, {SPR_NO_BF16}"), ("s59_zen4", f"s59, {ZEN4}")))
 BC5CDR_RUNS = tuple(Source(f"bc5cdr_default_workflow_{s}", label, linking("in_kb", "unseen")) for s, label in (
     ("s48", f"s48, {ZEN4}"), ("s49_torch_negatives", f"s49, {SPR}"), ("s49_xeon", f"s49, {SPR}"), ("s59", f"s59, {ZEN4}")))
+# a run whose cores were shared (its step times say nothing of `all`'s): its accuracy only
+BC5CDR_SHARED = (Source("bc5cdr_default_workflow_s67", f"s67, {ZEN4}, cores shared: accuracy only", linking("in_kb", "unseen")),)
 ROUND_2_BC5CDR = 0.932
 
 ROWS: Tuple[Row, ...] = (
     Row(28, "pipeline R@1 / unseen-entity R@1, BC5CDR dev (gold mentions, all MeSH)", "≥ 0.950 / ≥ 0.910",
         lambda v: v[0] >= 0.950 and v[1] >= 0.910,
-        BC5CDR_RUNS + (Source("accuracy_s65_zen4", f"s65 re-measured, {ZEN4}", linking("in_kb", "unseen", section="dev")),)),
+        BC5CDR_RUNS + BC5CDR_SHARED + (Source("accuracy_s65_zen4", f"s65 re-measured, {ZEN4}", linking("in_kb", "unseen", section="dev")),)),
     Row(28, "retriever alone (no rules, no name rows), R@1 / unseen", "≥ 0.890 / ≥ 0.800",
         lambda v: v[0] >= 0.890 and v[1] >= 0.800,
         (Source("retriever_alone_s48", f"s48, {ZEN4}", linking("in_kb", "unseen")),
@@ -156,7 +158,8 @@ ROWS: Tuple[Row, ...] = (
               for s, label in (("s30", f"s30, {ZEN4}"), ("s59_zen4", f"s59, {ZEN4}")))
         + (Source("ncbi_medic_both_workflow_s48", f"s48, {ZEN4}", e2e_strict_f1),)),
     Row(29, "BC5CDR dev R@1, default workflow (round 2: 0.932)", "0.932 ± 0.003",
-        lambda v: abs(v[0] - ROUND_2_BC5CDR) <= 0.003, tuple(Source(s.report, s.label, linking("in_kb")) for s in BC5CDR_RUNS)),
+        lambda v: abs(v[0] - ROUND_2_BC5CDR) <= 0.003,
+        tuple(Source(s.report, s.label, linking("in_kb")) for s in BC5CDR_RUNS + BC5CDR_SHARED)),
     Row(29, "BC5CDR + NCBI train together: BC5CDR dev / NCBI dev R@1 change (against MeSH)",
         "reported; a preset only if neither falls", lambda v: v[0] >= 0 and v[1] >= 0,
         (Source("together_default", f"s63, {ZEN4}", together),), fmt="{:+.4f}",
