@@ -107,6 +107,17 @@ def median_cell(values: List[float]) -> str:
     return f"**{statistics.median(values):,.0f}** ({', '.join(f'{x:,.0f}' for x in values)})"
 
 
+def e2e_arms_table(cases: dict, arm_column: str) -> List[str]:
+    """A markdown table of e2e figures: one row per case and arm (``{case: {arm: run}}``, each run as
+    ``e2e_pipeline.run`` scores it: ``strict``, ``span``, ``predicted``)."""
+    lines = [f"| case | {arm_column} | strict P | strict R | strict F1 | span F1 | predicted |", "|---|---|---:|---:|---:|---:|---:|"]
+    for case, arms in cases.items():
+        for arm, m in arms.items():
+            s = m["strict"]
+            lines.append(f"| {case} | {arm} | {s['p']:.4f} | {s['r']:.4f} | **{s['f']:.4f}** | {m['span']['f']:.4f} | {m['predicted']} |")
+    return lines
+
+
 def report_footer(report: dict) -> List[str]:
     """A report's closing markdown lines: the command that wrote it (``report["command"]``), then its notes."""
     return ["", f"Written by `{report['command']}`.", "", *([report["notes"], ""] if report.get("notes") else [])]

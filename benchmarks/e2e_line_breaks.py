@@ -19,7 +19,7 @@ import spacy
 import typer
 from spacy.tokens import Doc
 
-from _common import HERE, invocation, lscpu_model, machine, machine_line
+from _common import HERE, e2e_arms_table, invocation, lscpu_model, machine, machine_line
 from e2e_pipeline import run as run_pipeline  # load, warm up, link the raw text, score (benchmarks/ is on the path)
 from spacy_pel.corpora import GOLD_KEY, read_docbin
 
@@ -54,12 +54,7 @@ def wrapped(doc: Doc, width: int = WIDTH) -> Doc:
 def markdown(r: dict) -> str:
     lines = ["# An e2e pipeline on text with line breaks", "", f"{machine_line(r['machine'])}.", f"Reproduce: `{r['command']}`.", "",
              f"Each dev corpus as distributed and hard-wrapped at {WIDTH} columns ({r['breaks']} line breaks in all); "
-             "the same gold mentions at the same offsets.", "",
-             "| case | text | strict P | strict R | strict F1 | span F1 | predicted |", "|---|---|---:|---:|---:|---:|---:|"]
-    for case, arms in r["cases"].items():
-        for arm, m in arms.items():
-            s = m["strict"]
-            lines.append(f"| {case} | {arm} | {s['p']:.4f} | {s['r']:.4f} | **{s['f']:.4f}** | {m['span']['f']:.4f} | {m['predicted']} |")
+             "the same gold mentions at the same offsets.", ""] + e2e_arms_table(r["cases"], "text")
     return "\n".join(lines + ["", r["notes"], ""] if r.get("notes") else lines + [""])
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import spacy
 import typer
 
-from _common import HERE, invocation, lscpu_model, machine, machine_line
+from _common import HERE, e2e_arms_table, invocation, lscpu_model, machine, machine_line
 from e2e_pipeline import run as run_pipeline  # load, warm up, link the raw text, score (benchmarks/ is on the path)
 from spacy_pel.corpora import read_docbin
 from spacy_pel.pipeline import mentions
@@ -29,12 +29,7 @@ ARMS = {"every span (before)": lambda doc, starts, ends: np.ones(len(starts), dt
 
 def markdown(r: dict) -> str:
     lines = ["# The span finder without spans that cut through brackets", "", f"{machine_line(r['machine'])}.",
-             f"Reproduce: `{r['command']}`.", "",
-             "| case | span finder | strict P | strict R | strict F1 | span F1 | predicted |", "|---|---|---:|---:|---:|---:|---:|"]
-    for case, arms in r["cases"].items():
-        for arm, m in arms.items():
-            s = m["strict"]
-            lines.append(f"| {case} | {arm} | {s['p']:.4f} | {s['r']:.4f} | **{s['f']:.4f}** | {m['span']['f']:.4f} | {m['predicted']} |")
+             f"Reproduce: `{r['command']}`.", ""] + e2e_arms_table(r["cases"], "span finder")
     return "\n".join(lines + ["", r["notes"], ""] if r.get("notes") else lines + [""])
 
 
