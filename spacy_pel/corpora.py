@@ -204,6 +204,9 @@ def _aligned_words(nlp: Language, text: str, cuts: Iterable[int]) -> Tuple[List[
     return words, spaces
 
 
+UNALIGNED_EXAMPLES = 10  # unalignable mentions named in a conversion's stats (the rest counted only)
+
+
 @dataclass
 class ConversionStats:
     docs: int = 0
@@ -242,7 +245,7 @@ def make_doc(nlp: Language, pdoc: PubTatorDoc, stats: Optional[ConversionStats] 
         span = doc.char_span(ann.start, ann.end, label=ann.type, kb_id=ann.kb_id, alignment_mode="strict")
         if span is None or span.text != ann.text:
             stats.unaligned += 1
-            if len(stats.unaligned_examples) < 10:
+            if len(stats.unaligned_examples) < UNALIGNED_EXAMPLES:
                 stats.unaligned_examples.append(
                     f"{pdoc.pmid} {ann.start}-{ann.end} {ann.text!r}: boundary inside white space"
                 )

@@ -168,7 +168,7 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
     return {"input": str(input), "format": fmt, "output": str(output), "output_format": out_fmt, "docs": len(linked),
             "mentions": mentions, "nil": sum(r["kb_id"] in worker.nil_labels for d in linked for r in d.rows),
             "unaligned": worker.stats.unaligned, "unaligned_examples": list(worker.stats.unaligned_examples),
-            "overlapping_not_linked": 0 if worker.links_overlaps else worker.stats.overlapping,
+            "overlapping_not_linked": worker.stats.overlapping,  # 0 where the worker links overlapping mentions
             "left_out_by_answer": left_out,
             "skipped_lines": bad.count if bad else 0, "skipped_examples": list(bad.examples) if bad else [],
             "seconds": round(seconds, 2), "mentions_per_s": round(mentions / seconds, 1) if seconds > 0 else None}

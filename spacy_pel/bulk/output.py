@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from .. import files
+from ..corpora import UNALIGNED_EXAMPLES
 from .shards import Shard
 
 MENTIONS, ERRORS, DONE, SUMMARY = "mentions", "errors", "done", "summary.json"
 COUNTS = ("docs", "mentions", "nil", "errors", "unaligned", "overlapping_not_linked")  # markers before
 # the last two did not count them (0)
-EXAMPLES = 10
+EXAMPLES = UNALIGNED_EXAMPLES
 
 
 def schema():

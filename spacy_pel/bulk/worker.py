@@ -30,7 +30,7 @@ import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import GOLD_KEY, Annotation, ConversionStats, PubTatorDoc, make_doc
+from ..corpora import GOLD_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
 from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, load_pipeline
 from ..pipeline.mention_finders import mention_finders
 from ..pipeline.mentions import DocSpans
@@ -142,7 +142,7 @@ class LinkWorker:
         for _, counts in results:
             self.stats.unaligned += counts.unaligned
             self.stats.overlapping += counts.overlapping
-            self.stats.unaligned_examples.extend(counts.unaligned_examples[:max(0, 10 - len(self.stats.unaligned_examples))])
+            self.stats.unaligned_examples.extend(counts.unaligned_examples[:max(0, UNALIGNED_EXAMPLES - len(self.stats.unaligned_examples))])
         return [rows for rows, _ in results]
 
     def _link(self, items: Sequence[dict]) -> List[Tuple[List[dict], ConversionStats]]:
