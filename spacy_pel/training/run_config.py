@@ -108,16 +108,24 @@ def save_run_config(raw: Mapping[str, Any], output: PathLike) -> None:
     atomic_write(output / PENDING_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf8"))
 
 
-def stale_checkpoint(output: PathLike) -> Optional[str]:
+def pending_run(output: PathLike) -> Optional[Dict[str, Any]]:
+    """The run :func:`save_run_config` recorded in ``output`` and that has not started: its ``config``
+    (text) and ``inputs`` (digests); None when there is none."""
+    pending = Path(output) / PENDING_FILE
+    return json.loads(pending.read_text(encoding="utf8")) if pending.exists() else None
+
+
+def stale_checkpoint(output: PathLike, run: Optional[Dict[str, Any]] = None) -> Optional[str]:
     """Why ``output/last`` is not the run's to resume: it was left by a run with other settings
     (``output/config.cfg``, by :func:`run_settings`) or other input contents (``output/inputs.json``)
-    than the run :func:`save_run_config` recorded; None when it may be resumed, or there is no such
-    run or checkpoint. (A checkpoint from before inputs were recorded is judged by its settings alone.)"""
+    than the run :func:`save_run_config` recorded (``run``: that record, read when not given); None when
+    it may be resumed, or there is no such run or checkpoint. (A checkpoint from before inputs were
+    recorded is judged by its settings alone.)"""
     output = Path(output)
-    pending, saved, inputs_file = output / PENDING_FILE, output / CONFIG_FILE, output / INPUTS_FILE
-    if not (pending.exists() and saved.exists() and (output / CHECKPOINT_DIR).exists()):
+    saved, inputs_file = output / CONFIG_FILE, output / INPUTS_FILE
+    run = run if run is not None else pending_run(output)
+    if run is None or not (saved.exists() and (output / CHECKPOINT_DIR).exists()):
         return None
-    run = json.loads(pending.read_text(encoding="utf8"))
     if run_settings(Config().from_str(run["config"], interpolate=False)) != run_settings(Config().from_disk(saved, interpolate=False)):
         return f"a run with other settings ({saved})"
     if inputs_file.exists():
@@ -134,15 +142,14 @@ def start_run(output: PathLike) -> None:
     it is not this run's, and write its config as ``output/config.cfg`` and its inputs' digests as
     ``output/inputs.json``, atomically. Nothing when no run is recorded there."""
     output = Path(output)
-    pending, last = output / PENDING_FILE, output / CHECKPOINT_DIR
-    if not pending.exists():
+    run, last = pending_run(output), output / CHECKPOINT_DIR
+    if run is None:
         return
-    why = stale_checkpoint(output)
+    why = stale_checkpoint(output, run)
     if why:
         log.warning("%s was left by %s: starting over", last, why)
         shutil.rmtree(last)
-    run = json.loads(pending.read_text(encoding="utf8"))
     inputs = json.dumps(run["inputs"], indent=1)
     atomic_write(output / CONFIG_FILE, lambda tmp: Path(tmp).write_text(run["config"], encoding="utf8"))
     atomic_write(output / INPUTS_FILE, lambda tmp: Path(tmp).write_text(inputs, encoding="utf8"))
-    pending.unlink()
+    (output / PENDING_FILE).unlink()
