@@ -50,3 +50,15 @@ def test_the_floor_keeps_out_occurrences_the_span_model_rejects():
     assert [a for a, b, _ in propagate(doc, found, support, 0.05)[1:]] == [vhl[0], vhl[2]]
     assert propagate(doc, found, support, 0.0) == everywhere  # floor 0: every occurrence, as without support
     assert propagate(doc, found, support, 0.5) == found
+
+
+def test_line_breaks_and_double_spaces_inside_a_repeat_are_transparent():
+    nlp = spacy.blank("en")
+    doc = nlp("Familial breast cancer is rare. Breast\ncancer risk and breast  cancer genes. Breast cancer\n")
+    assert [t.text for t in doc if t.is_space] == ["\n", " ", "\n"]
+    out = propagate(doc, [(1, 3, 4)])  # "breast cancer"
+    assert texts(doc, out) == [("breast cancer", 4), ("Breast\ncancer", 4), ("breast  cancer", 4), ("Breast cancer", 4)]
+    # and a found span with a line break inside spreads to the plain occurrences
+    wrapped = [(i, i + 3, 5) for i in range(len(doc) - 2) if doc[i : i + 3].text == "Breast\ncancer"]
+    assert texts(doc, propagate(doc, wrapped))[0] == ("breast cancer", 5)
+    assert len(propagate(doc, wrapped)) == 4

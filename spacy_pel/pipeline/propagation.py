@@ -6,7 +6,8 @@ mention once may miss its later occurrences, so after selection:
 
 1. a short form defined in the document (Schwartz & Hearst, :mod:`.abbreviations`) whose long form
    was found becomes a mention wherever it occurs, with the long form's label;
-2. every other occurrence of a found mention's words (case-insensitive, same tokens) becomes a
+2. every other occurrence of a found mention's words (case-insensitive, same tokens; whitespace
+   tokens — a line break, a double space — are transparent, as in the span finder) becomes a
    mention with its label;
 
 in both cases only where the new span overlaps no found span (found spans are never changed), and,
@@ -28,13 +29,13 @@ Found = List[Tuple[int, int, int]]  # (start, end, label id) of one doc, as the 
 
 
 def _key(doc: Doc, start: int, end: int) -> Tuple[str, ...]:
-    return tuple(t.lower_ for t in doc[start:end])
+    return tuple(t.lower_ for t in doc[start:end] if not t.is_space)
 
 
-def _occurrences(doc: Doc, words: Tuple[str, ...], by_first: Dict[str, List[int]]) -> List[int]:
-    """Starts of the token sequences of ``doc`` equal to ``words`` (lower-cased)."""
+def _occurrences(words: Tuple[str, ...], lowered: List[str], by_first: Dict[str, List[int]]) -> List[int]:
+    """Starts, among the doc's non-whitespace tokens (``lowered``), of the runs equal to ``words``."""
     n = len(words)
-    return [i for i in by_first.get(words[0], []) if _key(doc, i, i + n) == words]
+    return [k for k in by_first.get(words[0], []) if tuple(lowered[k : k + n]) == words]
 
 
 def _wordy(words: Sequence[str]) -> bool:
@@ -50,9 +51,11 @@ def propagate(doc: Doc, found: Found, support: Optional[Callable[[int, int], flo
     taken = [False] * len(doc)
     for a, b, _ in found:
         taken[a:b] = [True] * (b - a)
+    at = [t.i for t in doc if not t.is_space]  # the doc positions of the non-whitespace tokens
+    lowered = [doc[i].lower_ for i in at]
     by_first: Dict[str, List[int]] = defaultdict(list)
-    for t in doc:
-        by_first[t.lower_].append(t.i)
+    for k, word in enumerate(lowered):
+        by_first[word].append(k)
     label_of = {}  # words → label of the first found span with them
     for a, b, label in sorted(found):
         label_of.setdefault(_key(doc, a, b), label)
@@ -70,8 +73,8 @@ def propagate(doc: Doc, found: Found, support: Optional[Callable[[int, int], flo
     for words, label in wanted.items():
         if not words or not _wordy(words):
             continue
-        for i in _occurrences(doc, words, by_first):  # whole matches only: i + len(words) ≤ len(doc)
-            j = i + len(words)
+        for k in _occurrences(words, lowered, by_first):  # whole matches only: k + len(words) ≤ len(at)
+            i, j = at[k], at[k + len(words) - 1] + 1
             if not any(taken[i:j]) and (support is None or support(i, j) >= floor):
                 added.append((i, j, label))
                 taken[i:j] = [True] * (j - i)
