@@ -33,6 +33,9 @@ def no_cuda(monkeypatch):
     ({**TRAINED_TOWER, "negatives.pool": -5}, r"\[negatives\] pool: must be >= 0, not -5"),
     ({**TRAINED_TOWER, "training.eval_kb_sample": -1}, r"\[training\] eval_kb_sample: must be >= 0, not -1"),
     ({"negatives.refresh_every": -1}, r"\[negatives\] refresh_every: must be >= 0, not -1"),
+    ({"synonyms.pairs": -5}, r"\[synonyms\]: steps and pairs \(0 = every pair\) must be >= 0, not 0 and -5"),
+    ({"arborescence.max_cluster": 0}, r"\[arborescence\]: refresh_every and max_cluster must be at least 1, not 60 and 0"),
+    ({"arborescence.refresh_every": 0}, r"\[arborescence\]: refresh_every and max_cluster must be at least 1, not 0 and 32"),
 ])
 def test_the_retrievers_out_of_range_settings_name_section_and_key(no_cuda, override, message):
     raw = load_config(CONFIGS / "train_pb_random.cfg", {**PATHS, **override})

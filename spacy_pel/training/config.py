@@ -337,6 +337,11 @@ class RetrieverConfig:
                              ("training] eval_kb_sample", t.eval_kb_sample), ("negatives] pool", n.pool),
                              ("negatives] refresh_every", n.refresh_every)):
             check(value >= 0, f"{source} [{where}", f"must be >= 0, not {value}")
+        check(out.synonyms.steps >= 0 and out.synonyms.pairs >= 0, f"{source} [synonyms]",
+              f"steps and pairs (0 = every pair) must be >= 0, not {out.synonyms.steps} and {out.synonyms.pairs}")
+        a = out.arborescence
+        check(a.refresh_every >= 1 and a.max_cluster >= 1, f"{source} [arborescence]",
+              f"refresh_every and max_cluster must be at least 1, not {a.refresh_every} and {a.max_cluster}")
         c = out.augment.context_dropout
         check(0.0 <= c <= 1.0, f"{source} [augment] context_dropout", f"must be within [0, 1], not {c}")
         r = out.synonyms.replay
