@@ -65,6 +65,14 @@ def test_two_linkers_are_scored_together_and_each_under_its_name(kbs):  # noqa: 
     assert scores_of(reverse) == scores
 
 
+def test_a_linker_taken_from_another_pipeline_is_pooled_too(kbs):  # noqa: F811
+    # add_pipe(source=…) keeps the source pipeline's Vocab object in the component: the pass is the docs'
+    combo, other = pipeline(kbs, KINDS[:1]), pipeline(kbs, KINDS[1:])
+    combo.add_pipe("disease_linker", source=other)
+    assert combo.get_pipe("disease_linker").vocab is not combo.vocab
+    assert scores_of(combo) == scores_of(pipeline(kbs))
+
+
 def test_each_linker_decides_nil_with_its_own_threshold_in_the_pooled_figures(kbs):  # noqa: F811
     settings = {"Chemical": {"threshold": 0.999}}  # the chemicals: NIL (no cosine reaches it); the diseases: none
     scores, singles = scores_of(pipeline(kbs, **settings)), alone(kbs, **settings)

@@ -84,13 +84,14 @@ class Scored(NamedTuple):
 class ScoringPass:
     """The linkers of one pipeline (by name) that scored one sequence of examples (their predicted docs)."""
 
-    def __init__(self, docs: Sequence[Doc], vocab):
-        self.docs, self.vocab = [weakref.ref(d) for d in docs], vocab  # weak: the pass dies with its docs
+    def __init__(self, docs: Sequence[Doc]):
+        self.docs = [weakref.ref(d) for d in docs]  # weak: the pass dies with its docs
         self.linkers: Dict[str, Scored] = {}
 
-    def holds(self, docs: Sequence[Doc], vocab) -> bool:
-        same = len(docs) == len(self.docs) and all(ref() is doc for ref, doc in zip(self.docs, docs))
-        return same and vocab is self.vocab
+    def holds(self, docs: Sequence[Doc]) -> bool:
+        """The same predicted docs (not the linker's vocab: a linker added with ``add_pipe(source=…)``
+        keeps its source pipeline's ``Vocab`` object)."""
+        return len(docs) == len(self.docs) and all(ref() is doc for ref, doc in zip(self.docs, docs))
 
 
 _PASSES: "weakref.WeakKeyDictionary[Doc, ScoringPass]" = weakref.WeakKeyDictionary()  # by the first predicted doc
@@ -100,8 +101,8 @@ def scored_with(linker, docs: List[Doc], scored: Scored) -> Dict[str, Scored]:
     """The linkers that scored the examples of these predicted ``docs`` so far (spaCy's ``Scorer.score``
     gives every component the same examples), this one included as ``scored``."""
     found = _PASSES.get(docs[0])
-    if found is None or not found.holds(docs, linker.vocab) or linker.name in found.linkers:
-        found = _PASSES[docs[0]] = ScoringPass(docs, linker.vocab)
+    if found is None or not found.holds(docs) or linker.name in found.linkers:
+        found = _PASSES[docs[0]] = ScoringPass(docs)
     found.linkers[linker.name] = scored
     return found.linkers
 
