@@ -31,9 +31,10 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..corpora import GOLD_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
-from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, load_pipeline
+from ..pipeline.linker import PELLinker, load_pipeline
 from ..pipeline.mention_finders import mention_finders
 from ..pipeline.mentions import DocSpans
+from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 log = logging.getLogger(__name__)
 ATTEMPTS_ALONE = 2

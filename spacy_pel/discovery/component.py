@@ -22,9 +22,10 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
-from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR, PELLinker, find_linker
+from ..pipeline.linker import PELLinker, find_linker
 from ..pipeline.mentions import spans_at
 from ..pipeline.nil import TopScoreNil
+from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .cluster import (
     MENTION_MARGIN,
     NIL_PREFIX,

@@ -26,9 +26,10 @@ from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
 from ..files import InputError, atomic_dir
-from ..pipeline.linker import CONFIDENCE_ATTR, configure_linker, find_linker
+from ..pipeline.linker import configure_linker, find_linker
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
 from ..pipeline.retarget import check_output
+from ..pipeline.span_data import CONFIDENCE_ATTR
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .linking import linked_mentions, mention_table

@@ -36,7 +36,7 @@ from spacy.training import Example
 from spacy.util import registry
 
 from ..corpora import NIL, gold_ids, gold_spans
-from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
+from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .linking import KS, metrics, row_confidence
 
 

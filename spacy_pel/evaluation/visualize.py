@@ -16,7 +16,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..files import InputError
-from ..pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
+from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
 AUTO_URL = "auto"  # a link for the ids of KBs known by their id's form, none for the rest

@@ -41,6 +41,7 @@ from .mentions import DocSpans, spans_at
 from .nil import TopScoreNil, nil_features
 from .rules.batch import DECIDED_SCORE, CandidateBatch
 from .scoring import score_linker
+from .span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .updating import Objective, Updater
 from .vectors import per_mention_vectors
 
@@ -55,11 +56,6 @@ def _one_torch_thread() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_one_torch_thread)
 
-CANDIDATES_ATTR = "pel_candidates"
-CONFIDENCE_ATTR = "pel_confidence"  # the NIL strategy's confidence: NIL below the threshold
-for _attr in (CANDIDATES_ATTR, CONFIDENCE_ATTR):
-    if not Span.has_extension(_attr):
-        Span.set_extension(_attr, default=None)
 
 
 @Language.factory(
@@ -357,7 +353,7 @@ class PELLinker(LinkerFolder, Pipe):
                 new.append(Span(doc, a, b, label=label, kb_id=kb_id))
             if not target.write(doc, new):
                 continue
-            # span extensions are keyed by (offsets, label, kb_id): set them on the final spans
+            # set on the final spans (:mod:`.span_data`: by offsets and label)
             for span, s, r, c in zip(target.spans(doc), scores, rows, linked.confidence):
                 span._.set(
                     CANDIDATES_ATTR,
