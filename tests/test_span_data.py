@@ -43,3 +43,20 @@ def test_a_value_set_the_plain_way_is_read_for_every_label():
     Span(doc, 0, 1, "Chemical")._.pel_confidence = 0.9
     assert Span(doc, 0, 1, "Chemical")._.pel_confidence == 0.9 and Span(doc, 0, 1, "Disease")._.pel_confidence is None
     assert Span(doc, 1, 2, "Disease")._.pel_candidates is None
+
+
+def test_linking_keeps_the_spans_ids_and_the_groups_attrs(kbs):  # noqa: F811
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kbs["Chemical"]), "top_k": 2, "device": "cpu", "mentions": {
+        "@misc": "spacy_pel.mentions.span_group.v1", "spans_key": "sc", "labels": ["Chemical"]}})
+    doc = nlp.make_doc("Aspirin gave atrial flutter.")
+    doc.spans["sc"] = [Span(doc, 0, 1, "Chemical", span_id="m1"), Span(doc, 2, 4, "Disease", span_id="m2")]
+    doc.spans["sc"].attrs["source"] = "my-ner"
+    doc = nlp(doc)
+    assert [(s.text, s.id_, bool(s.kb_id_)) for s in doc.spans["sc"]] == [("Aspirin", "m1", True), ("atrial flutter", "m2", False)]
+    assert doc.spans["sc"].attrs == {"source": "my-ner"}
+    ents = spacy.blank("en")
+    ents.add_pipe("pel_linker", config={"kb": str(kbs["Chemical"]), "top_k": 2, "device": "cpu"})
+    doc = ents.make_doc("Aspirin gave atrial flutter.")
+    doc.ents = [Span(doc, 0, 1, "Chemical", span_id="m1")]
+    assert [(e.id_, bool(e.kb_id_)) for e in ents(doc).ents] == [("m1", True)]

@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, 
 import numpy as np
 import srsly
 import torch
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import registry
 
 from ..corpora import gold_ids, gold_spans
@@ -135,16 +135,22 @@ class DocSpans:
 
     def write(self, doc: Doc, spans: List[Span]) -> bool:
         """Put the linked spans on the doc (in place of the spans they were made from, the others kept
-        as they are when ``labels`` leaves some out); False if there was nothing to write."""
+        as they are when ``labels`` leaves some out; the spans' ``id`` and the group's ``attrs`` kept);
+        False if there was nothing to write."""
         if not spans:
             return False
+        held = doc_spans(doc, self.spans_key)
+        mine = self.of_labels(held)
+        if [(s.start, s.end) for s in mine] == [(s.start, s.end) for s in spans]:  # made from these: keep their ids
+            spans = [Span(doc, s.start, s.end, label=s.label, kb_id=s.kb_id, span_id=o.id) for s, o in zip(spans, mine)]
         if self.labels is not None:
             linked = iter(spans)
-            spans = [next(linked) if s.label_ in self.labels else s for s in doc_spans(doc, self.spans_key)]
+            spans = [next(linked) if s.label_ in self.labels else s for s in held]
         if self.spans_key is None:
             doc.ents = spans  # fresh Span objects: kb_id_ set on doc.ents' copies would not stick
         else:
-            doc.spans[self.spans_key] = spans
+            attrs = dict(held.attrs) if isinstance(held, SpanGroup) else {}
+            doc.spans[self.spans_key] = SpanGroup(doc, name=self.spans_key, attrs=attrs, spans=spans)
         return True
 
 
