@@ -16,6 +16,7 @@ from ..retrieval.index import EntityIndex
 from .folder_bytes import folder_from_bytes, folder_to_bytes
 
 SOURCES_FILE = "sources.json"
+RESOURCE_SETTINGS = {"context_window", "precision", "device", "search_precision"}  # applied when resources load
 NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
                 "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
 
@@ -34,7 +35,7 @@ def caller_level() -> int:
 
 class LinkerFolder:
     """Serialisation of :class:`~spacy_pel.pipeline.linker.PELLinker` (a mixin: it uses the
-    component's ``encoder``, ``index``, ``sources``, ``cfg``, ``parts()`` and ``set_resources``)."""
+    component's ``encoder``, ``index``, ``sources``, ``cfg``, ``parts()``, ``set_resources`` and ``_load``)."""
 
     def to_disk(self, path, *, exclude=tuple()) -> None:
         """Write ``encoder/``, ``kb/``, the parts' files and ``sources.json``; ``exclude`` names any of
@@ -83,6 +84,18 @@ class LinkerFolder:
         else:  # completed from the config's paths on first use
             self.encoder, self.index, self.sources = encoder, index, sources
         return self
+
+    def reconfigure(self, settings: Dict[str, object]) -> None:
+        """Make held resources follow settings just changed in ``cfg`` (``configure_linker``), as a
+        reload with them would: another ``kb`` / ``encoder`` is loaded as ``initialize`` loads it; the
+        precisions, device and context window are applied to the encoder and KB held."""
+        if self.index is None or self.encoder is None:
+            return  # read with the new settings on first use
+        if settings.get("kb") or settings.get("encoder"):
+            self._load(settings.get("kb"), settings.get("encoder"))
+        elif RESOURCE_SETTINGS & set(settings):
+            self.index.set_search_precision(self.cfg.search_precision)
+            self.set_resources(self.encoder, self.index, sources=self.sources)
 
     def to_bytes(self, *, exclude=tuple()) -> bytes:
         return folder_to_bytes(lambda folder: self.to_disk(folder, exclude=exclude))

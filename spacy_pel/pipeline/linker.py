@@ -140,11 +140,13 @@ def load_pipeline(pipeline=None, kb=None, encoder: Optional[str] = None,
 
 
 def configure_linker(nlp: Language, name: Optional[str] = None, **settings) -> "PELLinker":
-    """Change settings of the pipeline's pel_linker (e.g. ``threshold=0.7``) in the component and in
-    ``nlp.config``, so that ``nlp.to_disk`` writes them into ``config.cfg``, which ``spacy.load`` reads."""
+    """Change settings of the pipeline's pel_linker (e.g. ``threshold=0.7``) in the component (and in the
+    encoder and KB it holds: ``LinkerFolder.reconfigure``) and in ``nlp.config``, so that ``nlp.to_disk``
+    writes them into ``config.cfg``, which ``spacy.load`` reads."""
     name, linker = (name, nlp.get_pipe(name)) if name else find_linker(nlp)
     linker.cfg = linker.cfg.replace(**settings)
     linker.check_threshold()
+    linker.reconfigure(settings)
     nlp.get_pipe_config(name).update(settings)
     return linker
 

@@ -179,6 +179,11 @@ class EntityIndex:
                 searcher.add(np.ascontiguousarray(embeddings, dtype=np.float32))
         self.searcher = searcher
 
+    def set_search_precision(self, precision: str) -> None:
+        """Search the flat index in ``precision`` from now on (other kinds have none)."""
+        if self.kind == "flat":
+            self.searcher = FlatSearch.from_array(np.asarray(self.embeddings), precision)
+
     # ------------------------------------------------------------------ building
     @classmethod
     def build(
