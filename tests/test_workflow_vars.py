@@ -73,7 +73,8 @@ BC5CDR_MESH = {
                 "python -m spacy package training/pipeline_calibrated packages --name pel_bc5cdr_mesh --version 0.1.0 "
                 "--build wheel --force"],  # a wheel since issue 32 item 7 (before: the sdist)
     "evaluate": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "
-                 "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md"],
+                 "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md "
+                 '--title "BC5CDR dev vs MeSH"'],  # its title since session 68
     "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --seeds 1 --training.device auto "
                   "--encoder.base training/retriever/best --paths.kb kbs/mesh_final --training.max_steps 0"],
     "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
@@ -81,7 +82,7 @@ BC5CDR_MESH = {
                      "--paths.names kbs/mesh_names --components.pel_linker.context_window 32"],
     "calibrate_e2e": ["python -m spacy_pel.calibrate training/pipeline_e2e corpus/bc5cdr_dev.spacy --output training/pipeline_e2e_calibrated --e2e --nil classifier --plot metrics/bc5cdr_dev_e2e_threshold.png"],
     "evaluate_e2e": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_e2e_calibrated --e2e "
-                     "--output metrics/bc5cdr_dev_e2e.json --markdown metrics/bc5cdr_dev_e2e.md --title 'end to end on BC5CDR dev vs MeSH'"],
+                     '--output metrics/bc5cdr_dev_e2e.json --markdown metrics/bc5cdr_dev_e2e.md --title "end to end on BC5CDR dev vs MeSH"'],
     "fetch_assets": ["python scripts/fetch_assets.py --local ../shared/data --assets assets"],
 }
 
@@ -130,6 +131,20 @@ def test_default_vars_render_the_bc5cdr_mesh_commands():
     assert commands["final_kb"]["deps"] == ["assets/mesh", "kbs/mesh", "training/retriever/best"]
     assert workflows["e2e"] == ["train_e2e", "pipeline_e2e", "calibrate_e2e", "evaluate_e2e"]
     assert not paths_are_single(commands)
+
+
+def test_titles_with_quotes_and_another_encoder_reach_every_command():
+    # an apostrophe in a title closed the single quotes it was written in (weasel: "No closing quotation");
+    # spacy_train took configs/spacy_train.cfg's MiniLM whatever vars.encoder said, and refused the KB it built
+    commands, _ = render(ROOT, ["--vars.corpus_title", "Crohn's disease corpus", "--vars.kb_title", "Alzheimer's KB",
+                                "--vars.encoder", "my/encoder"])
+    titled = {name: shlex.split(line) for name, c in commands.items() for line in c["script"] if "--title" in line}
+    assert {"evaluate", "evaluate_e2e", "evaluate_kb_only", "evaluate_transfer"} <= set(titled)
+    for name, words in titled.items():
+        title = words[words.index("--title") + 1]
+        assert name.startswith("demo") or "Crohn's disease corpus dev vs Alzheimer's KB" in title, (name, title)
+    train = shlex.split(commands["spacy_train"]["script"][0])
+    assert train[train.index("--paths.encoder") + 1] == "my/encoder"
 
 
 def test_the_silver_preset_adapts_from_base_minilm_and_starts_the_rest_from_its_output():
