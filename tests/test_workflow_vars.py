@@ -205,7 +205,7 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
     assert commands["pipeline"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_rules.cfg training/ncbi_medic/pipeline ")
     assert commands["pipeline_e2e"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_e2e.cfg ")
     assert commands["package"]["script"][1].endswith("--name pel_ncbi_medic --version 0.1.0 --build wheel --force")
-    assert commands["evaluate_e2e"]["script"][0].endswith("--title 'end to end on NCBI disease dev vs MEDIC'")
+    assert commands["evaluate_e2e"]["script"][0].endswith("--title \"end to end on NCBI disease dev vs MEDIC\"")
 
 
 def test_the_both_towers_preset_trains_both_and_links_against_the_final_kb():
