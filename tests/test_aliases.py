@@ -215,3 +215,9 @@ def test_cli_warns_when_the_table_comes_out_empty(tmp_path, gold, why):
     write_docbin([doc], tmp_path / "c.spacy")
     result = CliRunner().invoke(aliases_app, [str(tmp_path / "c.spacy"), "-o", str(tmp_path / "aliases.json")])
     assert result.exit_code == 0 and "warning" not in result.stderr
+
+
+def test_an_alias_table_written_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "aliases.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"lithium": {"D1": 2}}).encode())
+    assert read_aliases(path) == {"lithium": {"D1": 2}}

@@ -109,3 +109,9 @@ def test_cli_takes_a_given_map_without_corpora_and_learning_needs_them(typed_kb,
     result = CliRunner().invoke(app, ["--kb", str(typed_kb), "-o", str(tmp_path / "learned.json")])
     assert result.exit_code == 2 and "give the annotated .spacy corpora" in result.output
     assert not (tmp_path / "learned.json").exists()
+
+
+def test_a_map_written_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "map.json"  # Windows Notepad's UTF-8 begins with one, as the KB and corpus readers accept
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"Disease": ["Diseases"]}).encode())
+    assert read_label_types(path) == {"Disease": ["Diseases"]}

@@ -142,7 +142,7 @@ def write_aliases(counts: Dict[str, Dict[str, int]], path: PathLike) -> None:
 def read_aliases(path: PathLike) -> Dict[str, Dict[str, int]]:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):

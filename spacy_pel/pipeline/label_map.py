@@ -83,7 +83,7 @@ def read_label_types(path: files.PathLike) -> LabelTypes:
     """A label → KB types map from a JSON file (``{"Disease": ["Diseases"]}``), checked."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as err:
         raise files.InputError(f"{path}: not a readable JSON label → KB types map ({err})") from err
     if not isinstance(data, dict) or not all(
