@@ -4,7 +4,7 @@ import spacy
 from spacy.tokens import Span
 
 from spacy_pel.evaluation.visualize import SHOWN, render
-from spacy_pel.pipeline.linker import CANDIDATES_ATTR, CONFIDENCE_ATTR
+from spacy_pel.pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 
 def linked_doc():
@@ -35,3 +35,16 @@ def test_spans_without_candidates_render_as_before():
     html = render([doc])
     assert 'href="https://meshb.nlm.nih.gov/record/ui?ui=D001241"' in html
     assert 'class="pel-cands"' not in html and 'class="pel-conf"' not in html
+
+
+def test_a_nil_mention_links_to_no_kb_page_whatever_the_template():
+    doc = spacy.blank("en").make_doc("Aspirin and zorblax .")
+    doc.ents = [Span(doc, 0, 1, label="Chemical", kb_id="X:1"), Span(doc, 2, 3, label="Chemical", kb_id="OUT")]
+    for span, candidates in zip(doc.ents, ([["X:1", "aspirin", 0.9]], [["X:2", "zorb", 0.2]])):
+        span._.set(CANDIDATES_ATTR, candidates)
+        span._.set(CONFIDENCE_ATTR, 0.1)
+    html = render([doc], "https://example.org/e/{}")  # nil_label "OUT": none of the span's candidates
+    assert 'href="https://example.org/e/X:1"' in html and "/e/OUT" not in html
+    bare = spacy.blank("en").make_doc("zorblax .")
+    bare.ents = [Span(bare, 0, 1, label="Chemical", kb_id="NIL")]  # no candidates: the NIL spellings
+    assert "/e/NIL" not in render([bare], "https://example.org/e/{}")

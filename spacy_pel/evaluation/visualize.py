@@ -15,6 +15,7 @@ from spacy import displacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from ..corpora import NIL, NO_ID
 from ..files import InputError
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
@@ -69,8 +70,18 @@ def entity_data(doc: Doc, url_template: str = AUTO_URL) -> dict:
     and labels come from third-party files, and displaCy writes them into the page as they are (the
     text itself displaCy escapes); the id is also URL-quoted inside the link."""
     ents = [{"start": e.start_char, "end": e.end_char, "label": escape(e.label_), "kb_id": escape(e.kb_id_),
-             "kb_url": _url(url_template, e.kb_id_), "params": _linking(e, url_template)} for e in doc.ents]
+             "kb_url": _url(url_template, e.kb_id_) if _in_kb(e) else "#", "params": _linking(e, url_template)}
+            for e in doc.ents]
     return {"text": doc.text, "ents": ents, "title": None}
+
+
+def _in_kb(span) -> bool:
+    """Whether the span's id is an entry of the KB: not NIL (the ``nil_label``, whatever its name, is none of
+    the span's candidates; a span without candidates: not ``NIL``, ``-1``, ``-`` or empty)."""
+    candidates = span._.get(CANDIDATES_ATTR)
+    if candidates:
+        return span.kb_id_ in {str(c[0]) for c in candidates}
+    return span.kb_id_ not in (NIL, "", *NO_ID)
 
 
 def _url(url_template: str, kb_id: str) -> str:
