@@ -234,3 +234,18 @@ def test_random_text_raise_only_kb_format_errors(format, data):
     pieces = st.sampled_from(PIECES[format]) | st.text(max_size=6)
     text = "".join(data.draw(st.lists(pieces, max_size=40)))
     check_reader(text.encode("utf8", "surrogatepass"), format)
+
+
+@pytest.mark.parametrize("nil_id", ["-1", "-", "NIL"])
+def test_an_id_spelling_nil_is_refused(tmp_path, nil_id):
+    """``-1`` / ``-`` (BC5CDR, BioRED) and ``NIL`` are how corpora and linked files say "no entry": a mention
+    linked to such an entity would be written as NIL and read back as one."""
+    err = refused(write(tmp_path, "kb.tsv", f"A\talpha\n{nil_id}\tbeta\n"), "tsv", 2, f"entity id {nil_id!r}")
+    assert "NIL" in str(err)
+
+
+def test_the_nil_spellings_are_the_corpus_readers():
+    from spacy_pel.corpora import NIL, NO_ID
+    from spacy_pel.kb.entity import NIL_IDS
+
+    assert set(NIL_IDS) == {*NO_ID, NIL}

@@ -2,7 +2,7 @@
 
 :func:`normalize` is the lookup key of a name; :class:`KBFormatError` the error every reader raises
 (``FILE:LINE: reason``); :class:`Collector` keeps a reader's entities in file order and refuses an empty
-id or name, an id holding ``|``, a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
+id or name, an id holding ``|``, ``,`` or ``+`` or spelling NIL (``-1``, ``-``, ``NIL``), a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
 :func:`split` are the small text helpers the readers use.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ PathLike = Union[str, Path]
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 ID_SEP = "|"  # joins the ids of a composite mention in a corpus (corpora.ID_SEP): never in a KB id
 ID_SEPARATORS = "|,+"  # what corpus readers split an id column on (BioRED writes A,B and NCBI A+B): none in a KB id
+NIL_IDS = ("-1", "-", "NIL")  # what corpora and the linker write for "no entry" (corpora.NO_ID, corpora.NIL): no KB id
 
 
 def normalize(text: str) -> str:
@@ -102,6 +103,9 @@ class Collector:
         if sep is not None:
             return self.fail(path, line, f"entity id {entity.id!r} holds {sep!r}, which separates the ids of a "
                                          "composite mention in a corpus (A|B, A,B, A+B): it would be read as several ids")
+        if entity.id in NIL_IDS:
+            return self.fail(path, line, f"entity id {entity.id!r} is how a corpus or a linked file says NIL (no entry): "
+                                         "a mention linked to it would be read back as NIL")
         texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
         if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
             return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")

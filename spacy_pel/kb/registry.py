@@ -26,7 +26,7 @@ from typing import Callable, Iterator, List, Mapping, Optional
 import catalogue
 
 from .. import files
-from .entity import ID_SEP, Entity, KBFormatError, PathLike
+from .entity import ID_SEPARATORS, NIL_IDS, Entity, KBFormatError, PathLike
 
 Reader = Callable[..., List[Entity]]
 FileLister = Callable[[Path], List[Path]]
@@ -88,15 +88,19 @@ def read_kb(path: PathLike, format: str = "jsonl", bad_lines: Optional[files.Bad
 
     A malformed line raises :class:`KBFormatError` (``FILE:LINE: reason``), unless ``bad_lines`` is
     given: then each malformed line is recorded there and left out. A KB without any entity is
-    refused either way, and so is an id holding ``|`` that a reader of another package let through (the
-    built-in readers refuse it at its line, with :class:`~.entity.Collector`).
+    refused either way, and so is an id holding ``|``, ``,`` or ``+`` or spelling NIL that a reader of another
+    package let through (the built-in readers refuse it at its line, with :class:`~.entity.Collector`).
     """
     kb_files(path, format)
     entities = READERS[format](path, bad_lines=bad_lines)
-    composite = next((e.id for e in entities if ID_SEP in e.id), None)
-    if composite is not None:
-        raise files.InputError(f"{path}: entity id {composite!r} (read as {format}) holds {ID_SEP!r}, which joins the "
-                               "ids of a composite mention in a corpus (A|B): it would be read as several ids")
+    for e in entities:
+        sep = next((c for c in ID_SEPARATORS if c in e.id), None)
+        if sep is not None:
+            raise files.InputError(f"{path}: entity id {e.id!r} (read as {format}) holds {sep!r}, which separates the "
+                                   "ids of a composite mention in a corpus (A|B, A,B, A+B): it would be read as several ids")
+        if e.id in NIL_IDS:
+            raise files.InputError(f"{path}: entity id {e.id!r} (read as {format}) is how a corpus or a linked file says "
+                                   "NIL (no entry): a mention linked to it would be read back as NIL")
     if not entities:
         skipped = f" ({bad_lines.count} malformed line(s) skipped)" if bad_lines is not None and bad_lines.count else ""
         raise KBFormatError(path, 1, f"no entities in this {format} KB{skipped}")
