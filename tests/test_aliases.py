@@ -28,6 +28,8 @@ SPANS = ((0, 1, "Chemical"), (4, 7, "Disease"), (8, 11, "Disease"))
 def test_normalize():
     assert normalize("Atrial-Flutter") == normalize("atrial  flutter") == "atrial flutter"
     assert normalize(" Li2CO3. ") == "li2co3"
+    # decomposed accents (macOS, PDF text): "o" + U+0308 was cut into "sjo gren"
+    assert normalize("Sjo\u0308gren Syndrome") == normalize("Sj\u00f6gren syndrome") == "sj\u00f6gren syndrome"
 
 
 def test_kb_names_put_the_named_entity_first_and_leave_others_alone(kb_dir):

@@ -8,6 +8,7 @@ id or name, an id holding ``|``, ``,`` or ``+`` or spelling NIL (``-1``, ``-``, 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -23,7 +24,10 @@ NIL_IDS = ("-1", "-", "NIL")  # what corpora and the linker write for "no entry"
 
 
 def normalize(text: str) -> str:
-    """The lookup key of a name or surface form: case-folded, runs of punctuation/space → one space."""
+    """The lookup key of a name or surface form: composed (Unicode NFC: ``o`` + U+0308 is ``ö``, as text from
+    macOS or a PDF spells it), case-folded, runs of punctuation/space → one space."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
     return _NON_WORD.sub(" ", text.casefold()).strip()
 
 
