@@ -318,3 +318,17 @@ def test_the_text_pass_encodes_each_distinct_text_once_and_gives_each_mention_it
     nlp(doc)
     assert [sorted(batch) for batch in encoded] == [sorted(vocab)]  # "flutter" encoded once
     assert [vocab[int(np.argmax(row))] for row in merged[0]] == ["flutter", "Li2CO3", "flutter", "warfarin"]
+
+
+def test_a_pipeline_read_from_bytes_with_rows_on_disk_saves_again(kb_dir, names_dir, tmp_path):
+    # search = false reads the rows from disk (configs/linker_rules.cfg); from_bytes removes the folder it
+    # unpacked them to, and to_disk / to_bytes copied the vectors and names by path: FileNotFoundError
+    rule = {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(names_dir), "search": False}
+    nlp = _nlp(kb_dir, {"names": rule})
+    before = _candidates(nlp)
+    back = _nlp(kb_dir, {"names": rule}).from_bytes(nlp.to_bytes())
+    assert _candidates(back) == before
+    back.to_disk(tmp_path / "again")
+    assert (tmp_path / "again" / "pel_linker" / NAMES_FOLDER / "names.json").exists()
+    assert _candidates(spacy.load(tmp_path / "again")) == before
+    assert _candidates(_nlp(kb_dir, {"names": rule}).from_bytes(back.to_bytes())) == before

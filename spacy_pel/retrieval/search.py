@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Iterator, Optional, Tuple, Union
 
 import faiss
 import numpy as np
@@ -211,6 +211,11 @@ class VectorFile:
             out[order[a:b]] = block[wanted[a:b] - lo]
         return out
 
+    def copy_to(self, dest: Union[str, Path]) -> None:
+        """Write the file as it was opened to ``dest`` (through the descriptor: the file may have been removed
+        since, as a pipeline read from bytes removes the folder it was unpacked to)."""
+        copy_fd(self.fd, dest)
+
     def __getstate__(self) -> dict:
         """Pickled by path (``nlp.pipe(n_process=…)`` with spawned processes): each process opens its own file."""
         return {"path": self.path}
@@ -226,14 +231,36 @@ class VectorFile:
 
 def _read_through(path: str) -> int:
     """Read ``path`` from start to end and drop what was read (its pages stay in the OS page cache);
-    the number of bytes read."""
+    the number of bytes read (0 if the file is gone: a folder unpacked from bytes, removed)."""
     buffer, total = bytearray(PREFETCH_CHUNK), 0
-    with open(path, "rb", buffering=0) as f:
+    try:
+        f = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return 0
+    with f:
         while True:
             n = f.readinto(buffer)
             if not n:
                 return total
             total += n
+
+
+def fd_chunks(fd: int, chunk: int = PREFETCH_CHUNK) -> Iterator[bytes]:
+    """The contents of an open file from its start (``os.pread``: the descriptor's offset does not move)."""
+    offset = 0
+    while True:
+        data = os.pread(fd, chunk, offset)
+        if not data:
+            return
+        offset += len(data)
+        yield data
+
+
+def copy_fd(fd: int, dest: Union[str, Path]) -> None:
+    """Write the contents of an open file to ``dest``."""
+    with open(dest, "wb") as out:
+        for data in fd_chunks(fd):
+            out.write(data)
 
 
 class InMemoryVectors:
