@@ -205,6 +205,10 @@ def test_a_saved_copy_for_another_kb_gives_way_to_the_configured_names(kb_dir, n
     sub = _sub_kb(tmp_path, tiny_encoder_dir)
     with pytest.raises(ValueError, match="another KB"):  # the saved copy (full KB) does not fit the smaller KB
         _candidates(spacy.load(tmp_path / "p", config={"components.pel_linker.kb": str(sub)}))
+    names_dir.rename(tmp_path / "gone")  # loaded elsewhere: the build-time path is not there (FileNotFoundError before)
+    with pytest.raises(ValueError, match="own name rows do not fit.*set the rule's `names` to a name index of this KB"):
+        _candidates(spacy.load(tmp_path / "p", config={"components.pel_linker.kb": str(sub)}))
+    (tmp_path / "gone").rename(names_dir)
     derived = NameIndex.from_disk(names_dir).for_kb(EntityIndex.from_disk(kb_dir).entities.ids,
                                                     EntityIndex.from_disk(sub).entities.ids)
     derived.to_disk(tmp_path / "sub_names")

@@ -130,6 +130,7 @@ class NameRowsRule(LinkerPart):
         self.source = str(names) if names else None
         self.mode, self.weight, self.search = mode, float(weight), search
         self.names: Optional[NameIndex] = None
+        self.saved_copy = False  # names read from a saved pipeline (its `names` is the path they came from)
         self.index: Optional[EntityIndex] = None
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
@@ -138,9 +139,13 @@ class NameRowsRule(LinkerPart):
             try:
                 self.names.check(encoder, index.entities.ids)
                 return
-            except ValueError:
+            except ValueError as err:
                 if not self.source:
                     raise
+                if self.saved_copy and not Path(self.source).exists():  # the path the copy came from, gone
+                    raise ValueError(f"{NAME}: the pipeline's own name rows do not fit the KB or encoder it now has "
+                                     f"({err}); set the rule's `names` to a name index of this KB (build-names) or "
+                                     "null to turn the rule off") from None
                 self.names = None
         if self.source:
             self.names = NameIndex.from_disk(self.source, in_memory=self.search)
@@ -156,6 +161,7 @@ class NameRowsRule(LinkerPart):
         if not (path / NAMES_FOLDER).exists():
             return False
         self.names = NameIndex.from_disk(path / NAMES_FOLDER, in_memory=self.search)
+        self.saved_copy = True
         return True
 
     def __call__(self, batch: CandidateBatch) -> None:
