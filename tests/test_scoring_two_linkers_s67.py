@@ -100,3 +100,34 @@ def test_a_linker_scoring_the_same_examples_again_starts_a_new_pass(kbs):  # noq
     with nlp.select_pipes(disable=["disease_linker"]):
         again = Scorer(nlp).score(egs)
     assert set(again["nel_f_per_type"]) == {"Chemical"} and not any(k.startswith("disease_linker") for k in again)
+
+
+PATTERNS = [{"label": "Chemical", "pattern": p} for p in ("Lithium carbonate", "Aspirin", "warfarin")] + [
+    {"label": "Disease", "pattern": p} for p in ("tricuspid regurgitation", "atrial flutter", "flutter", "novel syndrome")]
+
+
+def ruled(kbs, kinds, spans_key=None):  # noqa: F811
+    """A ruler's mentions (doc.ents, or a span group) linked without gold ents, one linker per kind."""
+    nlp = spacy.blank("en")
+    if spans_key is None:
+        nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
+        source = {"@misc": "spacy_pel.mentions.ents.v1"}
+    else:
+        nlp.add_pipe("span_ruler", config={"spans_key": spans_key}).add_patterns(PATTERNS)
+        source = {"@misc": "spacy_pel.mentions.span_group.v1", "spans_key": spans_key}
+    for kind in kinds:
+        nlp.add_pipe("pel_linker", name=f"{kind.lower()}_linker", config={
+            "kb": str(kbs[kind]), "top_k": 2, "device": "cpu", "use_gold_ents": False,
+            "mentions": {**source, "labels": [kind]}})
+    return nlp
+
+
+def test_without_gold_ents_a_linker_is_scored_on_its_own_spans_and_linkers_are_pooled(kbs):  # noqa: F811
+    chemicals = scores_of(ruled(kbs, ["Chemical"]))
+    assert chemicals["pel_mentions"] == 3  # its labels' mentions only (the diseases' counted as misses before)
+    linking = lambda scores: {k: v for k, v in scores.items() if not k.startswith(("ents_", "spans_ruler"))}  # noqa: E731
+    # a span group's linker: scored (on nothing before), as the same linker of doc.ents
+    assert linking(scores_of(ruled(kbs, ["Chemical"], spans_key="sc"))) == linking(chemicals)
+    both, diseases = scores_of(ruled(kbs, KINDS)), scores_of(ruled(kbs, ["Disease"]))
+    assert both["pel_mentions"] == chemicals["pel_mentions"] + diseases["pel_mentions"]
+    assert {k: both[f"chemical_linker_{k}"] for k in linking(chemicals)} == linking(chemicals)

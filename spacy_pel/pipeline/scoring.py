@@ -8,14 +8,15 @@ spacy_pel evaluate`` links them (with its own ``top_k``, then 64 candidates each
 :mod:`.depth`; 8 documents at a time): its gold spans
 (``corpora.gold_spans``: overlapping ones included) as the span group ``GOLD_KEY`` and its
 ``doc.ents`` as ``doc.ents``. (The reference's tokens, not the pipeline's: a gold mention that does
-not fall on the pipeline's token boundaries is still scored.) Without it the predicted docs are scored as
-they are (an NER's entities, linked end to end).
+not fall on the pipeline's token boundaries is still scored.) Without it the spans the linker linked are
+scored where they match gold ones: the predicted docs' entities (an NER's, linked end to end), or its
+span group's or its labels' spans (:func:`with_own_spans`).
 
 The scores come from the component's ``scorer`` (``spacy_pel.linker_scorer.v1`` by default:
 ``Scorer.score_links`` plus recall@k and NIL figures, :mod:`spacy_pel.evaluation.scorer`), called with
 the linker's ``nil_label``, KB ids, ``threshold`` and ``top_k``; without one, ``Scorer.score_links``.
 
-One linker per KB (each with ``labels``, scored on gold mentions): spaCy's ``Scorer.score`` asks each
+One linker per KB (each with ``labels``; with or without gold mentions): spaCy's ``Scorer.score`` asks each
 component in turn, with the same examples, and keeps the last one's value of a key. So each such
 linker keeps what it scored on those examples (:class:`ScoringPass`: ``nlp.evaluate`` gives each call
 new predicted docs; a linker scoring them again starts a new pass), and when others of its pipeline
@@ -35,6 +36,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Sequence
 from spacy.scorer import Scorer
 from spacy.tokens import Doc
 from spacy.training import Example
+from spacy.util import filter_spans
 
 from ..corpora import GOLD_KEY, NIL, bare_doc
 from .depth import deepen
@@ -81,6 +83,23 @@ class Scored(NamedTuple):
     scores: Dict[str, object]
 
 
+def with_own_spans(linker, examples: List[Example]) -> List[Example]:
+    """Without gold ents: the examples as the linker linked them — a linker of a span group, or of some
+    labels only, is scored on the spans its mention source links (copies of the predicted docs holding them
+    as ``doc.ents``, overlaps left out, and all of them as the span group ``GOLD_KEY``), not on whatever
+    ``doc.ents`` holds (a span group's linker scored nothing; one of some labels, the others' mentions too)."""
+    source = linker.mentions
+    if getattr(source, "spans_key", None) is None and getattr(source, "labels", None) is None:
+        return examples
+    out = []
+    for eg in examples:
+        doc = eg.predicted.copy()
+        own = list(source.spans(doc))
+        doc.ents, doc.spans[GOLD_KEY] = filter_spans(own), own
+        out.append(Example(doc, eg.reference))
+    return out
+
+
 class ScoringPass:
     """The linkers of one pipeline (by name) that scored one sequence of examples (their predicted docs)."""
 
@@ -114,6 +133,8 @@ def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, obj
     if linker.cfg.use_gold_ents:
         linker.ensure_loaded()
         examples = with_gold_mentions(linker, examples)
+    else:
+        examples = with_own_spans(linker, examples)
     if linker.scorer is None:
         return Scorer.score_links(examples, negative_labels=sorted({linker.cfg.nil_label, NIL}))
     kb_ids = linker.index.row if linker.index is not None else None
@@ -122,7 +143,7 @@ def score_linker(linker, examples: Iterable[Example], **kwargs) -> Dict[str, obj
     settings = {"nil_label": linker.cfg.nil_label, "kb_ids": kb_ids, "threshold": linker.cfg.threshold, "top_k": k,
                 "canonical": canonical}
     scores = linker.scorer(examples, **{**settings, **kwargs})
-    if not (examples and linker.cfg.use_gold_ents and getattr(linker.mentions, "labels", None) is not None):
+    if not (examples and getattr(linker.mentions, "labels", None) is not None):
         return scores
     linkers = scored_with(linker, given, Scored([eg.predicted for eg in examples], settings, scores))
     return scores if len(linkers) == 1 else pooled_scores(linker, linkers, examples, **kwargs)
