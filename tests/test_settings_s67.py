@@ -110,3 +110,15 @@ def test_the_rerankers_bad_settings_are_refused_at_config_load(tmp_path, args, f
     """They passed the config check and crashed after the candidate mining (or were silently accepted)."""
     one_line_error(CliRunner().invoke(app, [*RERANKER, "-o", str(tmp_path / "rr"), *args]), fragment)
     assert not (tmp_path / "rr").exists()
+
+
+def test_the_linker_and_build_kb_refuse_a_device_this_machine_lacks(no_cuda):
+    import spacy
+
+    from spacy_pel.files import InputError
+    from spacy_pel.retrieval.build import check_device as build_device
+
+    with pytest.raises(ValueError, match=r"pel_linker: `device` 'cuda' is not a device of this machine"):
+        spacy.blank("en").add_pipe("pel_linker", config={"device": "cuda"})  # torch's AssertionError at first use before
+    with pytest.raises(InputError, match=r"--device: 'cuda:1' is not a device of this machine"):
+        build_device("cuda:1")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -28,6 +29,24 @@ ONNX_QUANTIZATIONS = {"int8": "blockwise", "int8_dynamic": "dynamic", "onnx_fp32
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 VNNI_CPU_FLAGS = ("avx512_vnni", "avx_vnni")
 AVX2_CPU_FLAGS = ("avx2",)
+
+
+def device_problem(device: str) -> Optional[str]:
+    """Why torch cannot run on ``device`` on this machine, or None: ``auto`` (CUDA when present), ``cpu``,
+    or a device it has (``cuda``, ``cuda:1``, ``mps`` …)."""
+    if device == "auto":
+        return None
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        return f"must be 'auto', 'cpu' or a torch device such as 'cuda', not {device!r}"
+    if kind.type == "cpu":
+        return None
+    backend = getattr(torch, kind.type, None)  # torch.cuda, torch.mps, torch.xpu
+    count = backend.device_count() if hasattr(backend, "is_available") and backend.is_available() else 0
+    if count > (kind.index or 0):
+        return None
+    return f"{device!r} is not a device of this machine ({count} {kind.type} device(s)); use 'auto' (CUDA when present) or 'cpu'"
 
 
 def pick_device(device: str = "auto") -> torch.device:

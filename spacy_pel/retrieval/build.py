@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from ..files import (
     BadLines,
     InputError,
@@ -48,7 +46,7 @@ from ..models.encoder import (
     EncoderConfig,
     looks_like_a_path,
 )
-from ..models.precision import index_precision, pick_device
+from ..models.precision import device_problem, index_precision, pick_device
 from ..retrieval.index import INDEX_KINDS, MIN_IVFPQ, EntityIndex, KeptNames
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, entity_texts_digest, read_stamp
 from .ray_build import RayOptions, encode_on_ray
@@ -109,14 +107,9 @@ def load_encoder(source: str, precision: str = "auto", device: str = "auto", row
 
 
 def check_device(device: str) -> None:
-    if device == "auto":
-        return
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise InputError(f"unknown device {device!r}; use auto, cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device {device!r} asked for, but no CUDA GPU is available (use --device cpu or auto)")
+    problem = device_problem(device)
+    if problem is not None:
+        raise InputError(f"--device: {problem}")
 
 
 def check_options(

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Type, TypeVar, Union, get_args, get_origin, get_type_hints
 
-import torch
-
 from ..files import InputError
 from ..models.encoder import EncoderConfig
 from ..models.linking import ENTITY_SPACES
 from ..models.losses import LOSSES, Loss, make_loss
+from ..models.precision import device_problem
 
 T = TypeVar("T")
 PathLike = Union[str, Path]
@@ -259,20 +258,9 @@ def parse_config(cls: Type[T], cfg: Mapping[str, Any], source: str) -> T:
 
 
 def check_device(device: str, where: str) -> None:
-    """A :class:`ConfigError` unless torch can run on ``device`` on this machine: ``auto`` (CUDA when
-    present), ``cpu``, or a device it has (``cuda``, ``cuda:1``, ``mps`` …)."""
-    if device == "auto":
-        return
-    try:
-        kind = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ConfigError(f"{where}: must be 'auto', 'cpu' or a torch device such as 'cuda', not {device!r}") from None
-    if kind.type == "cpu":
-        return
-    backend = getattr(torch, kind.type, None)  # torch.cuda, torch.mps, torch.xpu
-    count = backend.device_count() if hasattr(backend, "is_available") and backend.is_available() else 0
-    check(count > (kind.index or 0), where, f"{device!r} is not a device of this machine ({count} {kind.type} "
-          "device(s)); use 'auto' (CUDA when present) or 'cpu'")
+    """A :class:`ConfigError` unless torch can run on ``device`` on this machine (:func:`device_problem`)."""
+    problem = device_problem(device)
+    check(problem is None, where, problem or "")
 
 
 def check_schedule(t, where: str) -> None:
