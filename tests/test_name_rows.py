@@ -1,4 +1,5 @@
 """Name-level retrieval (spacy_pel/retrieval/names.py) and the ``spacy_pel.rules.name_rows.v1`` rule."""
+import gc
 import json
 import logging
 import pickle
@@ -252,6 +253,12 @@ def test_an_index_on_disk_scores_as_in_memory_but_does_not_search(names_dir, tmp
     again = pickle.loads(pickle.dumps(disk.file))  # spawned processes get a file of their own, opened by path
     assert again.fd != disk.file.fd
     np.testing.assert_array_equal(again.rows(np.array([3, 0])), disk.file.rows(np.array([3, 0])))
+    # the whole index too, names read lazily included (the original, and its descriptors, gone by then)
+    index = NameIndex.from_disk(names_dir, in_memory=False)
+    data = pickle.dumps(index)
+    del index
+    gc.collect()
+    assert pickle.loads(data).names == memory.names
     disk.to_disk(tmp_path / "copy")  # the vectors file is copied as it is
     assert (tmp_path / "copy" / "embeddings.npy").read_bytes() == (names_dir / "embeddings.npy").read_bytes()
     assert NameIndex.from_disk(tmp_path / "copy").names == memory.names

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from .chunks import PieceTower, encode_resumable
 from .index import EntityIndex, is_name_index
 from .ray_build import encode_on_ray
 from .reuse import earlier_names, encode_reusing
-from .search import FlatSearch, VectorFile, copy_fd, fd_chunks
+from .search import FlatSearch, OpenedFile, VectorFile
 from .table import StringColumn
 
 PathLike = Union[str, Path]
@@ -119,7 +118,7 @@ class NameIndex:
         # the names themselves, or the path of their JSON file, read when first wanted (scoring needs none)
         self._names: Optional[List[str]] = None if isinstance(names, Path) else list(names)
         # opened now: readable (and copied by to_disk) even once the folder is gone (a pipeline read from bytes)
-        self._names_fd = os.open(names, os.O_RDONLY) if isinstance(names, Path) else None
+        self._names_file = OpenedFile(names) if isinstance(names, Path) else None
         count = len(self._names) if self._names is not None else len(entity_rows)
         if len(entity_rows) != count or (searcher is None and file is None and len(vectors) != count):
             raise ValueError(f"{count} names but {len(entity_rows)} entity rows / vectors")
@@ -264,16 +263,11 @@ class NameIndex:
                 out.ravel()[pairs] = np.maximum.reduceat(products[m], bounds)
         return outs[0] if not more else tuple(outs)
 
-    def __del__(self):
-        fd = getattr(self, "_names_fd", None)
-        if fd is not None:
-            os.close(fd)
-
     @property
     def names(self) -> List[str]:
         """The names, in row order."""
         if self._names is None:
-            self._names = json.loads(b"".join(fd_chunks(self._names_fd)).decode("utf8"))
+            self._names = json.loads(self._names_file.read().decode("utf8"))
         return self._names
 
     def name_vectors(self, rows: np.ndarray) -> torch.Tensor:
@@ -297,7 +291,7 @@ class NameIndex:
                 np.save(tmp / VECTORS, self.searcher.matrix.float().numpy().astype(np.float16), allow_pickle=False)
             np.save(tmp / ROWS, self.entity_rows, allow_pickle=False)
             if self._names is None:
-                copy_fd(self._names_fd, tmp / TEXTS)
+                self._names_file.copy_to(tmp / TEXTS)
             else:
                 (tmp / TEXTS).write_text(json.dumps(self._names, ensure_ascii=False), encoding="utf8")
             (tmp / META).write_text(json.dumps(self.meta(), indent=2), encoding="utf8")

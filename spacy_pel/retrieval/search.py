@@ -159,17 +159,44 @@ class SubsetSearch:
         return out_scores, out_rows
 
 
-class VectorFile:
+class OpenedFile:
+    """A file opened once and read through its descriptor (``os.pread``): still readable — and copied whole
+    by :meth:`copy_to` — once the file is removed, as a pipeline read from bytes removes the folder it was
+    unpacked to. Pickled by path (``nlp.pipe(n_process=…)`` with spawned processes): each process opens
+    its own file."""
+
+    def __init__(self, path: Union[str, Path]):
+        self.path = str(path)
+        self.fd = os.open(self.path, os.O_RDONLY)
+
+    def read(self) -> bytes:
+        return b"".join(fd_chunks(self.fd))
+
+    def copy_to(self, dest: Union[str, Path]) -> None:
+        copy_fd(self.fd, dest)
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+    def __del__(self):
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            os.close(fd)
+
+
+class VectorFile(OpenedFile):
     """Rows of an ``.npy`` matrix read from disk on demand (``os.pread``: nothing memory-mapped, so
     the rows read stay in the OS page cache, not in this process's memory)."""
 
     def __init__(self, path: Union[str, Path]):
-        self.path = str(path)
+        super().__init__(path)
         with open(self.path, "rb") as f:
             self.shape, self.dtype = read_npy_header(f, path)
             self.offset = f.tell()
         self.row_bytes = self.shape[1] * self.dtype.itemsize
-        self.fd = os.open(self.path, os.O_RDONLY)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -211,22 +238,6 @@ class VectorFile:
             out[order[a:b]] = block[wanted[a:b] - lo]
         return out
 
-    def copy_to(self, dest: Union[str, Path]) -> None:
-        """Write the file as it was opened to ``dest`` (through the descriptor: the file may have been removed
-        since, as a pipeline read from bytes removes the folder it was unpacked to)."""
-        copy_fd(self.fd, dest)
-
-    def __getstate__(self) -> dict:
-        """Pickled by path (``nlp.pipe(n_process=…)`` with spawned processes): each process opens its own file."""
-        return {"path": self.path}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
-
-    def __del__(self):
-        fd = getattr(self, "fd", None)
-        if fd is not None:
-            os.close(fd)
 
 
 def _read_through(path: str) -> int:
