@@ -31,6 +31,18 @@ def normalize(text: str) -> str:
     return _NON_WORD.sub(" ", text.casefold()).strip()
 
 
+def id_problem(entity_id: str) -> Optional[str]:
+    """Why ``entity_id`` cannot be a KB id (None if it can): a corpus or a linked file would read it back
+    as something else."""
+    sep = next((c for c in ID_SEPARATORS if c in entity_id), None)
+    if sep is not None:
+        return (f"holds {sep!r}, which separates the ids of a composite mention in a corpus (A|B, A,B, A+B): "
+                "it would be read as several ids")
+    if entity_id in NIL_IDS:
+        return "is how a corpus or a linked file says NIL (no entry): a mention linked to it would be read back as NIL"
+    return None
+
+
 class KBFormatError(files.LineError):
     """A KB file could not be read; the message names the file and the line (``FILE:LINE: reason``)."""
 
@@ -103,13 +115,9 @@ class Collector:
         entity.id, entity.name = entity.id.strip(), entity.name.strip()  # as a corpus's ids are read
         if not entity.id or not entity.name:
             return self.fail(path, line, "entity needs a non-empty id and name")
-        sep = next((c for c in ID_SEPARATORS if c in entity.id), None)
-        if sep is not None:
-            return self.fail(path, line, f"entity id {entity.id!r} holds {sep!r}, which separates the ids of a "
-                                         "composite mention in a corpus (A|B, A,B, A+B): it would be read as several ids")
-        if entity.id in NIL_IDS:
-            return self.fail(path, line, f"entity id {entity.id!r} is how a corpus or a linked file says NIL (no entry): "
-                                         "a mention linked to it would be read back as NIL")
+        problem = id_problem(entity.id)
+        if problem is not None:
+            return self.fail(path, line, f"entity id {entity.id!r} {problem}")
         texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
         if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
             return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, List, Mapping, Optional
 import catalogue
 
 from .. import files
-from .entity import ID_SEPARATORS, NIL_IDS, Entity, KBFormatError, PathLike
+from .entity import Entity, KBFormatError, PathLike, id_problem
 
 Reader = Callable[..., List[Entity]]
 FileLister = Callable[[Path], List[Path]]
@@ -94,13 +94,9 @@ def read_kb(path: PathLike, format: str = "jsonl", bad_lines: Optional[files.Bad
     kb_files(path, format)
     entities = READERS[format](path, bad_lines=bad_lines)
     for e in entities:
-        sep = next((c for c in ID_SEPARATORS if c in e.id), None)
-        if sep is not None:
-            raise files.InputError(f"{path}: entity id {e.id!r} (read as {format}) holds {sep!r}, which separates the "
-                                   "ids of a composite mention in a corpus (A|B, A,B, A+B): it would be read as several ids")
-        if e.id in NIL_IDS:
-            raise files.InputError(f"{path}: entity id {e.id!r} (read as {format}) is how a corpus or a linked file says "
-                                   "NIL (no entry): a mention linked to it would be read back as NIL")
+        problem = id_problem(e.id)
+        if problem is not None:
+            raise files.InputError(f"{path}: entity id {e.id!r} (read as {format}) {problem}")
     if not entities:
         skipped = f" ({bad_lines.count} malformed line(s) skipped)" if bad_lines is not None and bad_lines.count else ""
         raise KBFormatError(path, 1, f"no entities in this {format} KB{skipped}")
