@@ -105,8 +105,9 @@ class LinkerSettings:
             raise ValueError(f"pel_linker: `context_window` must be an integer in {MIN_CONTEXT}..{MAX_CONTEXT} word pieces, not {cw!r}")
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise ValueError(f"pel_linker: unknown `device` {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
-        if device_problem(self.device):
-            raise ValueError(f"pel_linker: `device` {device_problem(self.device)}")
+        problem = device_problem(self.device)
+        if problem:
+            raise ValueError(f"pel_linker: `device` {problem}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"pel_linker: `precision` must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.search_precision not in SEARCH_PRECISIONS:

@@ -94,7 +94,8 @@ class LinkerFolder:
         if settings.get("kb") or settings.get("encoder"):
             self._load(settings.get("kb"), settings.get("encoder"))
         elif RESOURCE_SETTINGS & set(settings):
-            self.index.set_search_precision(self.cfg.search_precision)
+            if "search_precision" in settings:  # the flat search's matrix is made again only for this one
+                self.index.set_search_precision(self.cfg.search_precision)
             self.set_resources(self.encoder, self.index, sources=self.sources)
 
     def to_bytes(self, *, exclude=tuple()) -> bytes:
