@@ -135,3 +135,25 @@ def test_a_linker_gone_after_the_component_was_made_is_named_at_first_use(kb_dir
     nlp.remove_pipe("pel_linker")
     with pytest.raises(ValueError, match="pel_discovery: `linker` = 'pel_linker'"):
         nlp(given(nlp))
+
+
+@pytest.mark.parametrize("key", [None, "sc"])
+def test_discover_over_a_corpus_keeps_span_ids_and_the_groups_attrs(kb_dir, key):
+    """``discover`` (the CLI's and library's route, not the pipeline step's) writes its ids through the same
+    path as the linker: a span's ``id`` (e.g. a span_ruler pattern id) and the group's ``attrs`` stay."""
+    from spacy_pel.discovery.cluster import discover
+
+    nlp = pipeline(kb_dir)
+    doc = nlp.make_doc(TEXT)
+    spans = [Span(doc, a, b, label=label, span_id=f"pattern{n}") for n, (a, b, label) in enumerate(MENTIONS)]
+    if key is None:
+        doc.ents = spans
+    else:
+        doc.spans[key] = spans
+        doc.spans[key].attrs["source"] = "ruler"
+    counts = discover(nlp, [doc], k=2, spans_key=key, threshold=2.0)
+    out = doc.ents if key is None else doc.spans[key]
+    assert counts["nil_clusters"] == 4 and [s.kb_id_ for s in out] == ["NIL:0", "NIL:1", "NIL:2", "NIL:3"]
+    assert [s.id_ for s in out] == ["pattern0", "pattern1", "pattern2", "pattern3"]
+    if key is not None:
+        assert doc.spans[key].attrs == {"source": "ruler"}

@@ -24,7 +24,7 @@ from spacy.tokens import Doc, Span
 
 from ..corpora import NIL, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
-from ..pipeline.mentions import doc_spans, spans_at
+from ..pipeline.mentions import DocSpans, doc_spans, spans_at
 from ..pipeline.nil import TopScoreNil
 from ..retrieval.index import EntityIndex
 from ..retrieval.search import FlatSearch
@@ -325,15 +325,9 @@ def discover(
     else:
         entity_for_mention, components, _ = cluster_inference(linker, docs, spans, k, threshold, mention_threshold,
                                                               mention_margin)
-    ids = iter(nil_cluster_ids(components, entity_for_mention, keys))
-    for doc, found in zip(docs, spans):
-        if not found:
-            continue
-        new = [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in found]
-        if spans_key is None:
-            doc.ents = new  # fresh spans: kb_id_ set on doc.ents' copies would not stick
-        else:
-            doc.spans[spans_key] = new
+    ids, source = iter(nil_cluster_ids(components, entity_for_mention, keys)), DocSpans(spans_key)
+    for doc, found in zip(docs, spans):  # as the linker writes: the spans' ids and the group's attrs kept
+        source.write(doc, [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in found])
     return discovery_counts(entity_for_mention, components)
 
 
