@@ -13,6 +13,7 @@ import inspect
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+import spacy
 import typer
 from confection import ConfigValidationError
 
@@ -79,7 +80,8 @@ def require_file(path: Optional[Path], what: str) -> None:
     if path is None:
         return
     if not path.exists():
-        fail(f"{what} not found: {path}")
+        installed = " (nor an installed pipeline package's name)" if what == "pipeline" else ""
+        fail(f"{what} not found: {path}{installed}")
     if not path.is_file():
         fail(f"{what} {path} is a folder, not a file")
 
@@ -89,11 +91,31 @@ def require_dir(path: Optional[Path], what: str, marker: Optional[str] = None) -
     if path is None:
         return
     if not path.exists():
-        fail(f"{what} not found: {path}")
+        installed = " (nor an installed pipeline package's name)" if what == "pipeline" else ""
+        fail(f"{what} not found: {path}{installed}")
     if not path.is_dir():
         fail(f"{what} {path} is a file, not a folder")
     if marker and not (path / marker).exists():
         fail(f"{what} {path} has no {marker}: is it the right folder?")
+
+
+PIPELINE_HELP = "A saved spaCy pipeline with pel_linker: its folder, or the name of an installed pipeline package"
+
+
+def pipeline_folder(value: Optional[Path]) -> Optional[Path]:
+    """A ``--pipeline`` value as a folder (a typer callback): the value itself, or for the name of an
+    installed pipeline package (``spacy package``'s, e.g. ``en_pel_bc5cdr``) the folder in it that
+    ``spacy.load`` reads. A value that is neither is kept, for :func:`require_dir` to name."""
+    name = str(value) if value is not None else ""
+    if value is None or value.exists() or not spacy.util.is_package(name):
+        return value
+    try:
+        root = spacy.util.get_package_path(name)
+        meta = spacy.util.get_model_meta(root)
+        folder = root / f"{meta['lang']}_{meta['name']}-{meta['version']}"
+    except (ImportError, OSError, ValueError, KeyError):  # an installed package, but not a spaCy pipeline's
+        return value
+    return folder if (folder / "config.cfg").is_file() else value
 
 
 def require_pipeline_or_kb(pipeline: Optional[Path], kb: Optional[Path], encoder: Optional[str] = None) -> None:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..bulk.run import link_corpus
-from ._errors import cli_errors, fail, require_dir, require_writable_parent
+from ._errors import PIPELINE_HELP, cli_errors, fail, pipeline_folder, require_dir, require_writable_parent
 from ._output import echo_json, echo_not_linked
 
 HELP = (
@@ -26,7 +26,7 @@ app = typer.Typer(add_completion=False)
 def main(
     input: Path = typer.Argument(..., help="A shard or a folder of shards: JSONL / Parquet {id, text}, or PubTator"),
     output: Path = typer.Argument(..., help="Output folder (mentions/*.parquet, errors/, done/, summary.json)"),
-    pipeline: Path = typer.Option(..., "--pipeline", help="A saved spaCy pipeline with pel_linker (on shared storage for a cluster)"),
+    pipeline: Path = typer.Option(..., "--pipeline", callback=pipeline_folder, help=PIPELINE_HELP + " (a folder on shared storage for a cluster)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: auto, or ray://HOST:10001 (default: Ray on this machine)"),
     workers: Optional[int] = typer.Option(None, "--workers", help="Actors, each with its own pipeline copy (default: CPUs / --cpus-per-worker)"),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per Ray batch (one actor call)"),

@@ -9,8 +9,10 @@ import typer
 from ..evaluation.nil import NIL_STRATEGIES, calibrate
 from ..pipeline.mention_finders import check_finds_mentions
 from ._errors import (
+    PIPELINE_HELP,
     cli_errors,
     fail,
+    pipeline_folder,
     require_dir,
     require_file,
     require_one_of,
@@ -35,7 +37,7 @@ app = typer.Typer(add_completion=False)
 @app.command(help=HELP)
 @cli_errors
 def main(
-    pipeline: Path = typer.Argument(..., help="Saved pipeline with pel_linker"),
+    pipeline: Path = typer.Argument(..., callback=pipeline_folder, help=PIPELINE_HELP),
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus with NIL mentions (e.g. BC5CDR dev); without any, the pipeline is saved as it is"),
     output: Path = typer.Option(..., "--output", "-o", help="Where to save the calibrated pipeline: a new or empty folder, or a pipeline folder (the pipeline itself, an earlier calibration)"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of the NIL precision-recall curve (with --e2e: strict P/R/F1 against the threshold)"),

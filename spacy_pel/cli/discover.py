@@ -12,7 +12,15 @@ from spacy.util import filter_spans
 from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
 from ..pipeline.linker import load_pipeline
-from ._errors import cli_errors, fail, require_file, require_output_file, require_pipeline_or_kb
+from ._errors import (
+    PIPELINE_HELP,
+    cli_errors,
+    fail,
+    pipeline_folder,
+    require_file,
+    require_output_file,
+    require_pipeline_or_kb,
+)
 from ._output import echo_json
 
 HELP = (
@@ -53,7 +61,7 @@ def main(
     ctx: typer.Context,
     corpus: Path = typer.Argument(..., help="Gold-span .spacy corpus (from spacy_pel.convert)"),
     output: Path = typer.Argument(..., help="Where to write the .spacy corpus with discovered ids"),
-    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", callback=pipeline_folder, help=PIPELINE_HELP),
     kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
     encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
     k: int = typer.Option(10, "--k", help="Nearest mentions per mention in the graph"),

@@ -17,8 +17,10 @@ from ..files import atomic_write, write_jsonl
 from ..pipeline.linker import load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
 from ._errors import (
+    PIPELINE_HELP,
     cli_errors,
     fail,
+    pipeline_folder,
     require_file,
     require_pipeline_or_kb,
     require_writable_parent,
@@ -39,7 +41,7 @@ app = typer.Typer(add_completion=False)
 @cli_errors
 def main(
     corpus: Path = typer.Argument(..., help="Gold .spacy corpus (from spacy_pel.convert)"),
-    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", callback=pipeline_folder, help=PIPELINE_HELP),
     kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
     encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the KB's)"),
     train: Optional[Path] = typer.Option(None, "--train", help="Training corpus, for seen/unseen figures"),

@@ -8,7 +8,15 @@ import typer
 
 from ..bulk.linked_formats import OUTPUT_FORMATS
 from ..bulk.local import INPUT_FORMATS, link_file
-from ._errors import cli_errors, fail, require_dir, require_file, require_writable_parent
+from ._errors import (
+    PIPELINE_HELP,
+    cli_errors,
+    fail,
+    pipeline_folder,
+    require_dir,
+    require_file,
+    require_writable_parent,
+)
 from ._output import echo_json, echo_not_linked, echo_skipped
 
 HELP = (
@@ -32,7 +40,7 @@ def main(
                                "Prodigy tasks with --format prodigy"),
     output: Path = typer.Argument(..., help="Output file: .jsonl, .pubtator / .txt, .xml (BioC) or .json (BioC); Prodigy review tasks "
                                                 "with --output-format prodigy"),
-    pipeline: Path = typer.Option(..., "--pipeline", help="A saved spaCy pipeline with pel_linker"),
+    pipeline: Path = typer.Option(..., "--pipeline", callback=pipeline_folder, help=PIPELINE_HELP),
     format: Optional[str] = typer.Option(None, "--format", help=f"Input format ({'|'.join(INPUT_FORMATS)}); default: by extension"),
     output_format: Optional[str] = typer.Option(None, "--output-format", help=f"Output format ({'|'.join(OUTPUT_FORMATS)}); "
                                                 "default: by extension"),

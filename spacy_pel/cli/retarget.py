@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..pipeline.retarget import labels_without_kb_types, retarget
-from ._errors import cli_errors, require_dir, require_writable_parent
+from ._errors import PIPELINE_HELP, cli_errors, pipeline_folder, require_dir, require_writable_parent
 
 HELP = (
     "Make a trained pipeline link against another KB, keeping its rules and settings.\n\n"
@@ -24,7 +24,7 @@ app = typer.Typer(add_completion=False)
 @app.command(help=HELP)
 @cli_errors
 def main(
-    pipeline: Path = typer.Argument(..., help="A saved spaCy pipeline with pel_linker"),
+    pipeline: Path = typer.Argument(..., callback=pipeline_folder, help=PIPELINE_HELP),
     kb: Path = typer.Option(..., "--kb", help="The KB folder to link against (from build-kb)"),
     output: Path = typer.Option(..., "--output", "-o", help="Pipeline folder to write"),
     names: Optional[Path] = typer.Option(None, "--names", help="The KB's name rows (from build-names), for a pipeline with a name-rows rule"),

@@ -11,8 +11,10 @@ from ..evaluation.visualize import AUTO_URL, check_url_template, link_docs, rend
 from ..files import atomic_write
 from ..pipeline.linker import load_pipeline
 from ._errors import (
+    PIPELINE_HELP,
     cli_errors,
     fail,
+    pipeline_folder,
     require_file,
     require_output_file,
     require_pipeline_or_kb,
@@ -34,7 +36,7 @@ app = typer.Typer(add_completion=False)
 def main(
     corpus: Path = typer.Argument(..., help=".spacy corpus whose entities are linked"),
     output: Path = typer.Argument(..., help="HTML file to write"),
-    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="Saved pipeline with pel_linker"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", callback=pipeline_folder, help=PIPELINE_HELP),
     kb: Optional[Path] = typer.Option(None, "--kb", help="KB folder (instead of --pipeline)"),
     limit: int = typer.Option(10, "--limit", help="How many documents to render"),
     url_template: str = typer.Option(AUTO_URL, "--url-template", help="KB link, {} is the id; auto: MeSH, OMIM and "
