@@ -22,8 +22,10 @@ from ._errors import (
 
 HELP = (
     "Link a corpus and write displaCy HTML whose entities link to their KB entries.\n\n"
-    "Reads a .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), links the first --limit documents and "
-    "writes one HTML file: each mention shows its id and NIL confidence, and hovering it shows its top candidates. "
+    "Reads a .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), links the mentions of the first --limit documents "
+    "(every one, as link and evaluate do; the pipeline's own NER left out, a span finder finds its own) and writes one "
+    "HTML file: each mention shows its id and NIL confidence, and hovering it shows its top candidates (a mention "
+    "overlapping a longer one is linked but not drawn, and counted). "
     "--url-template sets the link for your own KB.\n\n"
     "Example: python -m spacy_pel visualize corpus/demo.spacy metrics/demo.html --pipeline training/demo_pipeline --limit 5"
 )
@@ -50,7 +52,8 @@ def main(
     check_url_template(url_template)
     require_output_file(output, "output")
     nlp, _ = load_pipeline(pipeline, kb)
-    docs = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
-    html = render(docs, url_template)
+    docs, not_drawn = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
+    html = render(docs, url_template, not_drawn)
     atomic_write(output, lambda tmp: tmp.write_text(html, encoding="utf8"))  # a failed write keeps an earlier page
-    typer.echo(f"wrote {output} ({len(docs)} documents)")
+    hidden = f"; {not_drawn} linked mention(s) overlapping a longer one not drawn" if not_drawn else ""
+    typer.echo(f"wrote {output} ({len(docs)} documents{hidden})")

@@ -8,15 +8,17 @@ from __future__ import annotations
 import re
 from html import escape
 from string import Formatter
-from typing import Iterable
+from typing import Iterable, List, Tuple
 from urllib.parse import quote
 
 from spacy import displacy
 from spacy.language import Language
 from spacy.tokens import Doc
+from spacy.util import filter_spans
 
 from ..corpora import NIL, NO_ID
 from ..files import InputError
+from ..pipeline.given_mentions import GivenMentions
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
@@ -27,6 +29,8 @@ KNOWN_URLS = (  # (id form, the id part that goes into the URL) → URL template
     (re.compile(r"(HP:\d{7})"), "https://hpo.jax.org/browse/term/{}"),
 )
 SHOWN = 5  # candidates listed per mention
+NOT_DRAWN = (" {} linked mention(s) overlapping a longer one are not drawn (displaCy draws no overlaps): "
+             "<code>python -m spacy_pel link</code> writes them all.")
 # displaCy's entity markup with an id, the NIL confidence beside the KB link and a candidate list
 TEMPLATE = (
     '<mark class="entity" id="{mid}" style="background: {bg}; padding: 0.45em 0.6em; margin: 0 0.25em; '
@@ -109,28 +113,37 @@ def _linking(span, url_template: str) -> dict:
     }
 
 
-def render(docs: Iterable[Doc], url_template: str = AUTO_URL) -> str:
+def render(docs: Iterable[Doc], url_template: str = AUTO_URL, not_drawn: int = 0) -> str:
     """displaCy entity HTML; each entity shows its kb id linked through ``url_template``, its NIL
-    confidence beside it and, on hover, its top candidates with scores (mentions numbered ``m0``, ``m1`` …)."""
+    confidence beside it and, on hover, its top candidates with scores (mentions numbered ``m0``, ``m1`` …);
+    the legend says how many linked mentions are ``not_drawn`` (:func:`link_docs`)."""
     check_url_template(url_template)
     data = [entity_data(d, url_template) for d in docs]
     for n, ent in enumerate(e for d in data for e in d["ents"]):
         ent["params"]["mid"] = f"m{n}"
     html = displacy.render(data, style="ent", page=True, manual=True, options={"template": TEMPLATE})
     html = html.replace("</head>", STYLE + "</head>", 1)
-    return _with_legend(html)
+    return _with_legend(html, not_drawn)
 
 
-def _with_legend(html: str) -> str:
+def _with_legend(html: str, not_drawn: int = 0) -> str:
     """The legend first inside ``<body …>``."""
     start = html.index("<body")
     end = html.index(">", start) + 1
-    return html[:end] + LEGEND + html[end:]
+    legend = LEGEND if not not_drawn else LEGEND.replace("</p>", NOT_DRAWN.format(not_drawn) + "</p>")
+    return html[:end] + legend + html[end:]
 
 
-def link_docs(nlp: Language, docs: Iterable[Doc]) -> list:
-    """Run the pipeline's components over docs that already carry entities (e.g. gold spans)."""
-    docs = list(docs)
-    for _, proc in nlp.pipeline:
-        docs = list(proc.pipe(docs))
-    return docs
+def link_docs(nlp: Language, docs: Iterable[Doc]) -> Tuple[List[Doc], int]:
+    """Link the mentions the docs carry (a corpus's gold mentions) as ``link`` and ``evaluate`` do
+    (:class:`~spacy_pel.pipeline.given_mentions.GivenMentions`: every one, overlapping ones too, the
+    pipeline's own NER left out; a linker with a span finder finds its own), and set each doc's entities
+    to the linked spans displaCy can draw: all but those overlapping a longer one. Returns the docs and how
+    many linked mentions are not drawn."""
+    given = GivenMentions(nlp)
+    linked_docs, not_drawn = given.pipe(docs), 0
+    for doc in linked_docs:
+        linked = given.linked_spans(doc)
+        doc.ents = filter_spans(linked)
+        not_drawn += len(linked) - len(doc.ents)
+    return linked_docs, not_drawn

@@ -1,0 +1,88 @@
+"""Linking the mentions a document is given (a corpus's gold mentions, a PubTator file's annotations)
+with a saved pipeline, as ``link``, ``bulk`` and ``visualize`` do.
+
+The given mentions are all in the span group ``pel_gold`` (overlapping ones and repeats included), the
+non-overlapping ones in ``doc.ents`` too (:mod:`spacy_pel.corpora`). A linker that links the spans a doc
+has (``doc.ents`` or a span group) links ``pel_gold`` instead, so every given mention is linked; in a
+pipeline with a component after its last linker that reads or sets the entities (``pel_discovery``) it
+links ``doc.ents``, which that component sees. The pipeline's own mention finders (NER, span ruler …)
+before ``pel_linker`` are left out so they cannot replace the given mentions. A linker with a span
+finder finds its own spans: the given ones are not used.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from typing import Dict, Iterable, Iterator, List
+
+from spacy.language import Language
+from spacy.tokens import Doc, Span
+
+from ..corpora import GOLD_KEY
+from .linker import PELLinker
+from .mention_finders import mention_finders
+from .mentions import DocSpans
+
+
+def given_source(linker: PELLinker) -> object:
+    """Where ``linker`` finds given mentions: every one of them (the span group ``pel_gold``, overlapping
+    ones included; those of its ``labels`` only when it has some) when it links the spans a doc has,
+    else its own source (a span finder finds its own spans: the given ones are not used)."""
+    if type(linker.mentions) is DocSpans:
+        return DocSpans(GOLD_KEY, None if linker.mentions.labels is None else sorted(linker.mentions.labels))
+    return linker.mentions
+
+
+def entities_after_linkers(nlp: Language) -> bool:
+    """Does a component after the last ``pel_linker`` say (its factory's ``assigns`` / ``requires``) that it
+    reads or sets the entities or span groups?"""
+    last = max(i for i, (_, proc) in enumerate(nlp.pipeline) if isinstance(proc, PELLinker))
+    for name, _ in nlp.pipeline[last + 1:]:
+        meta = nlp.get_pipe_meta(name)
+        if any(a.startswith(("doc.ents", "doc.spans", "token.ent")) for a in (*meta.assigns, *meta.requires)):
+            return True
+    return False
+
+
+class GivenMentions:
+    """How a loaded pipeline links given mentions (the module doc): its linkers, where each links them
+    (``sources``), whether overlapping ones are linked (``links_overlaps``) and the mention finders left out."""
+
+    def __init__(self, nlp: Language):
+        self.nlp = nlp
+        _, self.finders = mention_finders(nlp.config)
+        self.linkers = [proc for _, proc in nlp.pipeline if isinstance(proc, PELLinker)]
+        # a component after the last linker that reads or sets the entities (pel_discovery …) would not see
+        # links written to pel_gold: link doc.ents there (the overlapping mentions it cannot hold are not linked)
+        self.links_overlaps = not entities_after_linkers(nlp)
+        self.sources = [given_source(linker) if self.links_overlaps else linker.mentions for linker in self.linkers]
+
+    @contextmanager
+    def linking(self) -> Iterator[None]:
+        """Each linker links the given mentions (:attr:`sources`) for the time of the block."""
+        kept = [linker.mentions for linker in self.linkers]
+        try:
+            for linker, source in zip(self.linkers, self.sources):
+                linker.mentions = source
+            yield
+        finally:
+            for linker, source in zip(self.linkers, kept):
+                linker.mentions = source
+
+    def pipe(self, docs: Iterable[Doc], batch_size: int = 64) -> List[Doc]:
+        """The docs linked, their given mentions linked (the pipeline's mention finders left out)."""
+        with self.linking():
+            return list(self.nlp.pipe(docs, batch_size=batch_size, disable=self.finders))
+
+    def linked_spans(self, doc: Doc) -> List[Span]:
+        """The spans the linkers wrote on ``doc`` (one linker per KB: each its own spans), in document order;
+        a span two linkers both link is one, a mention given twice (same offsets and label) two."""
+        spans: Dict[tuple, Span] = {}
+        for source in self.sources:
+            repeat: Counter = Counter()
+            for s in source.spans(doc):
+                key = (s.start_char, s.end_char, s.label_)
+                repeat[key] += 1
+                spans[(*key, repeat[key])] = s
+        return sorted(spans.values(), key=lambda s: (s.start_char, s.end_char))
+
