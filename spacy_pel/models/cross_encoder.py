@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoTokenizer
 
 from ..files import atomic_dir
 from ..kb import Entity
@@ -44,6 +44,7 @@ from .encoder import (
     resolve_model_name,
     versioned_copy,
 )
+from .hub import load_safetensors_model
 from .pieces import ENTITY_TEXTS, Mention, check_entity_text, entity_pieces, entity_text_fields, marked_mentions
 from .precision import pick_device
 
@@ -104,7 +105,7 @@ class CrossEncoder(torch.nn.Module):
             config = CrossEncoderConfig(**{f.name: data[f.name] for f in fields(CrossEncoderConfig) if f.name in data})
             kw = {"local_files_only": True}
             tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
-            model = AutoModel.from_pretrained(path / "model", add_pooling_layer=False, **kw)
+            model = load_safetensors_model(str(path / "model"), add_pooling_layer=False, **kw)  # never unpickled
             weights = load_file(str(path / HEAD_FILE))
             head = torch.nn.Linear(weights["weight"].shape[1], 1)
             head.load_state_dict(weights)
@@ -112,7 +113,7 @@ class CrossEncoder(torch.nn.Module):
         config = CrossEncoderConfig(base=str(name_or_path), **overrides)
         source = resolve_model_name(str(name_or_path))
         tokenizer = marker_tokenizer(source, str(name_or_path))
-        model = AutoModel.from_pretrained(source, add_pooling_layer=False)
+        model = load_safetensors_model(source, add_pooling_layer=False)
         model.resize_token_embeddings(len(tokenizer))
         return cls(model, tokenizer, config)
 

@@ -24,11 +24,11 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoTokenizer
 
 from ..files import InputError, atomic_dir
 from ..kb import Entity
-from .hub import check_hub_name
+from .hub import check_hub_name, load_safetensors_model
 from .int8_rows import quantize_rows
 from .onnx_tower import OnnxTower
 from .pieces import ENTITY_TEXTS, Mention, check_entity_text, entity_pieces, entity_text_fields, marked_mentions  # noqa: F401 (Mention: API)
@@ -197,18 +197,14 @@ class BiEncoder(torch.nn.Module):
             config = EncoderConfig(**{f.name: data[f.name] for f in fields(EncoderConfig) if f.name in data})
             kw = {"local_files_only": True}
             tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
-            for tower in ("mention", "entity"):  # weights only from safetensors: a saved folder is never unpickled
-                if not any((path / tower / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")):
-                    raise OSError(f"{path / tower}: no model.safetensors; a saved spacy_pel encoder holds its weights "
-                                  "in safetensors only (pickled weights, pytorch_model.bin, are never read)")
-            mention = AutoModel.from_pretrained(path / "mention", use_safetensors=True, **kw)
-            entity = AutoModel.from_pretrained(path / "entity", use_safetensors=True, **kw)
+            mention = load_safetensors_model(str(path / "mention"), **kw)  # weights only from safetensors: never unpickled
+            entity = load_safetensors_model(str(path / "entity"), **kw)
             return cls(mention, entity, tokenizer, config)
         config = EncoderConfig(base=str(name_or_path), **overrides)
         source = resolve_model_name(str(name_or_path))
         tokenizer = marker_tokenizer(source, str(name_or_path))
-        mention = AutoModel.from_pretrained(source)
-        entity = AutoModel.from_pretrained(source)
+        mention = load_safetensors_model(source)
+        entity = load_safetensors_model(source)
         mention.resize_token_embeddings(len(tokenizer))
         return cls(mention, entity, tokenizer, config)
 
