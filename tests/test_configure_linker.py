@@ -43,3 +43,26 @@ def test_context_window_changes_what_the_encoder_reads(kb_dir):
     live(make_doc(live))
     configure_linker(live, context_window=8)
     assert live.get_pipe("pel_linker").encoder.config.mention_max_length == 8
+
+
+def test_a_refused_setting_leaves_the_component_as_it_was(kb_dir, other_tiny_bert, tmp_path):
+    """A value ``configure_linker`` or the ``threshold`` setter refuses is not kept half applied: before, the
+    component kept threshold 5.0 (every mention NIL, silently) or another encoder's KB in its settings,
+    while ``nlp.config`` still had the old value."""
+    from spacy_pel.models.encoder import BiEncoder
+
+    live = pipeline(kb_dir, threshold=0.5)
+    before = linked(live(make_doc(live)))
+    linker = live.get_pipe("pel_linker")
+    with pytest.raises(ValueError, match="outside"):
+        configure_linker(live, threshold=5.0)
+    with pytest.raises(ValueError, match="outside"):
+        linker.threshold = -3.0
+    BiEncoder.from_pretrained(str(other_tiny_bert)).save(tmp_path / "other_encoder")
+    (tmp_path / "kb2.jsonl").write_text("\n".join(OTHER_KB) + "\n", encoding="utf8")
+    build_kb(tmp_path / "kb2.jsonl", tmp_path / "kb2", format="jsonl", encoder=str(tmp_path / "other_encoder"), progress=False)
+    with pytest.raises(Exception, match="encoder"):
+        configure_linker(live, kb=str(tmp_path / "kb2"))
+    assert linker.cfg.threshold == 0.5 and linker.cfg.kb == str(kb_dir)
+    assert live.get_pipe_config("pel_linker")["threshold"] == 0.5
+    assert linked(live(make_doc(live))) == before

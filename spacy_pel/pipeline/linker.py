@@ -57,7 +57,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_one_torch_thread)
 
 
-
 @Language.factory(
     "pel_linker",
     default_config={
@@ -144,9 +143,12 @@ def configure_linker(nlp: Language, name: Optional[str] = None, **settings) -> "
     encoder and KB it holds: ``LinkerFolder.reconfigure``) and in ``nlp.config``, so that ``nlp.to_disk``
     writes them into ``config.cfg``, which ``spacy.load`` reads."""
     name, linker = (name, nlp.get_pipe(name)) if name else find_linker(nlp)
-    linker.cfg = linker.cfg.replace(**settings)
-    linker.check_threshold()
-    linker.reconfigure(settings)
+    before, linker.cfg = linker.cfg, linker.check_threshold(linker.cfg.replace(**settings))
+    try:
+        linker.reconfigure(settings)
+    except Exception:
+        linker.cfg = before  # refused (another encoder's KB …): the component stays as it was, as nlp.config
+        raise
     nlp.get_pipe_config(name).update(settings)
     return linker
 
@@ -190,15 +192,15 @@ class PELLinker(LinkerFolder, Pipe):
         return self.cfg.threshold
 
     @threshold.setter
-    def threshold(self, value: Optional[float]) -> None:
-        self.cfg = self.cfg.replace(threshold=value)
-        self.check_threshold()
-        warn_unsaved("threshold")
+    def threshold(self, value: Optional[float]) -> None:  # a refused value is not kept
+        self.cfg, _ = self.check_threshold(self.cfg.replace(threshold=value)), warn_unsaved("threshold")
 
-    def check_threshold(self) -> None:
-        t = self.cfg.threshold
+    def check_threshold(self, cfg: Optional[LinkerSettings] = None) -> LinkerSettings:
+        """``cfg`` (default: the component's), refused if its threshold is outside the KB's score range."""
+        cfg, t = cfg or self.cfg, (cfg or self.cfg).threshold
         if t is not None and self.index is not None and self.index.metric == "cosine" and not -1.0 <= t <= 1.0:
             raise ValueError(f"{self.name}: threshold {t} is outside [-1, 1], the range of cosine scores (null: never NIL)")
+        return cfg
 
     def parts(self) -> List[Tuple[str, LinkerPart]]:
         """The parts holding data, with their keys in ``sources.json``."""
