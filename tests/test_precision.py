@@ -69,3 +69,19 @@ def test_search_precision_is_a_setting_the_kb_is_loaded_with(search_precision, d
 def test_an_unknown_search_precision_is_refused():
     with pytest.raises(ValueError, match="search_precision"):
         spacy.blank("en").add_pipe("pel_linker", config={"search_precision": "int4"})
+
+
+@pytest.mark.parametrize("precision", ["int8", "int8_rows", "onnx_fp32"])
+def test_collective_vectors_run_in_the_precision_too(kb_dir, precision):
+    """The one pass per document (``collective`` vectors, the span finder) runs the tower copy of the
+    precision, as per-mention vectors do: before, it ran the fp32 tower whatever the setting (vectors
+    bit-identical to fp32's), so ``auto`` on a CPU without bf16 ran these pipelines in fp32 unannounced."""
+    collective = {"@misc": "spacy_pel.vectors.collective.v1"}
+    vectors = {}
+    for p in ("fp32", precision):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "top_k": 3, "precision": p, "vectors": collective})
+        doc = nlp(make_doc(nlp))
+        vectors[p] = nlp.get_pipe("pel_linker").mention_vectors([doc], [[(e.start, e.end, e.label_) for e in doc.ents]])
+    a, b = vectors["fp32"], vectors[precision]
+    assert (a * b).sum(1).min() > 0.98 and not np.array_equal(a, b)  # close, and not the fp32 tower's

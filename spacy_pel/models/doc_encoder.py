@@ -147,8 +147,8 @@ def encode_docs(
     """Contextual token vectors ``[len(doc), hidden]`` for each doc, from one pass of the mention model.
 
     Windows of all documents are length-sorted and run ``batch_size`` at a time with dynamic
-    padding. With ``grad=False`` the model runs in eval mode under ``torch.inference_mode`` (and the
-    encoder's inference precision); with ``grad=True`` the graph is kept and the model's train/eval
+    padding. With ``grad=False`` the model runs in eval mode under ``torch.inference_mode``, in the
+    encoder's inference precision (bf16 autocast, or its int8 / ONNX copy: ``BiEncoder.runtime_model``); with ``grad=True`` the graph is kept and the model's train/eval
     mode is left to the caller. Vectors are float32 on ``encoder.device_`` and are *not* normalised
     (see :func:`span_link_vectors`). Tokens without word pieces get zero vectors. ``pooling``: a
     token's vector is the mean of its pieces' states, or its first piece's (what taggers use).
@@ -181,8 +181,8 @@ def encode_docs(
     grad_mode = torch.inference_mode() if not grad else contextlib.nullcontext()
     precision = encoder._autocast() if not grad else contextlib.nullcontext()
     try:
-        with grad_mode, precision:
-            states = _run_windows(model, tok.pad_token_id, seqs, batch_size, device, window + 2)
+        with grad_mode, precision:  # without a gradient: the tower copy the precision runs (int8, ONNX …)
+            states = _run_windows(encoder.runtime_model(model), tok.pad_token_id, seqs, batch_size, device, window + 2)
         # outside inference mode, so the vectors are ordinary tensors (a span scorer trained on
         # frozen vectors needs to save them for backward)
         with torch.no_grad() if not grad else contextlib.nullcontext():
