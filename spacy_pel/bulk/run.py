@@ -26,7 +26,7 @@ from .. import files
 from ..pipeline.mention_finders import check_mention_source
 from ..retrieval.ray_build import connect
 from . import output as out
-from .shards import Chunk, Shard, find_shards, plan_chunks, read_chunk, split_chunk
+from .shards import Chunk, Shard, find_shards, plan_chunks, raw_text, read_chunk, split_chunk
 from .worker import LinkWorker
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,21 @@ ACTOR_RESTARTS = 2  # an actor process that dies (OOM, segfault) is started agai
 BATCH_RETRIES = 1  # … and the batch it held is run once more
 
 
-def check_pipeline(pipeline: Path, shards: List[Shard]) -> None:
-    """Refuse a pipeline that cannot find mentions in raw-text shards (before starting anything)."""
-    raw = [s for s in shards if s.format != "pubtator"]
+def check_pipeline(pipeline: Path, shards: List[Shard], chunks: Optional[Dict[str, List[Chunk]]] = None) -> None:
+    """Refuse a pipeline that cannot find mentions in raw-text shards (before starting anything): JSON lines,
+    Parquet, and PubTator shards without any annotation line (``chunks``: the shards' plans, which say so)."""
+    raw = [s for s in shards if raw_text(s, (chunks or {}).get(s.name, []))]
     check_mention_source(pipeline, raw[0].path if raw else None, given=len(raw) < len(shards))
+
+
+def refuse_stale(output: Path, input, stale: List[str]) -> None:
+    """Refuse (one line) an OUTPUT with files of shards that are not in INPUT (:func:`.output.stale`)."""
+    if stale:
+        names = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        raise files.InputError(
+            f"{output} holds {len(stale)} shard(s) that are not in {input} ({names}: removed, renamed or of another "
+            f"input), whose rows in {Path(output) / out.MENTIONS} would mix with this input's; give their input, a new "
+            f"output folder, or --set-aside-stale to move them to {Path(output) / out.STALE}")
 
 
 def _dataset(chunks: List[Chunk], pipeline: Path, workers: int, cpus_per_worker: int, batch_size: int,
@@ -91,13 +102,16 @@ def link_corpus(
     progress: bool = True,
     setup: Optional[Callable] = None,
     on_shard: Optional[Callable[[dict], None]] = None,
+    set_aside_stale: bool = False,
 ) -> dict:
     """Link every document of INPUT with the saved ``pipeline`` into OUTPUT (see :mod:`.output`).
 
     ``address``: a Ray cluster (``auto``, ``ray://host:10001``); None starts Ray on this machine
     (``num_cpus`` of it; all by default) unless it is already running. ``workers``: actors, each with
     its own copy of the pipeline (default: the cluster's CPUs / ``cpus_per_worker``). Finished shards
-    are skipped; a folder whose finished shards another pipeline linked is refused. ``setup(nlp)`` runs
+    are skipped; a folder holding any finished shard another pipeline linked is refused, and so is one holding
+    files of shards not in INPUT (removed or renamed since), unless ``set_aside_stale``: then they are moved to
+    ``OUTPUT/stale/<date-time>/`` (with a warning, and named in the summary). ``setup(nlp)`` runs
     in each actor after loading; ``on_shard(marker)`` after each shard is written. Returns the summary
     (also written to ``OUTPUT/summary.json``).
     """
@@ -106,22 +120,31 @@ def link_corpus(
         raise files.InputError("--batch-size, --workers and --cpus-per-worker must be at least 1")
     output, pipeline = Path(output), Path(pipeline).resolve()
     shards = find_shards(input)
-    check_pipeline(pipeline, shards)
+    stamp = out.pipeline_stamp(pipeline)
+    stale = out.stale(output, [s.name for s in shards])
+    # every finished shard there, of this input or not (but those to be set aside)
+    out.check_pipeline(output, [m for m in out.all_markers(output) if not (set_aside_stale and m.get("shard") in stale)], stamp)
+    if not set_aside_stale:
+        refuse_stale(output, input, stale)
+    inputs = {s.name: s.stamp() for s in shards}  # each input as planned: what its marker records
     markers: Dict[str, dict] = {}
     todo = []
     for shard in shards:
-        marker = out.finished(output, shard)
+        marker = out.finished(output, shard, inputs[shard.name])
         if marker is None:
             todo.append(shard)
         else:
             markers[shard.name] = marker
-    stamp = out.pipeline_stamp(pipeline)
-    out.check_pipeline(output, markers.values(), stamp)
+    chunks = {s.name: plan_chunks(s, batch_size) for s in todo}
+    check_pipeline(pipeline, todo, chunks)
+    aside = out.set_aside(output, stale) if stale else None
+    if aside is not None:
+        log.warning(f"{len(stale)} shard(s) of {output} not in {input} set aside in {aside}: {', '.join(stale[:3])}"
+                    f"{', …' if len(stale) > 3 else ''}")
     log.info(f"{len(shards)} shard(s): {len(markers)} finished before, {len(todo)} to link")
     done_now: List[dict] = []
     if todo:
-        chunks = {s.name: plan_chunks(s, batch_size) for s in todo}
-        results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name]), stamp) for s in todo}
+        results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name]), stamp, inputs[s.name]) for s in todo}
         started_ray = connect(address, num_cpus)
         try:
             done_now = _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size, progress, setup, on_shard)
@@ -140,6 +163,7 @@ def link_corpus(
         "this_run": {**now, "seconds": round(seconds, 2),
                      "mentions_per_s": round(now["mentions"] / seconds, 1) if seconds else 0.0,
                      "mentions_per_worker_s": round(now["mentions"] / link_seconds, 1) if link_seconds else 0.0},
+        "set_aside": {"shards": stale, "folder": None if aside is None else str(aside)},
         "output": str(output),
     }
     out.write_summary(output, summary)

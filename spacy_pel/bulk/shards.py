@@ -1,11 +1,14 @@
 """Input shards of a bulk run: find them, cut each into chunks, read one chunk's documents.
 
-A shard is one input file: JSON lines or Parquet of ``{id, text}`` (raw text: the pipeline finds the
-mentions), or PubTator (the mentions are given). The driver scans each unfinished shard once for
-document boundaries (a byte offset every ``chunk_docs`` documents; Parquet: row numbers from the
-footer), so a chunk — the unit of work an actor links in one call — is read by exactly one task, and
-the shard's document count is known before linking starts (a shard is finished when every one of its
-documents has come back, linked or as an error).
+A shard is one input file: JSON lines (``.jsonl``, ``.ndjson``) or Parquet of ``{id, text}`` (raw text:
+the pipeline finds the mentions), or PubTator (``.txt``, ``.pubtator``: the mentions are given; a file
+without any annotation line is raw text, as ``link`` reads it). BioC JSON / XML files are not shards
+(``link`` reads them): a ``.json`` file is never taken for JSON lines. Shard names flatten sub-folders
+with ``__``; two files whose names would be the same (ignoring case) are refused. The driver scans
+each unfinished shard once for document boundaries (a byte offset every ``chunk_docs`` documents;
+Parquet: row numbers from the footer), so a chunk — the unit of work an actor links in one call — is
+read by exactly one task, and the shard's document count is known before linking starts (a shard is
+finished when every one of its documents has come back, linked or as an error).
 
 Reading never raises on a bad document: a malformed line, a record without ``id`` or ``text``, or a
 PubTator document with a malformed line becomes an item with ``error`` set (its id and the reason),
@@ -14,19 +17,22 @@ which the run writes to the errors file. Nothing here imports Ray.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from .. import files
 from ..corpora import CorpusFormatError, read_pubtator
 
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
-           ".pubtator": "pubtator", ".txt": "pubtator"}
+log = logging.getLogger(__name__)
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pubtator": "pubtator", ".txt": "pubtator"}
+KINDS = ".jsonl / .ndjson or .parquet files of {id, text}, or PubTator .txt / .pubtator files"
 _TITLE = re.compile(rb"^([^\t|\r\n]*)\|t\|")  # a PubTator document starts at its title line
+_MENTION = re.compile(rb"^[^\t|\r\n]*\t[0-9]+\t")  # a PubTator annotation line: PMID, start offset, …
 _TMP_LINE = re.compile(r"^(.*?):(\d+): (.*)$", re.S)
 
 
@@ -52,6 +58,7 @@ class Chunk:
     first_seq: int  # the first document's number in its shard
     count: int  # documents in the chunk
     first_line: int = 1  # line number of ``start`` (text formats), for FILE:LINE errors
+    raw: bool = False  # a PubTator shard without any annotation line: raw text, the pipeline finds the mentions
 
     def as_item(self) -> dict:
         return asdict(self)
@@ -59,23 +66,40 @@ class Chunk:
 
 def find_shards(input: files.PathLike) -> List[Shard]:
     """The shards of INPUT: the file itself, or every JSONL / Parquet / PubTator file below a folder
-    (sorted, hidden files left out). A ``.txt`` file is PubTator."""
+    (sorted, hidden files left out; the other files left out with a warning). A ``.txt`` file is PubTator;
+    ``.json`` (BioC JSON for ``link``) is no shard. Two files whose shard names would be the same (the
+    output files of one would be the other's) are refused."""
     root = Path(input).resolve()  # absolute: the actors may run elsewhere, in another working folder
     if not root.exists():
         raise FileNotFoundError(f"input not found: {root}")
     if root.is_file():
         fmt = FORMATS.get(root.suffix.lower())
         if fmt is None:
-            raise files.InputError(f"{root}: not a shard (give .jsonl, .parquet or PubTator .txt / .pubtator files)")
+            raise files.InputError(f"{root}: not a shard (give {KINDS}; BioC .json / .xml files: link them with `link`)")
         return [Shard(str(root), root.name, fmt)]
-    shards = [
-        Shard(str(p), p.relative_to(root).as_posix().replace("/", "__"), FORMATS[p.suffix.lower()])
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.suffix.lower() in FORMATS and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    ]
+    found = [p for p in sorted(root.rglob("*"))
+             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)]
+    shards = [Shard(str(p), p.relative_to(root).as_posix().replace("/", "__"), FORMATS[p.suffix.lower()])
+              for p in found if p.suffix.lower() in FORMATS]
+    left_out = [p.relative_to(root).as_posix() for p in found if p.suffix.lower() not in FORMATS]
     if not shards:
-        raise files.InputError(f"{root}: no .jsonl, .parquet or PubTator (.txt, .pubtator) files in this folder")
+        raise files.InputError(f"{root}: no shard in this folder (give {KINDS})")
+    if left_out:
+        log.warning(f"{root}: {len(left_out)} file(s) left out, not shards ({', '.join(left_out[:3])}"
+                    f"{', …' if len(left_out) > 3 else ''}): bulk reads {KINDS}")
+    _check_names(shards)
     return shards
+
+
+def _check_names(shards: List[Shard]) -> None:
+    """Refuse two shards whose output files would be the same: ``x/y.jsonl`` and ``x__y.jsonl`` (sub-folders
+    are flattened with ``__``), or names that differ only in case (the output may be on a disk that ignores it)."""
+    seen: Dict[str, Shard] = {}
+    for shard in shards:
+        first = seen.setdefault(shard.name.casefold(), shard)
+        if first is not shard:
+            raise files.InputError(f"{first.path} and {shard.path} would write the same output files (shard name "
+                                   f"{shard.name!r}: sub-folders become '__', case aside); rename one of them")
 
 
 def plan_chunks(shard: Shard, chunk_docs: int) -> List[Chunk]:
@@ -86,19 +110,27 @@ def plan_chunks(shard: Shard, chunk_docs: int) -> List[Chunk]:
         rows = pq.ParquetFile(shard.path).metadata.num_rows
         return _cut(Chunk(shard.name, shard.path, shard.format, 0, rows, 0, rows), list(range(rows)), chunk_docs)
     whole = Chunk(shard.name, shard.path, shard.format, 0, os.path.getsize(shard.path), 0, 0)
-    return _cut(whole, _doc_starts(whole), chunk_docs)
+    starts, mentions = _doc_starts(whole)
+    return _cut(replace(whole, raw=shard.format == "pubtator" and not mentions), starts, chunk_docs)
+
+
+def raw_text(shard: Shard, chunks: List[Chunk]) -> bool:
+    """Is ``shard`` (planned as ``chunks``) raw text, whose mentions the pipeline finds: JSON lines and Parquet,
+    and PubTator without any annotation line (abstracts as PubMed exports them)?"""
+    return shard.format != "pubtator" or any(c.raw for c in chunks)
 
 
 def split_chunk(chunk: Chunk) -> List[Chunk]:
     """One chunk per document of ``chunk`` (to link again alone the documents of a batch that failed)."""
     if chunk.format == "parquet":
         return _cut(chunk, list(range(chunk.start, chunk.end)), 1)
-    return _cut(chunk, _doc_starts(chunk), 1)
+    return _cut(chunk, _doc_starts(chunk)[0], 1)
 
 
-def _doc_starts(chunk: Chunk) -> List[Tuple[int, int]]:
-    """(byte offset, line number) of the first line of every document in the chunk's byte range."""
-    starts = []
+def _doc_starts(chunk: Chunk) -> Tuple[List[Tuple[int, int]], bool]:
+    """(byte offset, line number) of the first line of every document in the chunk's byte range, and
+    whether the range has a PubTator annotation line."""
+    starts, mentions = [], False
     offset, lineno = chunk.start, chunk.first_line
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
@@ -107,9 +139,10 @@ def _doc_starts(chunk: Chunk) -> List[Tuple[int, int]]:
                 break
             if chunk.format == "jsonl" and line.strip() or chunk.format == "pubtator" and _TITLE.match(line):
                 starts.append((offset, lineno))
+            mentions = mentions or chunk.format == "pubtator" and bool(_MENTION.match(line))
             offset += len(line)
             lineno += 1
-    return starts
+    return starts, mentions
 
 
 def _cut(whole: Chunk, starts: list, size: int) -> List[Chunk]:
@@ -119,8 +152,8 @@ def _cut(whole: Chunk, starts: list, size: int) -> List[Chunk]:
         first, nxt = starts[i], starts[i + size] if i + size < len(starts) else None
         begin, line = first if isinstance(first, tuple) else (first, 1)
         end = whole.end if nxt is None else (nxt[0] if isinstance(nxt, tuple) else nxt)
-        out.append(Chunk(whole.shard, whole.path, whole.format, begin, end, whole.first_seq + i,
-                         min(size, len(starts) - i), line))
+        out.append(replace(whole, start=begin, end=end, first_seq=whole.first_seq + i, count=min(size, len(starts) - i),
+                           first_line=line))
     return out
 
 
@@ -190,7 +223,8 @@ def _read_parquet(chunk: Chunk) -> Iterator[dict]:
 
 
 def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
-    """Documents of a PubTator chunk, mentions given; a document with a malformed line is an error."""
+    """Documents of a PubTator chunk, mentions given (none: raw text, if the shard has no annotation line);
+    a document with a malformed line is an error."""
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         data = f.read(chunk.end - chunk.start)
@@ -224,4 +258,4 @@ def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
             reason = bad_here[0] if bad_here else f"{chunk.path}:{line + chunk.first_line - 1}: malformed document"
             yield _item(chunk, seq, pmid or f"{chunk.path}:{line + chunk.first_line - 1}", error=reason)
         else:
-            yield _item(chunk, seq, pmid, doc.text, [[a.start, a.end, a.type] for a in doc.annotations])
+            yield _item(chunk, seq, pmid, doc.text, None if chunk.raw else [[a.start, a.end, a.type] for a in doc.annotations])
