@@ -440,10 +440,11 @@ def test_visualize_a_failed_write_keeps_the_earlier_page(tmp_path, monkeypatch):
     out.parent.mkdir()
     out.write_text("<html>the earlier page</html>", encoding="utf8")
     monkeypatch.setattr(visualize, "load_pipeline", lambda *a, **k: (spacy.blank("en"), None))
-    monkeypatch.setattr(visualize, "render", lambda docs, template: "<html>\ud800</html>")  # fails as it is written
+    monkeypatch.setattr(visualize, "link_docs", lambda nlp, docs: (list(docs), 0))
+    monkeypatch.setattr(visualize, "render", lambda docs, *a: "<html>\ud800</html>")  # fails as it is written
     result = run(visualize.app, [gold, out, "--kb", kb])
     assert result.exit_code != 0
     assert out.read_text(encoding="utf8") == "<html>the earlier page</html>"
     assert [p.name for p in out.parent.iterdir()] == ["page.html"]  # no temporary file left
-    monkeypatch.setattr(visualize, "render", lambda docs, template: "<html>new</html>")
+    monkeypatch.setattr(visualize, "render", lambda docs, *a: "<html>new</html>")
     assert run(visualize.app, [gold, out, "--kb", kb]).exit_code == 0 and out.read_text() == "<html>new</html>"

@@ -1,15 +1,12 @@
 """The actor of a bulk run: it loads the saved pipeline once and links chunk after chunk.
 
 Given spans (PubTator) are set as :mod:`spacy_pel.corpora` sets them (tokens split at every mention
-boundary): all of them, overlapping ones and repeats included, in the span group ``pel_gold``, and the
-non-overlapping ones as ``doc.ents``. A linker that links the spans a doc has (``doc.ents`` or a span
-group) links ``pel_gold`` instead, as ``evaluate`` links gold mentions, so every given mention is
-linked; in a pipeline with a component after its last linker that reads or sets the entities
-(``pel_discovery``) it links ``doc.ents``, and the overlapping mentions left out are counted in the
-worker's ``stats.overlapping``. The pipeline's own mention finders (NER, span ruler …) before
-``pel_linker`` are left out so they cannot replace them. A mention whose boundary falls inside white
-space cannot be a span: it is counted in ``stats.unaligned`` (with examples), not linked. Raw text goes
-through the whole pipeline.
+boundary) and linked as :class:`~spacy_pel.pipeline.given_mentions.GivenMentions` links them: every
+given mention, overlapping ones and repeats included, the pipeline's own mention finders left out; in a
+pipeline with a component after its last linker that reads or sets the entities (``pel_discovery``)
+only ``doc.ents``, and the overlapping mentions left out are counted in the worker's
+``stats.overlapping``. A mention whose boundary falls inside white space cannot be a span: it is
+counted in ``stats.unaligned`` (with examples), not linked. Raw text goes through the whole pipeline.
 
 A batch that raises is not lost: each of its documents is linked again alone, twice at most, and a
 document that fails both times comes back with ``error`` set (its id and the reason), while the others
@@ -21,39 +18,27 @@ import json
 import logging
 import time
 import traceback
-from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import GOLD_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
-from ..pipeline.linker import PELLinker, load_pipeline
-from ..pipeline.mention_finders import mention_finders
-from ..pipeline.mentions import DocSpans
+from ..corpora import UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
+from ..pipeline.given_mentions import GivenMentions, spans_written
+from ..pipeline.linker import load_pipeline
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 log = logging.getLogger(__name__)
 ATTEMPTS_ALONE = 2
 
 
-def mention_rows(doc: Doc, doc_id: str, linkers: Sequence[PELLinker], sources: Optional[Sequence[object]] = None) -> List[dict]:
-    """The output rows of a linked doc, one per mention the pipeline's linkers wrote (one linker per KB,
-    each linking its labels: each its own spans; ``sources``: where each linker wrote, its mention
-    source by default), in document order. A span two linkers both link is one row; a mention given
-    twice (the same offsets and label) is two."""
-    spans: Dict[tuple, object] = {}
-    for source in sources if sources is not None else [linker.mentions for linker in linkers]:
-        repeat: Counter = Counter()
-        for s in source.spans(doc):
-            key = (s.start_char, s.end_char, s.label_)
-            repeat[key] += 1
-            spans[(*key, repeat[key])] = s
+def mention_rows(doc: Doc, doc_id: str, sources: Sequence[object]) -> List[dict]:
+    """The output rows of a linked doc, one per mention the pipeline's linkers wrote to their mention
+    ``sources`` (:func:`~spacy_pel.pipeline.given_mentions.spans_written`), in document order."""
     rows = []
-    for span in sorted(spans.values(), key=lambda s: (s.start_char, s.end_char)):
+    for span in spans_written(doc, sources):
         candidates = span._.get(CANDIDATES_ATTR) or []
         rows.append({
             "doc_id": doc_id, "start_char": span.start_char, "end_char": span.end_char, "text": span.text,
@@ -72,26 +57,6 @@ def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None
     text = item["text"]
     annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
     return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations), stats)
-
-
-def given_source(linker: PELLinker) -> object:
-    """Where ``linker`` finds given mentions: every one of them (the span group ``pel_gold``, overlapping
-    ones included; those of its ``labels`` only when it has some) when it links the spans a doc has,
-    else its own source (a span finder finds its own spans: the given ones are not used)."""
-    if type(linker.mentions) is DocSpans:
-        return DocSpans(GOLD_KEY, None if linker.mentions.labels is None else sorted(linker.mentions.labels))
-    return linker.mentions
-
-
-def _entities_after_linkers(nlp: Language) -> bool:
-    """Does a component after the last ``pel_linker`` say (its factory's ``assigns`` / ``requires``) that it
-    reads or sets the entities or span groups?"""
-    last = max(i for i, (_, proc) in enumerate(nlp.pipeline) if isinstance(proc, PELLinker))
-    for name, _ in nlp.pipeline[last + 1:]:
-        meta = nlp.get_pipe_meta(name)
-        if any(a.startswith(("doc.ents", "doc.spans", "token.ent")) for a in (*meta.assigns, *meta.requires)):
-            return True
-    return False
 
 
 def _failure(err: BaseException) -> str:
@@ -114,27 +79,11 @@ class LinkWorker:
         if setup is not None:
             setup(self.nlp)
         self.batch_size = batch_size
-        _, self.finders = mention_finders(self.nlp.config)
-        self.linkers = [proc for _, proc in self.nlp.pipeline if isinstance(proc, PELLinker)]
+        self.given = GivenMentions(self.nlp)
+        self.linkers = self.given.linkers
         self.nil_labels = frozenset(linker.cfg.nil_label for linker in self.linkers)
-        # a component after the last linker that reads or sets the entities (pel_discovery …) would not see
-        # links written to pel_gold: link doc.ents there, and count the overlapping mentions it cannot hold
-        self.links_overlaps = not _entities_after_linkers(self.nlp)
-        self.given_sources = [given_source(linker) if self.links_overlaps else linker.mentions for linker in self.linkers]
         self.stats = ConversionStats()  # given mentions not linked (``unaligned``, ``overlapping``), over every call
         self.load_seconds = time.perf_counter() - started
-
-    @contextmanager
-    def _given_mentions(self) -> Iterator[None]:
-        """Each linker links the given mentions (:func:`given_source`) for the time of the block."""
-        kept = [linker.mentions for linker in self.linkers]
-        try:
-            for linker, source in zip(self.linkers, self.given_sources):
-                linker.mentions = source
-            yield
-        finally:
-            for linker, source in zip(self.linkers, kept):
-                linker.mentions = source
 
     def link(self, items: Sequence[dict]) -> List[List[dict]]:
         """Mention rows of each item (all with given spans or all raw: one call of ``nlp.pipe``); the given
@@ -151,15 +100,14 @@ class LinkWorker:
         ``overlapping`` (0 when overlapping mentions are linked through ``pel_gold``)."""
         if not items[0]["spans"]:
             docs = self.nlp.pipe([build_doc(self.nlp, item) for item in items], batch_size=self.batch_size)
-            return [(mention_rows(doc, item["doc_id"], self.linkers), ConversionStats()) for doc, item in zip(docs, items)]
+            own = [linker.mentions for linker in self.linkers]
+            return [(mention_rows(doc, item["doc_id"], own), ConversionStats()) for doc, item in zip(docs, items)]
         counts = [ConversionStats() for _ in items]
-        docs = [build_doc(self.nlp, item, c) for item, c in zip(items, counts)]
-        with self._given_mentions():
-            linked = list(self.nlp.pipe(docs, batch_size=self.batch_size, disable=self.finders))
-        if self.links_overlaps:
+        linked = self.given.pipe([build_doc(self.nlp, item, c) for item, c in zip(items, counts)], self.batch_size)
+        if self.given.links_overlaps:  # else doc.ents only: the overlapping mentions left out stay counted
             for c in counts:
                 c.overlapping = 0
-        return [(mention_rows(doc, item["doc_id"], self.linkers, self.given_sources), c)
+        return [(mention_rows(doc, item["doc_id"], self.given.sources), c)
                 for doc, item, c in zip(linked, items, counts)]
 
     def _link_each(self, items: Sequence[dict]) -> Dict[int, object]:

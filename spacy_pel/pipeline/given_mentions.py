@@ -75,14 +75,19 @@ class GivenMentions:
             return list(self.nlp.pipe(docs, batch_size=batch_size, disable=self.finders))
 
     def linked_spans(self, doc: Doc) -> List[Span]:
-        """The spans the linkers wrote on ``doc`` (one linker per KB: each its own spans), in document order;
-        a span two linkers both link is one, a mention given twice (same offsets and label) two."""
-        spans: Dict[tuple, Span] = {}
-        for source in self.sources:
-            repeat: Counter = Counter()
-            for s in source.spans(doc):
-                key = (s.start_char, s.end_char, s.label_)
-                repeat[key] += 1
-                spans[(*key, repeat[key])] = s
-        return sorted(spans.values(), key=lambda s: (s.start_char, s.end_char))
+        """The spans the linkers wrote on ``doc`` linking its given mentions (:func:`spans_written`)."""
+        return spans_written(doc, self.sources)
 
+
+def spans_written(doc: Doc, sources: Iterable[object]) -> List[Span]:
+    """The spans of ``doc`` in the mention ``sources`` the linkers wrote to (one linker per KB: each its own
+    spans), in document order; a span two linkers both link is one, a mention given twice (same offsets and
+    label) two."""
+    spans: Dict[tuple, Span] = {}
+    for source in sources:
+        repeat: Counter = Counter()
+        for s in source.spans(doc):
+            key = (s.start_char, s.end_char, s.label_)
+            repeat[key] += 1
+            spans[(*key, repeat[key])] = s
+    return sorted(spans.values(), key=lambda s: (s.start_char, s.end_char))
