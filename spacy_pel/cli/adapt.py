@@ -12,6 +12,7 @@ from ..training.adapt import adapt, check_output
 from ..training.self_alignment import adapt_retriever
 from ._errors import cli_errors, fail, require_file, require_writable_parent
 from ._output import echo_json
+from .train import check_base_encoder
 
 HELP = (
     "Teach an encoder a KB's own synonyms, with no annotated text needed.\n\n"
@@ -66,6 +67,7 @@ def main(
         if key in overrides and overrides[key] != value:  # values as parsed: --training.max_minutes 10 is --max-minutes 10.0
             fail(f"{option} {value} and --{key} {overrides[key]} set the same thing: give one of them")
         overrides[key] = value
+    check_base_encoder(config, overrides)  # an encoder folder holding no model: refused before OUTPUT.work is made
     state = (adapt if names else adapt_retriever)(config, output, overrides)
     keys = ("step", "best", "best_step", "selected", "train_seconds", "names", "entities", "train_pairs_entities", "unchanged")
     echo_json({k: state[k] for k in keys if k in state})

@@ -29,16 +29,18 @@ def main(
     output: Path = typer.Option(..., "--output", "-o", help="Pipeline folder to write"),
     names: Optional[Path] = typer.Option(None, "--names", help="The KB's name rows (from build-names), for a pipeline with a name-rows rule"),
     encoder: Optional[str] = typer.Option(None, "--encoder", help="Encoder (default: the pipeline's own when its entity tower encoded the KB, as for a new release of its KB; else the one that built the KB, from its meta.json)"),
+    linker: Optional[str] = typer.Option(None, "--linker", help="The pel_linker to retarget, in a pipeline with one per "
+                                         "KB (required there; the others keep their KB)"),
 ):
     """Write a trained pipeline that links against another KB."""
     require_dir(pipeline, "pipeline", "config.cfg")
     require_dir(kb, "KB folder", "meta.json")
     require_dir(names, "name rows", "meta.json")
     require_writable_parent(output, "output")
-    nlp, overrides = retarget(pipeline, kb, output, names, encoder)
+    nlp, overrides = retarget(pipeline, kb, output, names, encoder, linker)
     kept = [] if any(k.endswith(".encoder") for k in overrides) else ["the pipeline's own encoder kept (its entity tower encoded the KB)"]
     typer.echo(f"wrote {output}: " + ", ".join([*(f"{k} = {v}" for k, v in overrides.items()), *kept]))
-    unfitting = labels_without_kb_types(nlp)
+    unfitting = labels_without_kb_types(nlp, linker)
     if unfitting:
         typer.echo("note: this KB has none of the types the pipeline maps these labels to: "
                    + "; ".join(f"{label} → {', '.join(types)}" for label, types in unfitting.items())

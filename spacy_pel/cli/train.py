@@ -9,8 +9,10 @@ from spacy.cli._util import (
     parse_config_overrides,  # spaCy's own --section.key value parser
 )
 
+from ..retrieval.build import check_encoder_source
 from ..training.config_files import read_config
 from ..training.retriever import train
+from ..training.run_config import load_config
 from ._errors import cli_errors, require_file
 from ._output import echo_json
 
@@ -26,9 +28,24 @@ T = TypeVar("T")
 
 
 def run_config(train_fn: Callable[..., dict], ctx: typer.Context, config: Path, output: Path) -> dict:
-    """``train_fn(config, output, overrides)``; a missing or bad config is an :class:`InputError`."""
+    """``train_fn(config, output, overrides)``; a missing or bad config, or an ``encoder.base`` that is no
+    model (:func:`check_base_encoder`), is an :class:`InputError`, before anything is written."""
     require_file(config, "training config")
-    return train_fn(config, output, parse_config_overrides(ctx.args))
+    overrides = parse_config_overrides(ctx.args)
+    check_base_encoder(config, overrides)
+    return train_fn(config, output, overrides)
+
+
+def check_base_encoder(config: Optional[Path], overrides: Dict[str, Any]) -> None:
+    """Refuse the encoder a run starts from — ``encoder.base`` of ``overrides``, else of the config file
+    ``config`` (``None``: the built-in defaults, a model name) — when it can only fail to load: a file, or a
+    folder holding no model (:func:`~spacy_pel.retrieval.build.check_encoder_source`)."""
+    base = overrides.get("encoder.base")
+    if base is None and config is not None:
+        section = load_config(config, overrides).get("encoder")
+        base = section.get("base") if isinstance(section, dict) else None
+    if base:
+        check_encoder_source(str(base))
 
 
 def read_typed_config(cls: Type[T], ctx: typer.Context, config: Optional[Path], flags: Dict[str, Any]) -> Tuple[T, Any]:
