@@ -343,3 +343,15 @@ def test_a_pipeline_read_from_bytes_with_rows_on_disk_saves_again(kb_dir, names_
     assert (tmp_path / "again" / "pel_linker" / NAMES_FOLDER / "names.json").exists()
     assert _candidates(spacy.load(tmp_path / "again")) == before
     assert _candidates(_nlp(kb_dir, {"names": rule}).from_bytes(back.to_bytes())) == before
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8", "fp32"])
+def test_an_index_held_in_memory_saves_its_vectors_as_read_not_as_searched(names_dir, tmp_path, precision):
+    """Held in memory for search in bf16 (or the int8 screen's float16), the vectors were written back from that
+    copy: a pipeline saved on a bf16 CPU rounded float16 name vectors to bf16 for good. The file read is copied."""
+    original = np.load(names_dir / "embeddings.npy")
+    changed = original.astype(np.float32) + np.float32(1e-3) * np.sign(original)  # far from bf16's grid
+    np.save(names_dir / "embeddings.npy", changed.astype(np.float16), allow_pickle=False)
+    index = NameIndex.from_disk(names_dir, precision)
+    index.to_disk(tmp_path / "copy")
+    assert (tmp_path / "copy" / "embeddings.npy").read_bytes() == (names_dir / "embeddings.npy").read_bytes()

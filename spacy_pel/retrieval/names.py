@@ -113,7 +113,8 @@ class NameIndex:
 
     def __init__(self, vectors, entity_rows: np.ndarray, names: Union[Sequence[str], Path], *, entities: int, ids_sha256: str,
                  fingerprint: str, input: str = "name", max_length: int = MAX_LENGTH, precision: str = "auto",
-                 searcher: Optional[FlatSearch] = None, file: Optional[VectorFile] = None):
+                 searcher: Optional[FlatSearch] = None, file: Optional[VectorFile] = None,
+                 saved: Optional[OpenedFile] = None):
         entity_rows = np.asarray(entity_rows, dtype=np.int32)
         # the names themselves, or the path of their JSON file, read when first wanted (scoring needs none)
         self._names: Optional[List[str]] = None if isinstance(names, Path) else list(names)
@@ -128,6 +129,7 @@ class NameIndex:
         self.ids_sha256, self.fingerprint, self.input, self.max_length = ids_sha256, fingerprint, input, max_length
         # the vectors in memory (searchable), or on disk, read as rows are scored (``from_disk(in_memory=False)``)
         self.file = file
+        self.saved = saved  # the vectors file held in memory was read from: to_disk copies it, not a rounded copy
         self.searcher = None if file is not None else searcher or FlatSearch.from_array(np.asarray(vectors, np.float32), precision)
         # each entity's name rows: by_entity[ptr[r]:ptr[r + 1]]
         self.by_entity = np.argsort(entity_rows, kind="stable")
@@ -285,8 +287,8 @@ class NameIndex:
 
     def to_disk(self, path: PathLike) -> None:
         with atomic_dir(path) as tmp:
-            if self.file is not None:  # on disk already: copied as it is
-                self.file.copy_to(tmp / VECTORS)
+            if self.file is not None or self.saved is not None:  # as read, not the search's bf16 copy
+                (self.file or self.saved).copy_to(tmp / VECTORS)
             else:
                 np.save(tmp / VECTORS, self.searcher.matrix.float().numpy().astype(np.float16), allow_pickle=False)
             np.save(tmp / ROWS, self.entity_rows, allow_pickle=False)
@@ -331,7 +333,7 @@ class NameIndex:
             raise ValueError(f"{path}: {META}, {VECTORS}, {ROWS} and {TEXTS} disagree on the name count")
         return cls(None, rows, names, entities=meta["entities"], ids_sha256=meta["kb_ids_sha256"],
                    fingerprint=meta["encoder_fingerprint"], input=meta["input"], max_length=meta["max_length"],
-                   searcher=searcher, file=file)
+                   searcher=searcher, file=file, saved=OpenedFile(path / VECTORS) if in_memory else None)
 
 
 def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Optional[str] = None, input: str = "name",
