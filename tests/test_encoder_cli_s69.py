@@ -8,18 +8,15 @@ from pathlib import Path
 
 import pytest
 import spacy
-from spacy.tokens import Span
 from typer.testing import CliRunner
 
 from spacy_pel.cli import app
-from spacy_pel.corpora import GOLD_KEY, write_docbin
 from spacy_pel.files import InputError
 from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.pipeline.retarget import retarget
+from tests.test_train import corpus  # noqa: F401 (a fixture: the training corpus)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-SENTS = [("Lithium carbonate toxicity was seen.", 0, 2, "D1"), ("Then atrial flutter began.", 1, 3, "D3"),
-         ("Aspirin was given.", 0, 1, "D4"), ("Warfarin was stopped.", 0, 1, "D5")]
 # synonyms for adapt (each entity two names or more), as tests/test_adapt.py's
 SYNONYMS = ['{"id": "A%d", "name": "%s", "aliases": ["%s", "%s"]}' % (i, a, b, c) for i, (a, b, c) in enumerate([
     ("aspirin", "acetylsalicylic acid", "ASA"), ("heart failure", "cardiac failure", "HF"),
@@ -37,19 +34,6 @@ def no_model(request, tmp_path) -> Path:
         path = tmp_path / "empty_encoder"
         path.mkdir()
     return path
-
-
-@pytest.fixture
-def corpus(tmp_path) -> Path:
-    nlp = spacy.blank("en")
-    docs = []
-    for text, a, b, kb_id in SENTS:
-        doc = nlp.make_doc(text)
-        doc.spans[GOLD_KEY] = [Span(doc, a, b, label="X", kb_id=kb_id)]
-        doc.ents = list(doc.spans[GOLD_KEY])
-        docs.append(doc)
-    write_docbin(docs, tmp_path / "train.spacy")
-    return tmp_path / "train.spacy"
 
 
 def refused(args, encoder: Path) -> str:
@@ -74,7 +58,7 @@ def test_retarget_refuses_an_encoder_without_a_model(kb_dir, tmp_path, no_model)
 
 
 @pytest.mark.parametrize("where", ["option", "config file"])
-def test_train_refuses_an_encoder_base_without_a_model(kb_dir, corpus, tmp_path, no_model, where):
+def test_train_refuses_an_encoder_base_without_a_model(kb_dir, corpus, tmp_path, no_model, where):  # noqa: F811
     out = tmp_path / "run"
     settings = {"paths.train": corpus, "paths.dev": corpus, "paths.kb": kb_dir, "training.max_steps": 1,
                 "training.device": "cpu"}

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 import spacy
-from spacy.tokens import Span
 from typer.testing import CliRunner
 
 from spacy_pel.cli import evaluate, link
 from spacy_pel.cli._errors import pipeline_folder
-from spacy_pel.corpora import GOLD_KEY, write_docbin
+from tests.test_cli_errors import corpus as gold  # 20 documents of 3 gold mentions
 
 NAME = "en_pel_tinytest"
 
@@ -40,16 +39,6 @@ def installed(tmp_path, kb_dir, monkeypatch):
     sys.modules.pop(NAME, None)
 
 
-def gold(path: Path) -> Path:
-    nlp = spacy.blank("en")
-    doc = nlp.make_doc("Lithium carbonate toxicity with tricuspid regurgitation and atrial flutter")
-    doc.spans[GOLD_KEY] = [Span(doc, 0, 2, "Chemical", kb_id="D1"), Span(doc, 4, 6, "Disease", kb_id="D2"),
-                           Span(doc, 7, 9, "Disease", kb_id="D3")]
-    doc.ents = list(doc.spans[GOLD_KEY])
-    write_docbin([doc] * 3, path)
-    return path
-
-
 def test_a_package_name_is_its_data_folder_and_a_folder_stays_itself(installed, tmp_path):
     assert spacy.load(NAME).has_pipe("pel_linker")  # the fixture is a package spacy.load takes
     assert pipeline_folder(Path(NAME)) == installed
@@ -59,21 +48,21 @@ def test_a_package_name_is_its_data_folder_and_a_folder_stays_itself(installed, 
 
 
 def test_evaluate_and_link_take_an_installed_package(installed, tmp_path):
-    corpus = gold(tmp_path / "gold.spacy")
+    corpus = gold(tmp_path)
     by_name, by_folder = tmp_path / "name.json", tmp_path / "folder.json"
     for pipeline, out in ((NAME, by_name), (installed, by_folder)):
         result = CliRunner().invoke(evaluate.app, [str(corpus), "--pipeline", str(pipeline), "--output", str(out)])
         assert result.exit_code == 0, result.output
     scores = [json.loads(p.read_text()) for p in (by_name, by_folder)]
-    assert scores[0]["mentions"] == 9 and scores[0]["recall_in_kb"] == scores[1]["recall_in_kb"]
+    assert scores[0]["mentions"] == 60 and scores[0]["recall_in_kb"] == scores[1]["recall_in_kb"]
     linked = tmp_path / "linked.jsonl"
     result = CliRunner().invoke(link.app, [str(corpus), str(linked), "--pipeline", NAME])
     assert result.exit_code == 0, result.output
-    assert len(linked.read_text().splitlines()) == 3
+    assert len(linked.read_text().splitlines()) == 20
 
 
 def test_a_name_that_is_neither_a_folder_nor_a_package_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(evaluate.app, [str(gold(tmp_path / "g.spacy")), "--pipeline", "en_pel_missing"])
+    result = CliRunner().invoke(evaluate.app, [str(gold(tmp_path)), "--pipeline", "en_pel_missing"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "pipeline not found: en_pel_missing (nor an installed pipeline package's name)" in result.stderr
