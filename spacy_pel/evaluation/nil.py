@@ -348,7 +348,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     if e2e:
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
     gold = [g for doc in gold_docs for g in doc_gold_mentions(doc, linker.mentions)]
-    linkable, _, skipped = linkable_mentions(gold, linker.index.row)
+    linkable, _, skipped = linkable_mentions(gold, linker.index.lookup)  # alternative ids resolve, as in evaluate
     if not skipped["nil"]:
         return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
     # NIL mentions alone (another KB's ids for the rest) would fit a threshold that costs nothing: all NIL
