@@ -7,7 +7,8 @@ and no pipeline can link them. ``convert --id-map FILE`` rewrites such gold ids 
 * ``FILE`` is tab-separated, one ``OLD_ID<TAB>NEW_ID`` a line (further columns are ignored, so a
   curated table with notes works as it is); blank lines, ``#`` comments and a header line
   ``old_id<TAB>new_id…`` are skipped (a header naming another second column is refused: its second
-  column is not the new id). ``NEW_ID`` ``NIL`` marks a retired record with no successor.
+  column is not the new id). ``NEW_ID`` ``NIL`` (or ``-1`` / ``-``, as PubTator corpora write it) marks a
+  retired record with no successor.
 * every id of a mention is mapped (a composite mention's too); an id the map does not name stays;
 * a malformed line, an old id mapped twice to different ids, or a map whose targets are themselves
   mapped (a chain) is refused with its ``FILE:LINE``;
@@ -22,7 +23,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 from . import files
-from .corpora import NIL
+from .corpora import NIL, NO_ID
 
 HEADER, NEW_HEADER = "old_id", "new_id"
 
@@ -46,9 +47,9 @@ def read_id_map(path: files.PathLike) -> Dict[str, str]:
             continue
         if len(fields) < 2 or not fields[0] or not fields[1]:
             raise IdMapError(path, lineno, "expected OLD_ID<TAB>NEW_ID (tab-separated, both non-empty)")
-        old, new = fields[0], fields[1]
-        if old == NIL:
-            raise IdMapError(path, lineno, "NIL cannot be mapped (it is not an id)")
+        old, new = fields[0], NIL if fields[1] in NO_ID else fields[1]  # -1 / -: NIL, as corpora write it
+        if old == NIL or old in NO_ID:
+            raise IdMapError(path, lineno, f"{old} cannot be mapped (it means NIL, not an id)")
         if old in mapping and mapping[old] != new:
             raise IdMapError(path, lineno, f"{old!r} is mapped to {mapping[old]!r} on line {where[old]} and to {new!r} here")
         mapping[old], where[old] = new, lineno

@@ -32,6 +32,7 @@ def test_read_id_map_skips_header_comments_and_extra_columns(tmp_path):
     ("A\tB\nC\tD\nA\tE\n", 3, "'A' is mapped to 'B' on line 1 and to 'E' here"),
     ("A\tB\nB\tC\n", 1, "which the map maps again (line 2)"),
     ("NIL\tA\n", 1, "NIL cannot be mapped"),
+    ("-1\tA\n", 1, "-1 cannot be mapped (it means NIL"),
     ("old_id\ttype\tcandidate_new_ids\nC1\tChemical\tD1\n", 1, "a header's second column must be 'new_id' (found 'type')"),
 ])
 def test_read_id_map_refuses_bad_lines_with_their_location(tmp_path, text, line, fragment):
@@ -39,6 +40,13 @@ def test_read_id_map_refuses_bad_lines_with_their_location(tmp_path, text, line,
     with pytest.raises(IdMapError, match=re.escape(fragment)) as err:
         read_id_map(tmp_path / "m.tsv")
     assert str(err.value).startswith(f"{tmp_path / 'm.tsv'}:{line}: ")
+
+
+def test_a_new_id_of_minus_one_or_dash_is_nil_as_corpora_write_it(tmp_path):
+    """``OLD<TAB>-1`` (BC5CDR's, the linker's PubTator output's spelling of no entry) and ``-`` (BioRED's) map
+    to NIL: before, the literal id "-1" went into the corpus, neither NIL nor linkable."""
+    (tmp_path / "m.tsv").write_text("C1\t-1\nC2\t-\nC3\tNIL\n", encoding="utf8")
+    assert read_id_map(tmp_path / "m.tsv") == {"C1": "NIL", "C2": "NIL", "C3": "NIL"}
 
 
 def test_map_ids_composite_duplicates_and_nil():
