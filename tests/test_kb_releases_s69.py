@@ -2,7 +2,9 @@
 term's ``replaced_by``, MEDIC's AltDiseaseIDs) — is linked and measured by every command as ``evaluate``
 does: the ids resolve to their entity."""
 import json
+import re
 
+import pytest
 import spacy
 from typer.testing import CliRunner
 
@@ -58,3 +60,21 @@ def test_calibrate_takes_a_corpus_of_alternative_ids(tmp_path, tiny_encoder_dir)
     result = run("calibrate", tmp_path / "pipe", tmp_path / "c.spacy", "-o", tmp_path / "cal")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cal" / "config.cfg").is_file()
+
+
+def test_alternative_ids_in_a_table_or_a_json_string_are_ids_not_letters(tmp_path):
+    """``alt_ids`` as a table's column (ids joined by |) or a JSON string: before, iterated letter by letter,
+    every character an alternative id ("O", "1", "|") and the real old id resolving to nothing."""
+    from spacy_pel.kb import KBFormatError, read_kb
+
+    (tmp_path / "kb.csv").write_text("id,name,alt_ids\nX:1,lithium carbonate,OLD1| OLD2\nX:2,aspirin,\n", encoding="utf8")
+    entities = read_kb(tmp_path / "kb.csv", "csv")
+    assert entities[0].extra["alt_ids"] == ["OLD1", "OLD2"] and "alt_ids" not in entities[1].extra
+    (tmp_path / "kb.jsonl").write_text('{"id": "X:1", "name": "lithium", "extra": {"alt_ids": "OLD1"}}\n', encoding="utf8")
+    assert read_kb(tmp_path / "kb.jsonl", "jsonl")[0].extra["alt_ids"] == ["OLD1"]
+    for bad, fragment in (('[7, null]', "must be a list of ids"), ('["-1"]', "alternative id '-1'"),
+                          ('["A,B"]', "alternative id 'A,B'")):
+        (tmp_path / "bad.jsonl").write_text('{"id": "X:1", "name": "a"}\n{"id": "X:2", "name": "b", "extra": {"alt_ids": %s}}\n'
+                                            % bad, encoding="utf8")
+        with pytest.raises(KBFormatError, match=f"bad.jsonl:2: .*{re.escape(fragment)}"):
+            read_kb(tmp_path / "bad.jsonl", "jsonl")

@@ -43,6 +43,27 @@ def id_problem(entity_id: str) -> Optional[str]:
     return None
 
 
+def alt_ids_problem(entity: Entity) -> Optional[str]:
+    """Why the entity's ``extra["alt_ids"]`` (the ids a corpus of an older release may use for it) cannot be
+    read, None if they can; they are made a list of stripped ids first: a table's column or a JSON string of
+    ids joined by ``|`` is split (a string was read character by character, each letter an alternative id)."""
+    value = entity.extra.get("alt_ids")
+    if value is None:
+        return None
+    alt = value.split("|") if isinstance(value, str) else value
+    if not isinstance(alt, (list, tuple)) or not all(isinstance(a, str) for a in alt):
+        return f"extra.alt_ids must be a list of ids (in a table: ids joined by |), not {value!r}"
+    alt = list(dict.fromkeys(a.strip() for a in alt if a.strip()))
+    bad = next(((a, why) for a in alt if (why := id_problem(a)) is not None), None)
+    if bad is not None:
+        return f"alternative id {bad[0]!r} {bad[1]}"
+    if alt:
+        entity.extra["alt_ids"] = alt
+    else:
+        del entity.extra["alt_ids"]
+    return None
+
+
 class KBFormatError(files.LineError):
     """A KB file could not be read; the message names the file and the line (``FILE:LINE: reason``)."""
 
@@ -121,6 +142,9 @@ class Collector:
         texts = (entity.id, entity.name, *entity.aliases, *entity.types, entity.description)
         if any("\x00" in t for t in texts):  # every reader, as the JSONL reader always did
             return self.fail(path, line, "a NUL character in the entity's id, name, synonyms, types or description")
+        alt = alt_ids_problem(entity)
+        if alt is not None:
+            return self.fail(path, line, alt)
         if entity.id in self.entities:
             return self.fail(
                 path, line, f"duplicate entity id {entity.id!r} (first seen at {self.where[entity.id]})"
