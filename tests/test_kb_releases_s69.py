@@ -78,3 +78,21 @@ def test_alternative_ids_in_a_table_or_a_json_string_are_ids_not_letters(tmp_pat
                                             % bad, encoding="utf8")
         with pytest.raises(KBFormatError, match=f"bad.jsonl:2: .*{re.escape(fragment)}"):
             read_kb(tmp_path / "bad.jsonl", "jsonl")
+
+
+def test_obo_escapes_are_read_and_obo_1_2_synonym_tags_kept(tmp_path):
+    """Before, only \\" was unescaped (a name kept \\! and \\\\ as typed, a def its \\n), and 1.2's
+    exact_synonym / related_synonym / narrow_synonym / broad_synonym lines were dropped without a word."""
+    from spacy_pel.kb import read_kb
+
+    text = ('format-version: 1.2\n\n[Term]\nid: X:1\nname: Hello\\! world\n'
+            'synonym: "C:\\\\drive" EXACT []\nsynonym: "quoted \\"word\\"" RELATED []\n'
+            'def: "First line.\\nSecond\\Wline ! bang." []\n\n[Term]\nid: X:2\nname: 2\\,3-dimethyl\\: butane\n'
+            'exact_synonym: "NIDDM" []\nrelated_synonym: "adult-onset diabetes" []\nnarrow_synonym: "MODY" []\n'
+            'broad_synonym: "diabetes" []\n')
+    (tmp_path / "t.obo").write_text(text, encoding="utf8")
+    first, second = read_kb(tmp_path / "t.obo", "obo")
+    assert (first.name, first.aliases, first.description) == (
+        "Hello! world", ["C:\\drive", 'quoted "word"'], "First line.\nSecond line ! bang.")
+    assert second.name == "2,3-dimethyl: butane"
+    assert second.aliases == ["NIDDM", "adult-onset diabetes", "MODY", "diabetes"]

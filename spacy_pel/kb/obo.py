@@ -16,6 +16,16 @@ _OBO_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|\\.|\s!(?=\s|$)')
 _OBO_TAG = re.compile(r"^[A-Za-z0-9_-]+$")
 OBO_STANZAS = ("Term", "Typedef", "Instance")
 _OBO_SINGLE = ("id", "name", "def")  # tags a stanza may have once: a second one is refused, not kept
+# OBO 1.2's synonym tags, one per scope (1.4 writes ``synonym: "…" SCOPE``): read as synonyms, as 1.2 asks
+_OBO_OLD_SYNONYMS = ("exact_synonym", "related_synonym", "narrow_synonym", "broad_synonym")
+_OBO_ESCAPE = re.compile(r"\\(.)")
+_OBO_ESCAPED = {"n": "\n", "t": "\t", "W": " "}  # any other escaped character stands for itself (\", \\, \!, \: …)
+
+
+def unescape(text: str) -> str:
+    """An OBO value's text with its escapes read: ``\\n`` a line break, ``\\t`` a tab, ``\\W`` a space, and a
+    backslash before any other character (``\\"``, ``\\\\``, ``\\!``, ``\\:``, ``\\,`` …) dropped."""
+    return _OBO_ESCAPE.sub(lambda m: _OBO_ESCAPED.get(m.group(1), m.group(1)), text) if "\\" in text else text
 
 
 def without_comment(value: str) -> str:
@@ -29,14 +39,14 @@ def without_comment(value: str) -> str:
 
 @register_kb_reader("obo")
 def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List[Entity]:
-    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms, def, namespace (a term without one takes the
+    """OBO 1.2/1.4 ``[Term]`` stanzas: id, name, synonyms (1.2's ``exact_synonym`` … tags too), def, namespace (a term without one takes the
     header's ``default-namespace``, as the format says: HPO's terms are all ``human_phenotype``), alt_id
     (→ ``extra["alt_ids"]``); obsolete terms skipped, except that an obsolete term's id with one
     ``replaced_by`` becomes an alternative id of the term that replaces it (followed through further
     obsolete terms), so a corpus annotated with an older release resolves to the current term; an
     obsolete term with only ``consider`` suggestions (several, or none) resolves to nothing.
 
-    A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
+    Escapes are read (:func:`unescape`). A stanza header other than ``[Term]``, ``[Typedef]`` or ``[Instance]``, a line that is not
     ``tag: value``, and a second ``id``, ``name`` or ``def`` in one stanza are refused.
     """
     path = Path(path)
@@ -87,6 +97,8 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             out.fail(path, lineno, "expected 'tag: value'")
             continue
         value = without_comment(value).strip()
+        quoted = tag in ("synonym", "def", *_OBO_OLD_SYNONYMS)
+        value = value if quoted else unescape(value)  # a quoted text is unescaped once read out of its quotes
         if stanza is None and tag == "default-namespace" and value:
             header[tag] = [value]
         if stanza is None or stanza["kind"] is None:
@@ -96,12 +108,12 @@ def read_obo(path: PathLike, bad_lines: Optional[files.BadLines] = None) -> List
             continue
         if tag in ("id", "name"):
             stanza[tag] = value
-        elif tag in ("synonym", "def"):
+        elif quoted:
             match = _OBO_QUOTED.match(value)
             if not match:
                 out.fail(path, lineno, f"{tag} value must start with a quoted string")
                 continue
-            text = match.group(1).replace('\\"', '"')
+            text = unescape(match.group(1))
             if tag == "def":
                 stanza["def"] = text
             else:
