@@ -96,3 +96,18 @@ def test_obo_escapes_are_read_and_obo_1_2_synonym_tags_kept(tmp_path):
         "Hello! world", ["C:\\drive", 'quoted "word"'], "First line.\nSecond line ! bang.")
     assert second.name == "2,3-dimethyl: butane"
     assert second.aliases == ["NIDDM", "adult-onset diabetes", "MODY", "diabetes"]
+
+
+def test_a_table_header_naming_the_name_column_label_is_a_header(tmp_path):
+    """``ID,Label,Synonyms`` (ontology and spreadsheet exports): before, taken for a header-less table, the
+    header became an entity and the synonyms every entity's description. A header naming known columns but no
+    id or no name column is refused, not read as an entity."""
+    from spacy_pel.kb import KBFormatError, read_kb
+
+    (tmp_path / "kb.csv").write_text("ID,Label,Synonyms\nX:1,acetylsalicylic acid,aspirin|ASA\nX:2,warfarin,coumadin\n",
+                                     encoding="utf8")
+    assert [(e.id, e.name, e.aliases, e.description) for e in read_kb(tmp_path / "kb.csv", "csv")] == [
+        ("X:1", "acetylsalicylic acid", ["aspirin", "ASA"], ""), ("X:2", "warfarin", ["coumadin"], "")]
+    (tmp_path / "odd.csv").write_text("code,title,synonyms\nX:1,aspirin,ASA\n", encoding="utf8")
+    with pytest.raises(KBFormatError, match=r"odd\.csv:1: a header line \(code, title, synonyms\) without an id and a name"):
+        read_kb(tmp_path / "odd.csv", "csv")

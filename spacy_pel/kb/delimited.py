@@ -2,8 +2,10 @@
 a spreadsheet exports it, or spaCy's entity-linking tutorial's ``entities.csv``.
 
 With a header line (a first row with an ``id`` and a ``name`` column), the columns are named, in any
-order and case: ``id``, ``name``, ``aliases`` (or ``synonyms``), ``types`` (or ``type``) and
-``description`` (or ``definition``); ``aliases`` and ``types`` hold several values joined by ``|``;
+order and case: ``id`` (or ``identifier``), ``name`` (or ``label``, ``preferred_name``, ``prefLabel``),
+``aliases`` (or ``synonyms``, ``alias``, ``synonym``), ``types`` (or ``type``) and ``description`` (or
+``definition``); a first row naming some of these but no id or no name column is refused (it would be
+read as an entity); ``aliases`` and ``types`` hold several values joined by ``|``;
 any other column is kept in the entity's ``extra`` under its header (a URL, a category)::
 
     id,name,aliases,types,description
@@ -28,8 +30,10 @@ from .entity import Collector, Entity, KBFormatError, PathLike, split, unique
 from .registry import register_kb_reader
 
 # header cell (case-folded) → Entity field
-COLUMNS = {"id": "id", "name": "name", "aliases": "aliases", "synonyms": "aliases", "types": "types",
-           "type": "types", "description": "description", "definition": "description"}
+COLUMNS = {"id": "id", "identifier": "id", "name": "name", "label": "name", "preferred_name": "name",
+           "preferred name": "name", "preflabel": "name", "aliases": "aliases", "alias": "aliases",
+           "synonyms": "aliases", "synonym": "aliases", "types": "types", "type": "types",
+           "description": "description", "definition": "description"}
 POSITIONAL = ("id", "name", "description")  # the columns of a table without a header line
 MULTI = ("aliases", "types")  # fields of several values joined by VALUE_SEP
 VALUE_SEP = "|"
@@ -95,6 +99,10 @@ def read_table(path: PathLike, tab: bool, bad_lines: Optional[files.BadLines] = 
         if first:
             first = False
             fields = _header(cells)
+            if fields is None and any(c.strip().casefold() in COLUMNS for c in cells):  # a header, id or name unnamed
+                out.fail(path, lineno, f"a header line ({', '.join(c.strip() for c in cells)}) without an id and a name "
+                                       "column: name them id and name (or label), so that it is not read as an entity")
+                return out.result()
             if fields is not None:
                 header_line = lineno
                 folded = [f.casefold() for f in fields]
