@@ -111,3 +111,30 @@ def test_a_table_header_naming_the_name_column_label_is_a_header(tmp_path):
     (tmp_path / "odd.csv").write_text("code,title,synonyms\nX:1,aspirin,ASA\n", encoding="utf8")
     with pytest.raises(KBFormatError, match=r"odd\.csv:1: a header line \(code, title, synonyms\) without an id and a name"):
         read_kb(tmp_path / "odd.csv", "csv")
+
+
+def test_a_reused_kb_records_the_encoder_it_was_built_with_and_add_reports_the_one_used(tmp_path, tiny_encoder_dir, kb_file):
+    """``build-kb --encoder TRAINED --reuse EARLIER`` (the entity tower unchanged: the KB is copied) recorded
+    EARLIER's encoder_source, so a linker given only the KB ran the base model's mention tower; ``--add``
+    reported the --encoder option's default, not the KB's own encoder it encoded with."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from spacy_pel.retrieval.build import build_kb
+
+    trained = tmp_path / "retriever_best"  # only the mention tower trained: the same entity fingerprint
+    shutil.copytree(tiny_encoder_dir, trained)
+    weights = load_file(trained / "mention" / "model.safetensors")
+    save_file({k: v + 0.05 if v.dtype.is_floating_point else v for k, v in weights.items()},
+              trained / "mention" / "model.safetensors")
+    build_kb(kb_file, tmp_path / "kb", encoder=str(tiny_encoder_dir), progress=False)
+    report = build_kb(kb_file, tmp_path / "kb_final", encoder=str(trained), progress=False, reuse=tmp_path / "kb")
+    assert report["entities_encoded"] == 0  # copied
+    meta = lambda kb: json.loads((tmp_path / kb / "meta.json").read_text())  # noqa: E731
+    assert meta("kb_final")["encoder_source"] == str(trained) and meta("kb")["encoder_source"] == str(tiny_encoder_dir)
+    (tmp_path / "new.jsonl").write_text('{"id": "D9", "name": "heparin"}\n', encoding="utf8")
+    result = run("build-kb", "--add", tmp_path / "new.jsonl", "-o", tmp_path / "kb")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "kb" / "build_report.json").read_text())["encoder"] == str(tiny_encoder_dir)

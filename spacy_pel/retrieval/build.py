@@ -201,11 +201,16 @@ def reusable(folder: Optional[Path], stamp: dict, index: str) -> bool:
     return all(old.get(k) == stamp[k] for k in same) and set(old) - {"device"} == set(same)
 
 
-def _copy_kb(source: Path, output: Path, names: KeptNames) -> None:
-    """``source``'s files into ``output`` (hard links where the file system allows, else copies), atomically;
-    the name indexes of the KB folder it replaces kept or set aside (``names``)."""
+def _copy_kb(source: Path, output: Path, names: KeptNames, encoder_source: str) -> None:
+    """``source``'s files into ``output`` (hard links where the file system allows, else copies), atomically,
+    recording ``encoder_source`` as the encoder that built it (the one this build was given: its entity tower
+    is ``source``'s, its mention tower may be newer); the name indexes of the KB folder it replaces kept or
+    set aside (``names``)."""
     with atomic_dir(output, on_old=names.set_aside) as tmp:
         shutil.copytree(source, tmp, copy_function=link_or_copy, dirs_exist_ok=True)
+        meta = json.loads((tmp / "meta.json").read_text(encoding="utf8"))
+        (tmp / "meta.json").unlink()  # a hard link to source's: written anew, not through it
+        (tmp / "meta.json").write_text(json.dumps({**meta, "encoder_source": encoder_source}, indent=2), encoding="utf8")
         names.carry(tmp)
 
 
@@ -309,7 +314,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         if reusable(reuse, stamp, index):
             t_copy = time.perf_counter()
             names = KeptNames(output, fingerprint, entities)
-            _copy_kb(Path(reuse), output, names)
+            _copy_kb(Path(reuse), output, names, encoder_location(encoder))
             report = {"kb": str(source_path), "format": format, "encoder": str(encoder), "index": index,
                       "precision": enc.resolved_precision, "entities_total": len(entities), "entities_encoded": 0,
                       "reused_from": str(reuse), "wall_s": round(time.perf_counter() - t0, 1),
@@ -346,7 +351,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
     report = {
         "kb": str(source_path),
         "format": format,
-        "encoder": str(encoder),
+        "encoder": str(source if add is not None else encoder),  # --add: the KB's own, unless one was given
         "index": index_obj.kind,
         "precision": enc.resolved_precision,
         "entities_total": len(index_obj),
