@@ -3,12 +3,15 @@ term's ``replaced_by``, MEDIC's AltDiseaseIDs) — is linked and measured by eve
 does: the ids resolve to their entity."""
 import json
 import re
+import shutil
 
 import pytest
 import spacy
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from spacy_pel.cli import app
+from spacy_pel.kb import KBFormatError, read_kb
 from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.retrieval.build import build_kb
 
@@ -65,8 +68,6 @@ def test_calibrate_takes_a_corpus_of_alternative_ids(tmp_path, tiny_encoder_dir)
 def test_alternative_ids_in_a_table_or_a_json_string_are_ids_not_letters(tmp_path):
     """``alt_ids`` as a table's column (ids joined by |) or a JSON string: before, iterated letter by letter,
     every character an alternative id ("O", "1", "|") and the real old id resolving to nothing."""
-    from spacy_pel.kb import KBFormatError, read_kb
-
     (tmp_path / "kb.csv").write_text("id,name,alt_ids\nX:1,lithium carbonate,OLD1| OLD2\nX:2,aspirin,\n", encoding="utf8")
     entities = read_kb(tmp_path / "kb.csv", "csv")
     assert entities[0].extra["alt_ids"] == ["OLD1", "OLD2"] and "alt_ids" not in entities[1].extra
@@ -83,7 +84,6 @@ def test_alternative_ids_in_a_table_or_a_json_string_are_ids_not_letters(tmp_pat
 def test_obo_escapes_are_read_and_obo_1_2_synonym_tags_kept(tmp_path):
     """Before, only \\" was unescaped (a name kept \\! and \\\\ as typed, a def its \\n), and 1.2's
     exact_synonym / related_synonym / narrow_synonym / broad_synonym lines were dropped without a word."""
-    from spacy_pel.kb import read_kb
 
     text = ('format-version: 1.2\n\n[Term]\nid: X:1\nname: Hello\\! world\n'
             'synonym: "C:\\\\drive" EXACT []\nsynonym: "quoted \\"word\\"" RELATED []\n'
@@ -102,8 +102,6 @@ def test_a_table_header_naming_the_name_column_label_is_a_header(tmp_path):
     """``ID,Label,Synonyms`` (ontology and spreadsheet exports): before, taken for a header-less table, the
     header became an entity and the synonyms every entity's description. A header naming known columns but no
     id or no name column is refused, not read as an entity."""
-    from spacy_pel.kb import KBFormatError, read_kb
-
     (tmp_path / "kb.csv").write_text("ID,Label,Synonyms\nX:1,acetylsalicylic acid,aspirin|ASA\nX:2,warfarin,coumadin\n",
                                      encoding="utf8")
     assert [(e.id, e.name, e.aliases, e.description) for e in read_kb(tmp_path / "kb.csv", "csv")] == [
@@ -117,13 +115,6 @@ def test_a_reused_kb_records_the_encoder_it_was_built_with_and_add_reports_the_o
     """``build-kb --encoder TRAINED --reuse EARLIER`` (the entity tower unchanged: the KB is copied) recorded
     EARLIER's encoder_source, so a linker given only the KB ran the base model's mention tower; ``--add``
     reported the --encoder option's default, not the KB's own encoder it encoded with."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from spacy_pel.retrieval.build import build_kb
-
     trained = tmp_path / "retriever_best"  # only the mention tower trained: the same entity fingerprint
     shutil.copytree(tiny_encoder_dir, trained)
     weights = load_file(trained / "mention" / "model.safetensors")
