@@ -129,3 +129,25 @@ def test_a_reused_kb_records_the_encoder_it_was_built_with_and_add_reports_the_o
     result = run("build-kb", "--add", tmp_path / "new.jsonl", "-o", tmp_path / "kb")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "kb" / "build_report.json").read_text())["encoder"] == str(tiny_encoder_dir)
+
+
+def test_add_to_a_compressed_kb_is_one_line_before_the_encoder_loads(kb_dir, tmp_path, monkeypatch):
+    """``build-kb --add`` on an ``--index ivfpq`` KB loaded the encoder, encoded the new entities, then ended
+    in a traceback (RefinedSearch.add's ValueError)."""
+    import spacy_pel.retrieval.build as build
+
+    real = build.EntityIndex.from_disk
+
+    class Compressed:  # the KB as an ivfpq one loads (building one takes 10,000 entities)
+        @staticmethod
+        def from_disk(path, *args, **kwargs):
+            index = real(path, *args, **kwargs)
+            index.kind = "ivfpq"
+            return index
+
+    monkeypatch.setattr(build, "EntityIndex", Compressed)
+    monkeypatch.setattr(build, "load_encoder", lambda *a, **k: pytest.fail("the encoder was loaded"))
+    (tmp_path / "new.jsonl").write_text('{"id": "D9", "name": "heparin"}\n', encoding="utf8")
+    result = run("build-kb", "--add", tmp_path / "new.jsonl", "-o", kb_dir)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "is a compressed (ivfpq) KB, which cannot be extended in place" in result.stderr
