@@ -274,7 +274,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
     stamp: Optional[dict] = None
     if add is not None:
         existing = EntityIndex.from_disk(output)
-        if existing.kind != "flat":  # before the encoder is loaded and anything encoded
+        if existing.kind == "ivfpq":  # before the encoder is loaded and anything encoded (hnsw and flat extend)
             raise InputError(f"{output} is a compressed ({existing.kind}) KB, which cannot be extended in place: "
                              "build it again from the whole KB file (build-kb --reuse OLD_KB encodes only what changed)")
         # what the KB was built from, kept with this file appended (read now: writing the KB replaces the folder)
