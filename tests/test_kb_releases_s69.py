@@ -151,3 +151,11 @@ def test_add_to_a_compressed_kb_is_one_line_before_the_encoder_loads(kb_dir, tmp
     result = run("build-kb", "--add", tmp_path / "new.jsonl", "-o", kb_dir)
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "is a compressed (ivfpq) KB, which cannot be extended in place" in result.stderr
+
+
+def test_add_extends_an_hnsw_kb(kb_file, tiny_encoder_dir, tmp_path):
+    build_kb(kb_file, tmp_path / "kb", encoder=str(tiny_encoder_dir), index="hnsw", progress=False)
+    (tmp_path / "new.jsonl").write_text('{"id": "D9", "name": "heparin"}\n', encoding="utf8")
+    result = run("build-kb", "--add", tmp_path / "new.jsonl", "-o", tmp_path / "kb")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "kb" / "meta.json").read_text())["entities"] == 6
