@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 from confection import Config
 
 from ..files import InputError, atomic_write, file_digest, folder_digest
+from ..retrieval.index import is_name_index
 
 T = TypeVar("T")
 PathLike = Union[str, Path]
@@ -74,12 +75,19 @@ def named_inputs(raw: Mapping[str, Any]) -> Dict[str, List[Path]]:
 
 def input_digests(raw: Mapping[str, Any]) -> Dict[str, str]:
     """SHA-256 of every existing file or folder of :func:`named_inputs` (a hub name is no path), by
-    setting name: what the run's work depends on besides its settings."""
+    setting name: what the run's work depends on besides its settings. A folder's hidden entries (a write in
+    progress) and name indexes (``build-names``' default ``KB/names``: no trainer reads them) are left out,
+    so building a KB's name rows does not make a run's checkpoint stale."""
     digests = {}
     for key, paths in named_inputs(raw).items():
         if paths and all(p.is_file() or p.is_dir() for p in paths):
-            digests[key] = "+".join(file_digest(p) if p.is_file() else folder_digest(p) for p in paths)
+            digests[key] = "+".join(file_digest(p) if p.is_file() else folder_digest(p, _not_read(p)) for p in paths)
     return digests
+
+
+def _not_read(folder: Path) -> List[Path]:
+    """The entries of an input ``folder`` no run reads: hidden ones and name index folders."""
+    return [p for p in folder.iterdir() if p.name.startswith(".") or (p.is_dir() and is_name_index(p))]
 
 
 def check_apart(raw: Mapping[str, Any], output: PathLike) -> None:
