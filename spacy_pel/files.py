@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Optional, Tuple, Union
@@ -27,9 +28,29 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
-def atomic_write(target: PathLike, write) -> None:
-    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded."""
+def _is_stream(target: Path) -> bool:
+    """Is ``target`` (a symlink followed) a character device, FIFO or socket (``/dev/stdout``, a named pipe)?"""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def written_through(target: PathLike) -> Path:
+    """Where a write to ``target`` lands: for a symlink (a KB folder kept on a big disk and linked into the
+    project), the file or folder it points to, so that the link stays and its target gets the new contents."""
     target = Path(target)
+    return Path(os.path.realpath(target)) if target.is_symlink() else target
+
+
+def atomic_write(target: PathLike, write) -> None:
+    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded (through a symlink:
+    onto the file it points to). A stream (``/dev/stdout``, a named pipe) is written to directly: there is
+    nothing to replace, and replacing it would put a file in its place."""
+    if _is_stream(Path(target)):
+        return write(Path(target))
+    target = written_through(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
     os.close(fd)
@@ -43,7 +64,8 @@ def atomic_write(target: PathLike, write) -> None:
 
 
 def atomic_dir(target: PathLike, on_old: Optional[Callable[[Path], None]] = None):
-    """Context manager yielding a temporary folder that replaces ``target`` only on success.
+    """Context manager yielding a temporary folder that replaces ``target`` only on success (through a
+    symlink: the folder it points to).
 
     ``on_old``: called with the folder ``target`` was (renamed aside) after the new one took its place and
     before it is removed, to move out of it what must outlive it (if it raises, the old folder is kept)."""
@@ -52,7 +74,7 @@ def atomic_dir(target: PathLike, on_old: Optional[Callable[[Path], None]] = None
 
 class _AtomicDir:
     def __init__(self, target: Path, on_old: Optional[Callable[[Path], None]] = None):
-        self.target, self.on_old = target, on_old
+        self.target, self.on_old = written_through(target), on_old
 
     def __enter__(self) -> Path:
         self.target.parent.mkdir(parents=True, exist_ok=True)

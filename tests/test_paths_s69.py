@@ -1,6 +1,10 @@
 """Inputs and outputs as a user's file system has them: what a run's checkpoint depends on in a KB folder."""
 import json
+import os
+import stat
 
+from spacy_pel.files import atomic_write
+from spacy_pel.retrieval.build import build_kb
 from spacy_pel.training.run_config import input_digests
 
 
@@ -17,3 +21,26 @@ def test_a_kb_folders_name_rows_and_hidden_files_do_not_make_a_checkpoint_stale(
     (kb_dir / "notes").mkdir()  # any other folder is read as the KB's
     (kb_dir / "notes" / "x.txt").write_text("x", encoding="utf8")
     assert input_digests(raw) != before
+
+
+def test_outputs_are_written_through_symlinks_and_streams_are_not_replaced(tmp_path, kb_file, tiny_encoder_dir):
+    """A KB folder kept elsewhere and linked into the project (kbs/mesh -> /data/kbs/mesh), a linked output file:
+    before, the link was renamed aside and a real folder / file put in its place (the data beside the link, its
+    target keeping the old contents). A stream (a link to /dev/null, as /dev/stdout links to a descriptor) was
+    replaced by a regular file (as root: the system's /dev/stdout)."""
+    big = tmp_path / "big_disk" / "kb"
+    build_kb(kb_file, big, encoder=str(tiny_encoder_dir), progress=False)
+    (tmp_path / "kbs").mkdir()
+    (tmp_path / "kbs" / "kb").symlink_to(big)
+    (tmp_path / "more.jsonl").write_text('{"id": "D9", "name": "heparin"}\n', encoding="utf8")
+    build_kb(None, tmp_path / "kbs" / "kb", encoder=str(tiny_encoder_dir), add=tmp_path / "more.jsonl",
+             progress=False)
+    assert (tmp_path / "kbs" / "kb").is_symlink() and json.loads((big / "meta.json").read_text())["entities"] == 6
+    assert [p.name for p in (tmp_path / "kbs").iterdir()] == ["kb"]  # no renamed link left beside it
+    (tmp_path / "real.txt").write_text("old", encoding="utf8")
+    (tmp_path / "linked.txt").symlink_to(tmp_path / "real.txt")
+    atomic_write(tmp_path / "linked.txt", lambda tmp: tmp.write_text("new", encoding="utf8"))
+    assert (tmp_path / "linked.txt").is_symlink() and (tmp_path / "real.txt").read_text() == "new"
+    (tmp_path / "out").symlink_to("/dev/null")
+    atomic_write(tmp_path / "out", lambda tmp: tmp.write_text("to the stream", encoding="utf8"))
+    assert (tmp_path / "out").is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
