@@ -5,7 +5,7 @@ import stat
 
 from spacy_pel.files import atomic_write
 from spacy_pel.retrieval.build import build_kb
-from spacy_pel.training.run_config import input_digests
+from spacy_pel.training.run_config import input_digests, save_run_config, stale_checkpoint, start_run
 
 
 def test_a_kb_folders_name_rows_and_hidden_files_do_not_make_a_checkpoint_stale(kb_dir):
@@ -44,3 +44,25 @@ def test_outputs_are_written_through_symlinks_and_streams_are_not_replaced(tmp_p
     (tmp_path / "out").symlink_to("/dev/null")
     atomic_write(tmp_path / "out", lambda tmp: tmp.write_text("to the stream", encoding="utf8"))
     assert (tmp_path / "out").is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_checkpoint_resumes_whatever_its_input_paths_spelling(tmp_path, monkeypatch):
+    """The same files named ./corpus/x.spacy or by an absolute path from another working folder: before, the
+    checkpoint was dropped ("left by a run with other settings"); the inputs' contents are compared instead.
+    A [paths] value that is no file (a format name) is still compared as written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "x.spacy").write_bytes(b"corpus")
+    (tmp_path / "corpus" / "y.spacy").write_bytes(b"another corpus")
+    out = tmp_path / "run"
+
+    def recorded(train, kb_format="mesh"):
+        save_run_config({"paths": {"train": train, "kb_format": kb_format}, "training": {"lr": 0.1}}, out)
+        return stale_checkpoint(out)
+
+    recorded("corpus/x.spacy")
+    start_run(out)
+    (out / "last").mkdir()
+    assert recorded("./corpus/x.spacy") is None and recorded(str(tmp_path / "corpus" / "x.spacy")) is None
+    assert "other settings" in recorded("corpus/x.spacy", kb_format="obo")
+    assert "other contents for paths.train" in recorded("corpus/y.spacy")

@@ -134,10 +134,18 @@ def stale_checkpoint(output: PathLike, run: Optional[Dict[str, Any]] = None) -> 
     run = run if run is not None else pending_run(output)
     if run is None or not (saved.exists() and (output / CHECKPOINT_DIR).exists()):
         return None
-    if run_settings(Config().from_str(run["config"], interpolate=False)) != run_settings(Config().from_disk(saved, interpolate=False)):
+    now, then = (run_settings(c) for c in (Config().from_str(run["config"], interpolate=False),
+                                           Config().from_disk(saved, interpolate=False)))
+    read_before = json.loads(inputs_file.read_text(encoding="utf8")) if inputs_file.exists() else {}
+    for key in set(read_before) & set(run["inputs"]):  # files compared by contents below, so their paths may be
+        section, name = key.split(".", 1)  # spelled otherwise (./corpus/x.spacy, absolute: another working folder)
+        for settings in (now, then):
+            if isinstance(settings.get(section), dict):
+                settings[section].pop(name, None)
+    if now != then:
         return f"a run with other settings ({saved})"
     if inputs_file.exists():
-        before, inputs = json.loads(inputs_file.read_text(encoding="utf8")), run["inputs"]
+        before, inputs = read_before, run["inputs"]
         changed = sorted(k for k in set(before) | set(inputs) if before.get(k) != inputs.get(k))
         if changed:
             return f"a run that read other contents for {', '.join(changed)}"
