@@ -1,9 +1,11 @@
 """Inputs and outputs as a user's file system has them: what a run's checkpoint depends on in a KB folder."""
 import json
 import os
+import shutil
 import stat
 
 from spacy_pel.files import atomic_write
+from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.build import build_kb
 from spacy_pel.training.run_config import input_digests, save_run_config, stale_checkpoint, start_run
 
@@ -66,3 +68,13 @@ def test_a_checkpoint_resumes_whatever_its_input_paths_spelling(tmp_path, monkey
     assert recorded("./corpus/x.spacy") is None and recorded(str(tmp_path / "corpus" / "x.spacy")) is None
     assert "other settings" in recorded("corpus/x.spacy", kb_format="obo")
     assert "other contents for paths.train" in recorded("corpus/y.spacy")
+
+
+def test_an_encoder_given_with_a_tilde_is_loaded_from_home(tmp_path, monkeypatch, tiny_encoder_dir, tiny_bert):
+    """``--encoder=~/enc`` (no shell expands ~ after =) passed the existence checks, which expand it, and then
+    failed to load: a saved encoder was taken for a base model, a base model's path for a hub repo id."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(tiny_encoder_dir, tmp_path / "enc")
+    shutil.copytree(tiny_bert, tmp_path / "bert")
+    assert BiEncoder.from_pretrained("~/enc").fingerprint() == BiEncoder.from_pretrained(tiny_encoder_dir).fingerprint()
+    assert BiEncoder.from_pretrained("~/bert").config.base == "~/bert"

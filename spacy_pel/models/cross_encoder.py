@@ -98,7 +98,7 @@ class CrossEncoder(torch.nn.Module):
         """Load a saved cross-encoder folder, or start one (random score layer) from a Hugging Face
         model name or path. ``overrides`` set :class:`CrossEncoderConfig` fields."""
         quiet_transformers()
-        path = Path(str(name_or_path))
+        path = Path(str(name_or_path)).expanduser()
         if (path / CONFIG_FILE).exists():
             data = json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))
             data.update(overrides)

