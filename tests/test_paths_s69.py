@@ -3,7 +3,11 @@ import json
 import os
 import shutil
 import stat
+import threading
 
+from typer.testing import CliRunner
+
+from spacy_pel.cli import app
 from spacy_pel.files import atomic_write
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.build import build_kb
@@ -78,3 +82,20 @@ def test_an_encoder_given_with_a_tilde_is_loaded_from_home(tmp_path, monkeypatch
     shutil.copytree(tiny_bert, tmp_path / "bert")
     assert BiEncoder.from_pretrained("~/enc").fingerprint() == BiEncoder.from_pretrained(tiny_encoder_dir).fingerprint()
     assert BiEncoder.from_pretrained("~/bert").config.base == "~/bert"
+
+
+def test_a_pipe_given_as_an_input_file_is_one_line_saying_so(tmp_path):
+    """A KB or corpus given as a pipe (/dev/stdin, <(zcat kb.jsonl.gz), a named FIFO): the KB was read twice
+    (hashed, then read: "no entities"; a FIFO hung for ever), a corpus called "a folder, not a file"."""
+    fifo = tmp_path / "kb.jsonl"
+    os.mkfifo(fifo)
+    # a writer, so that a command that does read the FIFO gets its data and ends instead of hanging the suite
+    def writer():
+        while True:  # each read of it gets the data (a daemon: left blocked in open() once no one reads)
+            fifo.write_text('{"id": "D1", "name": "aspirin"}\n{"id": "D2", "name": "warfarin"}\n')
+
+    threading.Thread(target=writer, daemon=True).start()
+    result = CliRunner().invoke(app, ["build-kb", "--kb", str(fifo), "-o", str(tmp_path / "kb")])
+    assert result.exit_code == 2 and "is a pipe or device, not a jsonl KB file" in result.stderr
+    result = CliRunner().invoke(app, ["convert", str(fifo), str(tmp_path / "c.spacy")])
+    assert result.exit_code == 2 and "is a pipe or device, not a file: save it to a file first" in result.stderr

@@ -80,10 +80,11 @@ def require_file(path: Optional[Path], what: str) -> None:
     if path is None:
         return
     if not path.exists():
-        installed = " (nor an installed pipeline package's name)" if what == "pipeline" else ""
-        fail(f"{what} not found: {path}{installed}")
-    if not path.is_file():
+        fail(f"{what} not found: {path}")
+    if path.is_dir():
         fail(f"{what} {path} is a folder, not a file")
+    if not path.is_file():  # /dev/stdin, <(zcat …), a named pipe: read more than once (hashed, then read)
+        fail(f"{what} {path} is a pipe or device, not a file: save it to a file first and give that")
 
 
 def require_dir(path: Optional[Path], what: str, marker: Optional[str] = None) -> None:

@@ -80,6 +80,8 @@ def kb_files(path: PathLike, format: str) -> List[Path]:
     for file in found:
         if file.is_dir():
             raise files.InputError(f"{file} is a folder, not a {format} KB file")
+        if file.exists() and not file.is_file():  # a KB is read twice (hashed, then read): a pipe once only
+            raise files.InputError(f"{file} is a pipe or device, not a {format} KB file: save it to a file first")
     return found
 
 
