@@ -28,7 +28,7 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
-def _is_stream(target: Path) -> bool:
+def is_stream(target: Path) -> bool:
     """Is ``target`` (a symlink followed) a character device, FIFO or socket (``/dev/stdout``, a named pipe)?"""
     try:
         mode = os.stat(target).st_mode
@@ -48,7 +48,7 @@ def atomic_write(target: PathLike, write) -> None:
     """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded (through a symlink:
     onto the file it points to). A stream (``/dev/stdout``, a named pipe) is written to directly: there is
     nothing to replace, and replacing it would put a file in its place."""
-    if _is_stream(Path(target)):
+    if is_stream(Path(target)):
         return write(Path(target))
     target = written_through(target)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -4,14 +4,18 @@ import os
 import shutil
 import stat
 import threading
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+import spacy_pel.cli.visualize as visualize_cli
 from spacy_pel.cli import app
 from spacy_pel.files import atomic_write
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.retrieval.build import build_kb
 from spacy_pel.training.run_config import input_digests, save_run_config, stale_checkpoint, start_run
+from tests.test_cli_errors import corpus, one_line_error
 
 
 def test_a_kb_folders_name_rows_and_hidden_files_do_not_make_a_checkpoint_stale(kb_dir):
@@ -99,3 +103,19 @@ def test_a_pipe_given_as_an_input_file_is_one_line_saying_so(tmp_path):
     assert result.exit_code == 2 and "is a pipe or device, not a jsonl KB file" in result.stderr
     result = CliRunner().invoke(app, ["convert", str(fifo), str(tmp_path / "c.spacy")])
     assert result.exit_code == 2 and "is a pipe or device, not a file: save it to a file first" in result.stderr
+
+
+def test_an_output_in_a_folder_that_cannot_be_written_is_refused_before_linking(tmp_path, monkeypatch):
+    """A read-only mount or a folder without permission was found after the whole corpus was linked, naming a
+    temporary file (root ignores permissions: the folder is made unwritable through os.access, as a read-only
+    mount answers it)."""
+    ro = tmp_path / "readonly"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if Path(p) == ro else real(p, mode, *a, **k))
+    monkeypatch.setattr(visualize_cli, "load_pipeline", lambda *a, **k: pytest.fail("loaded before checking"))
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "meta.json").write_text("{}")
+    one_line_error(CliRunner().invoke(visualize_cli.app, [str(corpus(tmp_path)), str(ro / "page.html"), "--kb", str(kb)]),
+                   f"{ro} is not writable")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -17,7 +18,7 @@ import spacy
 import typer
 from confection import ConfigValidationError
 
-from ..files import InputError
+from ..files import InputError, is_stream, written_through
 from ..models.encoder import EncoderMismatchError
 from ..retrieval.build import check_encoder_source
 from ..retrieval.ray_build import RayOptions
@@ -142,11 +143,16 @@ def require_one_of(value: str, choices: Iterable[str], option: str) -> None:
 
 
 def require_writable_parent(path: Path, what: str) -> None:
-    """Refuse an output whose place cannot be made: its parent is a file."""
-    for parent in path.parents:
+    """Refuse an output whose place cannot be made: its parent is a file, or a folder this user cannot write
+    in (a read-only mount, no permission; through a symlink: its target's). A stream (/dev/stdout) is written."""
+    if is_stream(path):
+        return
+    for parent in written_through(path).parents:
         if parent.exists():
             if not parent.is_dir():
                 fail(f"cannot write {what} {path}: {parent} is a file")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                fail(f"cannot write {what} {path}: {parent} is not writable (a read-only file system, or no permission)")
             return
 
 
