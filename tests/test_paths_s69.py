@@ -27,6 +27,9 @@ def test_a_kb_folders_name_rows_and_hidden_files_do_not_make_a_checkpoint_stale(
     (kb_dir / "names" / "meta.json").write_text(json.dumps({"kb_ids_sha256": "x"}), encoding="utf8")
     (kb_dir / "names" / "embeddings.npy").write_bytes(b"rows")
     (kb_dir / ".meta.json.tmp-123").write_text("a write in progress", encoding="utf8")
+    (kb_dir / "names.partial").mkdir()  # an interrupted build-names: its work folder and lock
+    (kb_dir / "names.partial" / "chunk_0.npy").write_bytes(b"part")
+    (kb_dir / "names.lock").write_text("", encoding="utf8")
     assert input_digests(raw) == before
     (kb_dir / "notes").mkdir()  # any other folder is read as the KB's
     (kb_dir / "notes" / "x.txt").write_text("x", encoding="utf8")

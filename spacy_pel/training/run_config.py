@@ -75,9 +75,9 @@ def named_inputs(raw: Mapping[str, Any]) -> Dict[str, List[Path]]:
 
 def input_digests(raw: Mapping[str, Any]) -> Dict[str, str]:
     """SHA-256 of every existing file or folder of :func:`named_inputs` (a hub name is no path), by
-    setting name: what the run's work depends on besides its settings. A folder's hidden entries (a write in
-    progress) and name indexes (``build-names``' default ``KB/names``: no trainer reads them) are left out,
-    so building a KB's name rows does not make a run's checkpoint stale."""
+    setting name: what the run's work depends on besides its settings. A folder's hidden entries, writes in
+    progress (``*.partial``, ``*.lock``) and name indexes (``build-names``' default ``KB/names``: no trainer
+    reads them) are left out, so building a KB's name rows does not make a run's checkpoint stale."""
     digests = {}
     for key, paths in named_inputs(raw).items():
         if paths and all(p.is_file() or p.is_dir() for p in paths):
@@ -86,8 +86,10 @@ def input_digests(raw: Mapping[str, Any]) -> Dict[str, str]:
 
 
 def _not_read(folder: Path) -> List[Path]:
-    """The entries of an input ``folder`` no run reads: hidden ones and name index folders."""
-    return [p for p in folder.iterdir() if p.name.startswith(".") or (p.is_dir() and is_name_index(p))]
+    """The entries of an input ``folder`` no run reads: hidden ones, name index folders, and the work folders and
+    lock files of writes in progress (``KB/names.partial``, ``KB/names.lock``: an interrupted build-names)."""
+    return [p for p in folder.iterdir() if p.name.startswith(".") or p.name.endswith((".partial", ".lock"))
+            or (p.is_dir() and is_name_index(p))]
 
 
 def check_apart(raw: Mapping[str, Any], output: PathLike) -> None:
