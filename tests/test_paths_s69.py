@@ -106,6 +106,10 @@ def test_a_pipe_given_as_an_input_file_is_one_line_saying_so(tmp_path):
     assert result.exit_code == 2 and "is a pipe or device, not a jsonl KB file" in result.stderr
     result = CliRunner().invoke(app, ["convert", str(fifo), str(tmp_path / "c.spacy")])
     assert result.exit_code == 2 and "is a pipe or device, not a file: save it to a file first" in result.stderr
+    (tmp_path / "kb2.jsonl").write_text('{"id": "D1", "name": "aspirin"}\n', encoding="utf8")
+    for text, fragment in ((fifo, "is a pipe or device"), (tmp_path, "is a folder, not a file")):  # silver: "not found"
+        result = CliRunner().invoke(app, ["silver", str(text), "--kb", str(tmp_path / "kb2.jsonl"), "-o", str(tmp_path / "s.spacy")])
+        assert result.exit_code == 2 and fragment in result.stderr, result.output
 
 
 def test_an_output_in_a_folder_that_cannot_be_written_is_refused_before_linking(tmp_path, monkeypatch):

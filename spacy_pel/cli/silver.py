@@ -12,7 +12,7 @@ from ..corpora import write_docbin
 from ..files import BadLines
 from ..kb import READERS, read_kb
 from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
-from ._errors import cli_errors, fail, require_output_file
+from ._errors import cli_errors, fail, require_file, require_output_file
 from ._output import echo_json
 
 HELP = (
@@ -53,8 +53,7 @@ def main(
     if format not in READERS:
         fail(f"unknown KB format {format!r}; known: {', '.join(READERS)}")
     for path in texts:
-        if not path.is_file():
-            fail(f"text not found: {path}")
+        require_file(path, "text")
     if not kb.exists():
         fail(f"KB not found: {kb}")
     if max_per_entity < 0:
