@@ -126,3 +126,10 @@ def test_an_output_in_a_folder_that_cannot_be_written_is_refused_before_linking(
     (kb / "meta.json").write_text("{}")
     one_line_error(CliRunner().invoke(visualize_cli.app, [str(corpus(tmp_path)), str(ro / "page.html"), "--kb", str(kb)]),
                    f"{ro} is not writable")
+
+
+def test_atomic_write_takes_a_path_given_as_a_string(tmp_path):
+    """``written_through`` (symlinks followed) called ``is_symlink`` on the argument as given: a ``str`` target
+    raised AttributeError."""
+    atomic_write(str(tmp_path / "x.txt"), lambda tmp: tmp.write_text("ok", encoding="utf8"))
+    assert (tmp_path / "x.txt").read_text() == "ok"

@@ -106,7 +106,7 @@ PIPELINE_HELP = "A saved spaCy pipeline with pel_linker: its folder, or the name
 
 def pipeline_folder(value: Optional[Path]) -> Optional[Path]:
     """A ``--pipeline`` value as a folder (a typer callback): the value itself, or for the name of an
-    installed pipeline package (``spacy package``'s, e.g. ``en_pel_bc5cdr``) the folder in it that
+    installed pipeline package (``spacy package``'s, e.g. ``en_pel_bc5cdr_mesh``) the folder in it that
     ``spacy.load`` reads. A value that is neither is kept, for :func:`require_dir` to name."""
     name = str(value) if value is not None else ""
     if value is None or value.exists() or not spacy.util.is_package(name):
