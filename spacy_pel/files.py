@@ -41,7 +41,6 @@ def written_through(target: PathLike) -> Path:
     """Where a write to ``target`` lands: for a symlink (a KB folder kept on a big disk and linked into the
     project), the file or folder it points to, so that the link stays and its target gets the new contents."""
     target = Path(target)
-    target = Path(target)
     return Path(os.path.realpath(target)) if target.is_symlink() else target
 
 
