@@ -9,13 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import spacy
 from typer.testing import CliRunner
 
 import spacy_pel.retrieval.build as build
 from spacy_pel.cli import app
 from spacy_pel.files import InputError
 from spacy_pel.models.encoder import DEFAULT_ENCODER, BiEncoder
-from spacy_pel.retrieval.build import build_kb, encoder_location
+from spacy_pel.pipeline.retarget import linker_overrides
+from spacy_pel.retrieval.build import build_kb
+from spacy_pel.retrieval.encoder_record import encoder_location
 from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.retrieval.names import NameIndex, build_names
 from tests.test_cli_errors import one_line_error
@@ -131,6 +134,35 @@ def test_a_kb_records_a_local_encoder_by_its_absolute_path(kb_file, tiny_encoder
     assert build_kb(None, tmp_path / "kb", add=extra, progress=False)["entities_total"] == 6
     assert encoder_location(DEFAULT_ENCODER) == DEFAULT_ENCODER
     assert encoder_location("org/some-model") == "org/some-model"  # a Hugging Face name as given
+
+
+def test_a_kb_moved_with_its_encoder_still_finds_it(kb_file, tiny_encoder_dir, tmp_path, monkeypatch, extra):
+    """Defect: the encoder was recorded by its absolute path only: once the project was moved (renamed,
+    copied to a server or a CI cache), build-names, --add, retarget and a linker given only the KB failed
+    with 'encoder folder not found: <old path>', though the encoder had moved with the KB."""
+    project = tmp_path / "project"
+    shutil.copytree(tiny_encoder_dir, project / "training" / "best")
+    monkeypatch.chdir(project)
+    build_kb(Path(kb_file), Path("kbs/final"), encoder="training/best", progress=False)
+    build_kb(Path(kb_file), Path("kbs/copy"), encoder="training/best", reuse=Path("kbs/final"), progress=False)
+    meta = EntityIndex.read_meta(project / "kbs" / "copy")
+    assert meta["encoder_source_from_kb"] == os.path.join("..", "..", "training", "best")
+    moved = tmp_path / "moved"
+    project.rename(moved)
+    monkeypatch.chdir(tmp_path)
+    for kb in ("final", "copy"):  # built, and copied by --reuse
+        assert EntityIndex.from_disk(moved / "kbs" / kb).encoder_source == str(moved / "training" / "best")
+    assert build_names(moved / "kbs" / "copy", progress=False)["names"] > 5
+    assert build_kb(None, moved / "kbs" / "final", add=extra, progress=False)["entities_total"] == 6
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(moved / "kbs" / "final")})
+    nlp.initialize()
+    pipeline = tmp_path / "pipeline"
+    nlp.to_disk(pipeline)
+    other = EntityIndex.from_disk(moved / "kbs" / "copy")
+    other.fingerprint = "another"  # a KB another entity tower encoded: its own encoder is named
+    other.to_disk(tmp_path / "kbs_other")
+    assert linker_overrides(pipeline, tmp_path / "kbs_other")["components.pel_linker.encoder"] == str(moved / "training" / "best")
 
 
 # ---------------------------------------------------------------------------- a damaged KB folder

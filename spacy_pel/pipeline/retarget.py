@@ -22,6 +22,7 @@ from spacy.language import Language
 
 from ..files import InputError, PathLike, atomic_dir, check_output_folder
 from ..retrieval.build import check_encoder_source
+from ..retrieval.encoder_record import recorded_encoder
 from ..retrieval.index import EntityIndex
 from .linker import find_linker
 from .rules.name_rows import NAME as NAME_ROWS
@@ -94,7 +95,7 @@ def linker_overrides(pipeline: PathLike, kb: PathLike, names: Optional[PathLike]
     overrides = {f"components.{name}.kb": str(kb)}
     own = _own_entity_fingerprint(pipeline, name)
     if encoder is not None or own is None or own != meta.get("encoder_fingerprint"):
-        source = encoder or meta.get("encoder_source")
+        source = encoder or recorded_encoder(meta, kb)
         if not source:
             raise InputError(f"{kb}: its meta.json does not say which encoder built it; give that encoder")
         check_encoder_source(str(source))  # a file, a folder holding no model: one line before any is loaded

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ from ..models.encoder import (
 from ..models.precision import device_problem, index_precision, pick_device
 from ..retrieval.index import INDEX_KINDS, MIN_IVFPQ, EntityIndex, KeptNames
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, entity_texts_digest, read_stamp
+from .encoder_record import RELATIVE_KEY, encoder_location, relative_record
 from .ray_build import RayOptions, encode_on_ray
 from .reuse import earlier_entities, encode_reusing
 
@@ -76,15 +76,6 @@ def check_encoder_source(source: str) -> None:
             )
     elif looks_like_a_path(source):
         raise InputError(f"encoder folder not found: {source}")
-
-
-def encoder_location(source: str) -> str:
-    """What a KB records as the encoder that built it (``meta.json``'s ``encoder_source``): a local folder
-    as an absolute path, so that the KB finds it from any working directory; a Hugging Face name as given."""
-    path = Path(source).expanduser()
-    if source in DEFAULT_ENCODER_NAMES or not path.is_dir():
-        return source
-    return os.path.abspath(path)
 
 
 def load_encoder(source: str, precision: str = "auto", device: str = "auto", rows: str = "entities") -> BiEncoder:
@@ -210,7 +201,9 @@ def _copy_kb(source: Path, output: Path, names: KeptNames, encoder_source: str) 
         shutil.copytree(source, tmp, copy_function=link_or_copy, dirs_exist_ok=True)
         meta = json.loads((tmp / "meta.json").read_text(encoding="utf8"))
         (tmp / "meta.json").unlink()  # a hard link to source's: written anew, not through it
-        (tmp / "meta.json").write_text(json.dumps({**meta, "encoder_source": encoder_source}, indent=2), encoding="utf8")
+        meta = {k: v for k, v in meta.items() if k != RELATIVE_KEY}  # source's own: recorded anew
+        meta.update(encoder_source=encoder_source, **relative_record(encoder_source, output))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
         names.carry(tmp)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from ..files import InputError, atomic_dir, link_or_copy
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError, mismatch_reason
+from .encoder_record import recorded_encoder, relative_record
 from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, SubsetSearch, VectorFile
 from .table import EntityTable
 
@@ -320,7 +321,8 @@ class EntityIndex:
             np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
             if self.kind != "flat":
                 faiss.write_index(getattr(self.searcher, "index", self.searcher), str(tmp / "index.faiss"))
-            (tmp / "meta.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf8")
+            meta = {**self.meta(), **relative_record(self.encoder_source, path)}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
             names.carry(tmp)
         return names.report()
 
@@ -380,7 +382,7 @@ class EntityIndex:
             embeddings,
             metric=meta["metric"],
             fingerprint=meta["encoder_fingerprint"],
-            encoder_source=meta.get("encoder_source", ""),
+            encoder_source=recorded_encoder(meta, path),
             kind=kind,
             searcher=index,
             rows_from=VectorFile(path / "embeddings.npy"),
