@@ -4,6 +4,7 @@ does: the ids resolve to their entity."""
 import json
 import re
 import shutil
+import warnings
 
 import pytest
 import spacy
@@ -159,3 +160,22 @@ def test_add_extends_an_hnsw_kb(kb_file, tiny_encoder_dir, tmp_path):
     result = run("build-kb", "--add", tmp_path / "new.jsonl", "-o", tmp_path / "kb")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "kb" / "meta.json").read_text())["entities"] == 6
+
+
+def test_a_pipeline_whose_kb_folder_has_grown_says_it_links_against_its_own_copy(kb_dir, tmp_path, monkeypatch):
+    """Defect: after `build-kb --add` grew the KB folder a pipeline was saved from, spacy.load(config={kb:
+    that path}) linked against the pipeline's old copy without a word (the saved path names the copy)."""
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text('{"id": "D9", "name": "heparin sodium"}\n', encoding="utf8")
+    monkeypatch.chdir(kb_dir.parent)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": kb_dir.name, "threshold": 0.0})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipe")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the folder unchanged: no warning
+        spacy.load(tmp_path / "pipe")
+    assert run("build-kb", "--add", extra, "-o", kb_dir.name).exit_code == 0
+    with pytest.warns(UserWarning, match=r"its own copy of KB .*\(5 entities\).* changed since \(6 entities\).*retarget"):
+        loaded = spacy.load(tmp_path / "pipe", config={"components.pel_linker.kb": kb_dir.name})
+    assert len(find_linker(loaded)[1].index) == 5  # the copy, as documented

@@ -21,7 +21,28 @@ NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is
                 "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
 
 
+KB_CHANGED = ("{name} links against its own copy of KB {kb} ({n} entities), saved with the pipeline; the folder {kb} "
+              "has changed since ({now}). A config naming the KB path it was saved from keeps the copy; to link "
+              "against the folder, run `python -m spacy_pel retarget PIPELINE --kb {kb} -o OUTPUT`")
 LIBRARIES = ("spacy", "spacy_pel", "thinc", "srsly", "confection")
+IDENTITY_FILES = ("entities.jsonl", "embeddings.npy")  # sizes compared: what --add or a rebuild changes
+
+
+def _changed_since(configured: str, copy: Path) -> Optional[str]:
+    """How the KB folder at the configured path ``configured`` (if there is one here) differs from the
+    pipeline's saved copy ``copy`` of it: another entity count, entity encoder or table; None if it looks
+    the same or is not there."""
+    folder = Path(configured).expanduser()
+    try:
+        there, saved = (srsly.read_json(f / "meta.json") for f in (folder, copy))
+        sizes = [(folder / f).stat().st_size == (copy / f).stat().st_size for f in IDENTITY_FILES]
+    except (OSError, ValueError):
+        return None
+    if there.get("entities") != saved.get("entities"):
+        return f"{there.get('entities')} entities"
+    if there.get("encoder_fingerprint") != saved.get("encoder_fingerprint"):
+        return "another entity encoder"
+    return None if all(sizes) else "other entities"
 
 
 def caller_level() -> int:
@@ -75,6 +96,10 @@ class LinkerFolder:
             encoder = BiEncoder.from_pretrained(path / "encoder")
         if wanted("kb", path / "kb", self.cfg.kb, "kb"):
             index = EntityIndex.from_disk(path / "kb", self.cfg.search_precision)
+            changed = self.cfg.kb is not None and _changed_since(self.cfg.kb, path / "kb")
+            if changed:
+                warnings.warn(KB_CHANGED.format(name=self.name, kb=self.cfg.kb, n=len(index), now=changed),
+                              UserWarning, stacklevel=caller_level())
         for key, part in self.parts():
             if wanted(key, path, part.source, part.data_name, not part.null_turns_off):
                 part.from_disk(path)
