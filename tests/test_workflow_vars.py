@@ -87,10 +87,34 @@ BC5CDR_MESH = {
 }
 
 
-def render(project: Path, argv):
-    """The commands (by name) and workflows of ``project``'s project.yml with the ``--vars.x y`` of ``argv``."""
+def render(project: Path, argv, quoted: bool = False):
+    """The commands (by name) and workflows of ``project``'s project.yml with the ``--vars.x y`` of ``argv``;
+    the quotes around path vars (``--kb '${vars.kb_source}'``) dropped where the path is one word, as the
+    command receives it, unless ``quoted``."""
     cfg = load_project_config(project, overrides=parse_config_overrides(list(argv)))
-    return {c["name"]: c for c in cfg["commands"]}, cfg["workflows"]
+    commands = {c["name"]: c for c in cfg["commands"]}
+    if not quoted:
+        for c in commands.values():
+            c["script"] = [re.sub(r"(?<= )'([^' \"]*)'(?=[ \"]|$)", r"\1", line) for line in c.get("script", [])]
+    return commands, cfg["workflows"]
+
+
+PATH_VARS = ("kb_source", "encoder", "dev_corpus", "transfer_from", "transfer_corpus", "shared")
+
+
+def test_path_vars_holding_a_space_reach_every_command_as_one_argument():
+    """Defect: project.yml pasted the path vars into its script lines unquoted, and weasel splits a line
+    like a shell: a KB file, corpus or encoder folder whose path held a space reached the command in two."""
+    argv = [w for var in PATH_VARS for w in (f"--vars.{var}", f"my data/{var} x")]
+    commands, _ = render(ROOT, argv, quoted=True)
+    seen = {var: 0 for var in PATH_VARS}
+    for name, command in commands.items():
+        for line in command.get("script", []):
+            words = shlex.split(line)
+            assert not any(w.startswith("x") or w.endswith("data/") or w == "my" for w in words), (name, line)
+            for var in PATH_VARS:
+                seen[var] += sum(f"my data/{var} x" in w for w in words)
+    assert all(seen.values()), seen
 
 
 def args_file(path: Path):
