@@ -15,6 +15,7 @@ from spacy_pel.cli import app
 from spacy_pel.kb import KBFormatError, read_kb
 from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.retrieval.build import build_kb
+from spacy_pel.retrieval.names import build_names
 
 OBO = """format-version: 1.2
 default-namespace: human_phenotype
@@ -179,3 +180,25 @@ def test_a_pipeline_whose_kb_folder_has_grown_says_it_links_against_its_own_copy
     with pytest.warns(UserWarning, match=r"its own copy of KB .*\(5 entities\).* changed since \(6 entities\).*retarget"):
         loaded = spacy.load(tmp_path / "pipe", config={"components.pel_linker.kb": kb_dir.name})
     assert len(find_linker(loaded)[1].index) == 5  # the copy, as documented
+
+
+def test_name_rows_of_a_release_with_the_same_ids_but_a_moved_synonym_are_refused(tmp_path, tiny_encoder_dir):
+    """Defect: a name index was checked against a KB by its ids alone: the last release's name rows were
+    taken with a new one whose ids are the same but where a synonym moved to another entity."""
+    releases = {"v1": [("D1", "lithium carbonate", ["heart block"]), ("D2", "atrial flutter", [])],
+                "v2": [("D1", "lithium carbonate", []), ("D2", "atrial flutter", ["heart block"])]}
+    for release, rows in releases.items():
+        (tmp_path / f"{release}.jsonl").write_text("".join(
+            json.dumps({"id": i, "name": n, "aliases": a}) + "\n" for i, n, a in rows), encoding="utf8")
+        build_kb(tmp_path / f"{release}.jsonl", tmp_path / f"kb_{release}", encoder=str(tiny_encoder_dir), progress=False)
+        build_names(tmp_path / f"kb_{release}", tmp_path / f"names_{release}", progress=False)
+
+    def linker(names):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("pel_linker", config={"kb": str(tmp_path / "kb_v2"), "rules": {
+            "names": {"@misc": "spacy_pel.rules.name_rows.v1", "names": str(tmp_path / names), "mode": "names"}}})
+        find_linker(nlp)[1].ensure_loaded()
+
+    linker("names_v2")
+    with pytest.raises(ValueError, match="another release of this KB"):
+        linker("names_v1")

@@ -48,6 +48,7 @@ from ..models.encoder import (
 from ..models.precision import device_problem, index_precision, pick_device
 from ..retrieval.index import INDEX_KINDS, MIN_IVFPQ, EntityIndex, KeptNames
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, entity_texts_digest, read_stamp
+from .digests import name_inputs_digest
 from .encoder_record import RELATIVE_KEY, encoder_location, relative_record
 from .ray_build import RayOptions, encode_on_ray
 from .reuse import earlier_entities, encode_reusing
@@ -336,6 +337,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
             encoder_source=encoder_location(encoder),
             kind=index,
             entity_settings=enc.entity_settings(),
+            name_inputs=name_inputs_digest(entities),
         )
         encoded = len(entities) - resume.get("reused_entities", 0) - (earlier.reused if earlier else 0)
     t_index = time.perf_counter()

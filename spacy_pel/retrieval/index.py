@@ -15,7 +15,6 @@ a half-written KB. Rewriting a KB folder keeps the name indexes inside it (``bui
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ import numpy as np
 from ..files import InputError, atomic_dir, link_or_copy
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError, mismatch_reason
+from .digests import name_inputs_digest
 from .encoder_record import recorded_encoder, relative_record
 from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, SubsetSearch, VectorFile
 from .table import EntityTable
@@ -80,14 +80,6 @@ def is_name_index(folder: Path) -> bool:
     return isinstance(meta, dict) and "kb_ids_sha256" in meta
 
 
-def _name_inputs_digest(entities: Sequence[Entity]) -> str:
-    """SHA-256 of what name rows are made of: each entity's id, name, synonyms and types, in row order."""
-    h = hashlib.sha256()
-    for e in entities:
-        h.update(json.dumps([e.id, e.name, list(e.aliases), list(e.types)]).encode() + b"\n")
-    return h.hexdigest()
-
-
 class KeptNames:
     """The name indexes inside a KB folder about to be rewritten (``build-names``' default ``KB/names``):
     linked into the new folder (:meth:`carry`) when the new KB gives them the same rows — the same entity
@@ -108,7 +100,7 @@ class KeptNames:
         except (OSError, ValueError):
             return False
         return (meta.get("encoder_fingerprint") == fingerprint and len(old) == len(entities)
-                and _name_inputs_digest(old) == _name_inputs_digest(entities))
+                and name_inputs_digest(old) == name_inputs_digest(entities))
 
     def carry(self, tmp: Path) -> None:
         """Link the name indexes that still hold into the new KB folder ``tmp``."""
@@ -156,6 +148,7 @@ class EntityIndex:
         precision: str = "auto",
         rows_from=None,
         entity_settings: Optional[Mapping[str, object]] = None,
+        name_inputs: Optional[str] = None,
     ):
         if embeddings.ndim != 2 or len(entities) != len(embeddings):
             raise ValueError(f"{len(entities)} entities but vectors of shape {embeddings.shape}")
@@ -169,6 +162,8 @@ class EntityIndex:
         self.rows_from = rows_from if rows_from is not None else InMemoryVectors(self.embeddings)
         self.metric, self.fingerprint, self.encoder_source, self.kind = metric, fingerprint, encoder_source, kind
         self.entity_settings = dict(entity_settings or {})  # the encoder's entity-side settings (empty: not recorded)
+        # name_inputs_digest of the entities: recorded by the name indexes built from it (None: not known)
+        self.name_inputs = name_inputs
         self.row = self.entities.id_rows()  # id → row (a Mapping; primary ids only)
         if searcher is None and kind == "flat":
             searcher = FlatSearch.from_array(embeddings, precision)
@@ -206,6 +201,7 @@ class EntityIndex:
             encoder_source=encoder_source or encoder.config.base,
             kind=kind,
             entity_settings=encoder.entity_settings(),
+            name_inputs=name_inputs_digest(entities),
         )
 
     def check_encoder(self, encoder: BiEncoder) -> None:
@@ -238,19 +234,22 @@ class EntityIndex:
         self.embeddings = np.concatenate([self.embeddings, vectors.astype(np.float16)])
         self.rows_from = InMemoryVectors(self.embeddings)
         self.searcher.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.name_inputs = name_inputs_digest(self.entities)
 
     def subset(self, rows: Sequence[int]) -> "EntityIndex":
         """A KB of only these rows (same encoder, the saved vectors, nothing re-encoded)."""
         rows = np.asarray(rows, dtype=np.int64)
         vectors = np.asarray(self.embeddings[rows], dtype=np.float32)
+        entities = [self.entities[i] for i in rows]
         return EntityIndex(
-            [self.entities[i] for i in rows],
+            entities,
             vectors,
             metric=self.metric,
             fingerprint=self.fingerprint,
             encoder_source=self.encoder_source,
             kind=self.kind,
             entity_settings=self.entity_settings,
+            name_inputs=name_inputs_digest(entities),
         )
 
     # ------------------------------------------------------------------ searching
@@ -309,6 +308,7 @@ class EntityIndex:
             "encoder_fingerprint": self.fingerprint,
             "encoder_source": self.encoder_source,
             **({"encoder_entity_settings": self.entity_settings} if self.entity_settings else {}),
+            **({"name_inputs_sha256": self.name_inputs} if self.name_inputs else {}),
             **({"nprobe": self.searcher.nprobe, "refine": self.searcher.refine} if self.kind == "ivfpq" else {}),
         }
 
@@ -387,4 +387,5 @@ class EntityIndex:
             searcher=index,
             rows_from=VectorFile(path / "embeddings.npy"),
             entity_settings=meta.get("encoder_entity_settings"),
+            name_inputs=meta.get("name_inputs_sha256"),
         )

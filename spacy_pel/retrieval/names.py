@@ -34,11 +34,11 @@ from ..kb import Entity, normalize
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from .build import load_encoder
 from .chunks import PieceTower, encode_resumable
+from .digests import ids_digest
 from .index import EntityIndex, is_name_index
 from .ray_build import encode_on_ray
 from .reuse import earlier_names, encode_reusing
 from .search import FlatSearch, OpenedFile, VectorFile
-from .table import StringColumn
 
 PathLike = Union[str, Path]
 NAMES_DIR = "names"
@@ -60,19 +60,6 @@ def entity_names(entity: Entity) -> List[str]:
             seen.add(key)
             out.append(name)
     return out
-
-
-def ids_digest(ids: Sequence[str]) -> str:
-    """SHA-256 of the KB's ids in row order (a name index belongs to one KB): of each id's UTF-8 bytes
-    followed by a record separator (a :class:`.table.StringColumn` is hashed from its blob at once)."""
-    h = hashlib.sha256()
-    if isinstance(ids, StringColumn):
-        blob = np.frombuffer(ids.blob, np.uint8)
-        h.update(np.insert(blob, ids.offsets[1:], 0x1E).tobytes())
-        return h.hexdigest()
-    for entity_id in ids:
-        h.update(entity_id.encode("utf8", "surrogatepass") + b"\x1e")
-    return h.hexdigest()
 
 
 def name_inputs(encoder: BiEncoder, names: Sequence[str], types: Sequence[str], input: str, max_length: int) -> List[List[int]]:
@@ -114,7 +101,7 @@ class NameIndex:
     def __init__(self, vectors, entity_rows: np.ndarray, names: Union[Sequence[str], Path], *, entities: int, ids_sha256: str,
                  fingerprint: str, input: str = "name", max_length: int = MAX_LENGTH, precision: str = "auto",
                  searcher: Optional[FlatSearch] = None, file: Optional[VectorFile] = None,
-                 saved: Optional[OpenedFile] = None):
+                 saved: Optional[OpenedFile] = None, kb_names_sha256: Optional[str] = None):
         entity_rows = np.asarray(entity_rows, dtype=np.int32)
         # the names themselves, or the path of their JSON file, read when first wanted (scoring needs none)
         self._names: Optional[List[str]] = None if isinstance(names, Path) else list(names)
@@ -127,6 +114,7 @@ class NameIndex:
             raise ValueError(f"name rows point outside the KB's {entities} entities")
         self.entity_rows, self.entities = entity_rows, entities
         self.ids_sha256, self.fingerprint, self.input, self.max_length = ids_sha256, fingerprint, input, max_length
+        self.kb_names_sha256 = kb_names_sha256  # the KB's name_inputs_digest when built (None: not recorded)
         # the vectors in memory (searchable), or on disk, read as rows are scored (``from_disk(in_memory=False)``)
         self.file = file
         self.saved = saved  # the vectors file held in memory was read from: to_disk copies it, not a rounded copy
@@ -174,8 +162,9 @@ class NameIndex:
                     fingerprint=fingerprint, input=input, max_length=max_length)
         return index, resume
 
-    def check(self, encoder: BiEncoder, ids: Sequence[str]) -> None:
-        """Refuse another entity encoder, or a KB other than the one the names were read from."""
+    def check(self, encoder: BiEncoder, ids: Sequence[str], kb_names: Optional[str] = None) -> None:
+        """Refuse another entity encoder, or a KB other than the one the names were read from: other ids,
+        or (``kb_names``: the KB's :func:`.digests.name_inputs_digest`, where both record one) other names."""
         if encoder.fingerprint() != self.fingerprint:
             raise EncoderMismatchError(
                 f"this name index was built with entity encoder {self.fingerprint}, but the encoder given has "
@@ -184,6 +173,9 @@ class NameIndex:
             raise InputError(f"this name index was built for another KB ({self.entities} entities, ids "
                              f"{self.ids_sha256[:12]}…), not this one ({len(ids)} entities; entities added with "
                              f"build-kb --add, or another KB); rebuild it (python -m spacy_pel build-names KB_DIR)")
+        if kb_names and self.kb_names_sha256 and kb_names != self.kb_names_sha256:
+            raise InputError("this name index was built from another release of this KB (the same ids, other names, "
+                             "synonyms or types); rebuild it (python -m spacy_pel build-names KB_DIR)")
 
     def for_kb(self, old_ids: Sequence[str], new_ids: Sequence[str]) -> "NameIndex":
         """This index for a KB made of part of its own (``old_ids``, the KB it was built for; ``new_ids``:
@@ -283,7 +275,7 @@ class NameIndex:
         dim = self.file.shape[1] if self.file is not None else self.searcher.matrix.shape[1]
         return {"format_version": FORMAT_VERSION, "names": len(self), "entities": self.entities, "dim": int(dim),
                 "input": self.input, "max_length": self.max_length, "encoder_fingerprint": self.fingerprint,
-                "kb_ids_sha256": self.ids_sha256}
+                "kb_ids_sha256": self.ids_sha256, **({"kb_names_sha256": self.kb_names_sha256} if self.kb_names_sha256 else {})}
 
     def to_disk(self, path: PathLike) -> None:
         with atomic_dir(path) as tmp:
@@ -333,7 +325,8 @@ class NameIndex:
             raise ValueError(f"{path}: {META}, {VECTORS}, {ROWS} and {TEXTS} disagree on the name count")
         return cls(None, rows, names, entities=meta["entities"], ids_sha256=meta["kb_ids_sha256"],
                    fingerprint=meta["encoder_fingerprint"], input=meta["input"], max_length=meta["max_length"],
-                   searcher=searcher, file=file, saved=OpenedFile(path / VECTORS) if in_memory else None)
+                   searcher=searcher, file=file, saved=OpenedFile(path / VECTORS) if in_memory else None,
+                   kb_names_sha256=meta.get("kb_names_sha256"))
 
 
 def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Optional[str] = None, input: str = "name",
@@ -368,6 +361,7 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
                                         batch_size=batch_size, progress=progress, chunk_size=chunk_size, ray=ray,
                                         source=encoder or index.encoder_source, reuse=reuse)
         t2 = time.perf_counter()
+        names.kb_names_sha256 = index.name_inputs
         names.to_disk(output)
         shutil.rmtree(work, ignore_errors=True)
         encoded = len(names) - resume.get("reused_entities", 0) - resume.get("reuse", {}).get("reused", 0)

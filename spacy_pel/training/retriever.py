@@ -80,7 +80,8 @@ def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) ->
     vectors = np.concatenate([centre_vectors(index.embeddings[s : s + chunk], centre)
                               for s in range(0, len(index), chunk)]) if len(index) else index.embeddings
     return EntityIndex(index.entities, vectors, metric=index.metric, fingerprint=index.fingerprint,
-                       encoder_source=index.encoder_source, kind="flat", entity_settings=index.entity_settings)
+                       encoder_source=index.encoder_source, kind="flat", entity_settings=index.entity_settings,
+                       name_inputs=index.name_inputs)
 
 
 def kb_records(path: PathLike, format: str) -> EntityIndex:

@@ -24,8 +24,9 @@ import numpy as np
 from spacy.util import registry
 
 from ...models.encoder import BiEncoder
+from ...retrieval.digests import ids_digest
 from ...retrieval.index import EntityIndex
-from ...retrieval.names import NameIndex, encode_names, ids_digest
+from ...retrieval.names import NameIndex, encode_names
 from ..aliases import read_aliases, write_aliases
 from .name_rows import MODES, NameRowsRule
 

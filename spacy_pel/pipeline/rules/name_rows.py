@@ -137,7 +137,7 @@ class NameRowsRule(LinkerPart):
         self.index, self.encoder = index, encoder
         if self.names is not None:  # the saved copy, unless it was built for another KB or encoder
             try:
-                self.names.check(encoder, index.entities.ids)
+                self.names.check(encoder, index.entities.ids, index.name_inputs)
                 return
             except ValueError as err:
                 if not self.source:
@@ -149,7 +149,7 @@ class NameRowsRule(LinkerPart):
                 self.names = None
         if self.source:
             self.names = NameIndex.from_disk(self.source, in_memory=self.search)
-            self.names.check(encoder, index.entities.ids)
+            self.names.check(encoder, index.entities.ids, index.name_inputs)
 
     def to_disk(self, path: Path) -> bool:
         if self.names is None:
