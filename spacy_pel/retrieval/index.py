@@ -354,6 +354,8 @@ class EntityIndex:
             raise IncompleteKBError(f"KB folder {path} is damaged: meta.json is not readable JSON ({err})") from None
         if not isinstance(meta, dict):
             raise IncompleteKBError(f"KB folder {path} is damaged: meta.json is not a JSON object")
+        if "kb_ids_sha256" in meta:
+            raise InputError(f"{path} is a name index (build-names' output), not a KB folder (build-kb's)")
         if meta.get("format_version") not in READABLE_VERSIONS:
             raise InputError(f"{path}: KB format version {meta.get('format_version')} is not one of {READABLE_VERSIONS}")
         return meta

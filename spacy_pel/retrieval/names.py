@@ -312,6 +312,8 @@ class NameIndex:
         meta = json.loads((path / META).read_text(encoding="utf8"))
         if not isinstance(meta, dict):
             raise ValueError(f"{META} is not a JSON object")
+        if "kb_ids_sha256" not in meta and "encoder_source" in meta:
+            raise InputError(f"{path} is a KB folder (build-kb's output), not a name index (build-names')")
         if meta.get("format_version") != FORMAT_VERSION:
             raise InputError(f"{path}: name index format {meta.get('format_version')} is not {FORMAT_VERSION}")
         searcher = FlatSearch.from_npy(path / VECTORS, precision) if in_memory else None
