@@ -138,7 +138,9 @@ def synonym_examples(index: EntityIndex, encoder: BiEncoder, limit: int, seed: i
     """KB synonyms as mentions of their own entity (:mod:`.synonyms`): at most ``limit`` training
     examples, and one held-out query for each of ``held_out`` entities none of whose synonyms is trained on."""
     train, queries = split_synonyms(index.entities, held_out, seed)
-    return Examples(*pair_inputs(encoder, sample_pairs(train, limit, seed))), Examples(*pair_inputs(encoder, queries))
+    names = index.entities.name_index()  # a synonym several entities share: each of them gold
+    return (Examples(*pair_inputs(encoder, sample_pairs(train, limit, seed), names)),
+            Examples(*pair_inputs(encoder, queries, names)))
 
 
 class RetrieverTask(Task):

@@ -15,12 +15,18 @@ still selects the best model on something the model has not seen.
 from __future__ import annotations
 
 import random
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from ..kb import Entity
+from ..kb import Entity, normalize
 from ..models.encoder import BiEncoder, Mention
+
+
+class NameLookup(Protocol):
+    """Normalised name → the KB rows that have it (:meth:`.retrieval.table.EntityTable.name_index`)."""
+
+    def get(self, key: str) -> Optional[List[int]]: ...
 
 
 def synonym_pairs(entities: Sequence[Entity]) -> List[Tuple[str, int]]:
@@ -55,10 +61,14 @@ def sample_pairs(pairs: List[Tuple[str, int]], limit: int, seed: int) -> List[Tu
     return pairs
 
 
-def pair_inputs(encoder: BiEncoder, pairs: Sequence[Tuple[str, int]]):
-    """Mention inputs (no context) and gold row sets of ``(synonym, row)`` pairs."""
+def pair_inputs(encoder: BiEncoder, pairs: Sequence[Tuple[str, int]], names: Optional[NameLookup] = None):
+    """Mention inputs (no context) and gold row sets of ``(synonym, row)`` pairs: the synonym's row and,
+    with ``names`` (the KB's normalised names and synonyms → rows), every other entity the KB gives that
+    name too, as a composite mention's gold set, so that an entity sharing a synonym is never its negative."""
     inputs = encoder.mention_inputs([Mention(text, 0, len(text)) for text, _ in pairs])
-    return inputs, [{row} for _, row in pairs]
+    if names is None:
+        return inputs, [{row} for _, row in pairs]
+    return inputs, [{row, *(names.get(normalize(text)) or ())} for text, row in pairs]
 
 
 def unique_rows(pairs: Sequence[Tuple[str, int]]) -> np.ndarray:
