@@ -87,7 +87,8 @@ def main(
     """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
     kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
     all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
-    (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them)."""
+    (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them, an alternative id
+    read as its entity)."""
     require_pipeline_or_kb(pipeline, kb, encoder)
     require_file(corpus, "corpus")
     if k < 1:
@@ -131,6 +132,7 @@ def main(
         threshold = linker.threshold if threshold is None else threshold
         report.update({"threshold": threshold, "mention_threshold": threshold if mention_threshold is None else mention_threshold,
                        "mention_margin": mention_margin})
-    report["gold"] = gold_cluster_scores(docs)
+    canonical = linker.index.canonical if linker.index is not None else None  # an alternative id as its entity
+    report["gold"] = gold_cluster_scores(docs, canonical=canonical)
     write_docbin(docs, output)
     echo_json(report)

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from ..corpora import bare_doc, corpus_ids, read_docbin, require_gold_spans
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
-from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics
+from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics, pipeline_nil_labels
 from ..files import atomic_write, write_jsonl
 from ..pipeline.linker import load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
@@ -87,7 +87,7 @@ def main(
         t0 = time.perf_counter()
         predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0
-        report = {**e2e_metrics(predicted, docs, linker.index.canonical), "docs": len(docs),
+        report = {**e2e_metrics(predicted, docs, linker.index.canonical, pipeline_nil_labels(nlp)), "docs": len(docs),
                   "tokens": "corpus" if corpus_tokens else "pipeline", "seconds": round(seconds, 1),
                   "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
         text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
@@ -109,7 +109,7 @@ def main(
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
         text = markdown(report, title)
         if errors:
-            found = mention_errors(rows, docs, linker.index, threshold, training, train_ids)
+            found = mention_errors(rows, docs, linker.index, threshold, training, train_ids, linker.mentions)
             report["errors"] = summary(found)
             text += summary_markdown(report["errors"]) + f"- the errors, one per line: {errors}\n"
             write_jsonl(found, errors)

@@ -16,13 +16,13 @@ Command line (gold-span corpus in, linked/discovered corpus out, counts JSON on 
 from __future__ import annotations
 
 import math
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc, Span
 
-from ..corpora import NIL, gold_spans
+from ..corpora import ID_SEP, NIL, gold_ids, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
 from ..pipeline.mentions import DocSpans, doc_spans, spans_at
 from ..pipeline.nil import TopScoreNil
@@ -373,15 +373,19 @@ def cluster_scores(true_labels: Sequence[Hashable], predicted_labels: Sequence[H
     return {"ari": round(float(ari), 6), "nmi": round(max(0.0, min(1.0, nmi)), 6)}
 
 
-def gold_cluster_scores(docs: Sequence[Doc], spans_key: str = DISCOVERED_KEY) -> Optional[Dict[str, float]]:
+def gold_cluster_scores(docs: Sequence[Doc], spans_key: str = DISCOVERED_KEY,
+                        canonical: Optional[Callable[[str], str]] = None) -> Optional[Dict[str, float]]:
     """ARI/NMI of the predicted ids (``doc.spans[spans_key]``) against the gold ids of the same
-    spans, over the mentions with a gold id other than NIL (a NIL mention's identity is unknown)."""
+    spans, over the mentions with a gold id other than NIL (a NIL mention's identity is unknown).
+    ``canonical`` (the linker's ``index.canonical``) maps a gold alternative id, and each id of a composite
+    one, to its entity's primary id: ``ALT1`` and ``D1`` are then one true entity, as elsewhere."""
+    same = canonical or (lambda i: i)
     true, pred = [], []
     for doc in docs:
         gold = {(s.start, s.end, s.label): s.kb_id_ for s in gold_spans(doc)}
         for span in doc_spans(doc, spans_key):
             g = gold.get((span.start, span.end, span.label), "")
             if g and g != NIL:
-                true.append(g)
+                true.append(ID_SEP.join(sorted({same(i) for i in gold_ids(g)})) if canonical else g)
                 pred.append(span.kb_id_)
     return {**cluster_scores(true, pred), "mentions": len(true)} if true else None

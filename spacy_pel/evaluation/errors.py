@@ -24,13 +24,14 @@ the predicted entities, and the mention in its context.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 from spacy.tokens import Doc
 
-from ..corpora import NIL, gold_spans
+from ..corpora import NIL
 from ..kb.entity import normalize
 from ..pipeline.aliases import mention_counts
+from ..pipeline.mentions import linked_gold
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import compact_key
 from .linking import row_confidence
@@ -85,12 +86,15 @@ def mention_errors(
     threshold: Optional[float] = None,
     training: Optional[Dict[str, Set[str]]] = None,
     train_ids: Optional[set] = None,
+    mentions: Any = None,
 ) -> List[dict]:
     """The errors among :func:`~spacy_pel.evaluation.linking.mention_table` ``rows`` of ``docs`` (the
     same docs, in order); ``training`` is :func:`surface_ids` of the training corpus, ``train_ids``
-    its primary ids (for ``seen``). Gold ids absent from the KB are not errors of the linker's: left out."""
+    its primary ids (for ``seen``). ``mentions``: the linker's mention source, whose gold mentions the rows
+    are (a linker of some labels, one per KB, is given those labels' only; None: every gold mention).
+    Gold ids absent from the KB are not errors of the linker's: left out."""
     errors: List[dict] = []
-    spans = [(n, doc, span) for n, doc in enumerate(docs) for span in gold_spans(doc)]
+    spans = [(n, doc, span) for n, doc in enumerate(docs) for span in linked_gold(mentions, doc)]
     if len(spans) != len(rows):
         raise ValueError(f"{len(rows)} rows for {len(spans)} gold mentions: rows and docs do not match")
     for (n, doc, span), row in zip(spans, rows):

@@ -16,7 +16,7 @@ second, untimed pass with 64 (:mod:`spacy_pel.pipeline.depth`).
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -150,40 +150,71 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
     return report
 
 
-def linked_mentions(pred_doc: Doc, gold_doc: Doc, canonical: Optional[Callable[[str], str]] = None) -> Tuple[list, list]:
+def pipeline_nil_labels(nlp) -> Set[str]:
+    """What the found spans of ``nlp`` carry for "no entity": the corpus's ``NIL`` and each ``pel_linker``'s
+    ``nil_label`` (a setting: ``"CUI-less"`` is as much NIL as ``"NIL"``)."""
+    return {NIL} | {proc.cfg.nil_label for _, proc in nlp.pipeline if isinstance(proc, PELLinker)}
+
+
+def linked_mentions(pred_doc: Doc, gold_doc: Doc, canonical: Optional[Callable[[str], str]] = None,
+                    nil_labels: Collection[str] = (NIL,)) -> Tuple[list, list]:
     """What the end-to-end linked measures count in one document: its gold mentions with an id
     ``(start_char, end_char, ids, label)`` and its found spans linked to an entity
-    ``(start_char, end_char, id, label, span)``, ids mapped by ``canonical``; NIL on either side left out."""
+    ``(start_char, end_char, id, label, span)``, ids mapped by ``canonical``; left out: gold ``NIL`` mentions
+    and found spans whose id is one of ``nil_labels`` (the linkers' NIL, :func:`pipeline_nil_labels`)."""
     same = canonical or (lambda i: i)
     golds = [(s.start_char, s.end_char, {same(i) for i in gold_ids(s.kb_id_)}, s.label_) for s in gold_spans(gold_doc) if s.kb_id_ != NIL]
-    preds = [(s.start_char, s.end_char, same(s.kb_id_), s.label_, s) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ != NIL]
+    preds = [(s.start_char, s.end_char, same(s.kb_id_), s.label_, s) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ not in nil_labels]
     return golds, preds
 
 
-def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None) -> dict:
+def exact_hits(golds: Sequence[tuple], preds: Sequence[tuple]) -> List[Tuple[bool, bool]]:
+    """Per found span of :func:`linked_mentions` (``preds``: ``(start, end, id, label, …)``), whether it is a
+    strict hit — a gold mention of the same span has its id — and a typed one — with its label too. A span
+    annotated twice (Chemical D1 and Drug D4) has two gold mentions: a found span matches either; each gold
+    mention is matched at most once per measure."""
+    at: Dict[Tuple[int, int], List[int]] = {}
+    for g, (x, y, _, _) in enumerate(golds):
+        at.setdefault((x, y), []).append(g)
+    used_strict: Set[int] = set()
+    used_typed: Set[int] = set()
+    hits = []
+    for a, b, i, label, *_ in preds:
+        right = [g for g in at.get((a, b), ()) if i in golds[g][2]]
+        right.sort(key=lambda g: golds[g][3] != label)  # the gold mention of the same label first
+        strict = next((g for g in right if g not in used_strict), None)
+        typed = next((g for g in right if g not in used_typed and golds[g][3] == label), None)
+        used_strict.update(() if strict is None else (strict,))
+        used_typed.update(() if typed is None else (typed,))
+        hits.append((strict is not None, typed is not None))
+    return hits
+
+
+def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None,
+                nil_labels: Collection[str] = (NIL,)) -> dict:
     """End-to-end micro P/R/F1:
 
-    * ``strict``: same span, right id; ``typed``: same span, same label, right id;
+    * ``strict``: same span, right id; ``typed``: same span, same label, right id (a span annotated
+      twice: either gold mention; each gold mention matched at most once, :func:`exact_hits`);
     * ``partial``: overlapping span, right id (each gold mention matched at most once);
     * ``span``: same span boundaries, ids ignored (every predicted and gold span, NIL ones included).
 
     Spans are compared by character offsets, so a document tokenised differently from the gold one
     (``nlp.make_doc(text)`` where the corpus split tokens at its annotations) is scored by what was found.
 
-    For the linked measures NIL gold mentions and NIL predictions are left out. ``canonical`` (the
+    For the linked measures NIL gold mentions and NIL predictions (an id in ``nil_labels``: give the
+    pipeline's, :func:`pipeline_nil_labels`) are left out. ``canonical`` (the
     linker's ``index.canonical``) maps an id to its entity's primary id, on both sides, as
     :func:`mention_table` does for gold mentions: a gold alternative id (an OMIM number MEDIC files
     under a MeSH record) is then matched by the entity the linker returns."""
     tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
     span_tp = span_pred = span_gold = 0
     for pred_doc, gold_doc in zip(predicted, gold):
-        golds, preds = linked_mentions(pred_doc, gold_doc, canonical)
+        golds, preds = linked_mentions(pred_doc, gold_doc, canonical, nil_labels)
         n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
-        exact = {(x, y): (ids, label) for x, y, ids, label in golds}
-        for a, b, i, label, _ in preds:
-            ids, gold_label = exact.get((a, b), (set(), None))
-            tp_strict += i in ids
-            tp_typed += i in ids and label == gold_label
+        hits = exact_hits(golds, preds)
+        tp_strict += sum(strict for strict, _ in hits)
+        tp_typed += sum(typed for _, typed in hits)
         used = set()
         for a, b, i, _, _ in preds:
             for g, (x, y, ids, _) in enumerate(golds):

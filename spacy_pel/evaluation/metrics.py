@@ -7,13 +7,20 @@ import numpy as np
 
 
 def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the precision-recall curve (step-wise), ``labels`` 1 = positive."""
+    """Area under the precision-recall curve (step-wise), ``labels`` 1 = positive, as scikit-learn's
+    ``average_precision_score``: ``sum (R_i - R_{i-1}) P_i`` over the distinct scores, highest first. Tied
+    scores are one operating point (precision after the whole tie), so the order of the items does not
+    matter."""
+    labels, scores = np.asarray(labels), np.asarray(scores)
     if labels.sum() == 0:
         return float("nan")
     order = np.argsort(-scores, kind="stable")
-    hits = labels[order]
-    precision = np.cumsum(hits) / np.arange(1, len(hits) + 1)
-    return float((precision * hits).sum() / hits.sum())
+    ranked, hits = scores[order], labels[order]
+    last = np.r_[ranked[1:] != ranked[:-1], True]  # the last position of each tie group
+    tp = np.cumsum(hits)[last]
+    precision = tp / (np.flatnonzero(last) + 1)
+    recall_gain = np.diff(np.r_[0, tp]) / hits.sum()
+    return float((recall_gain * precision).sum())
 
 
 def prf(tp: int, n_pred: int, n_gold: int) -> Dict[str, float]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import spacy
@@ -32,7 +32,7 @@ from ..pipeline.retarget import check_output
 from ..pipeline.span_data import CONFIDENCE_ATTR
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
-from .linking import linked_mentions, mention_table
+from .linking import exact_hits, linked_mentions, mention_table, pipeline_nil_labels
 from .metrics import average_precision
 
 NIL_STRATEGIES = ("top_score", "classifier", "classifier_pairs")
@@ -40,10 +40,12 @@ TYPE_SHARE = 0.05  # a KB type goes with a label when at least this share of the
 
 
 def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.ndarray] = None,
-              max_r1_loss: Optional[float] = None) -> dict:
+              max_r1_loss: Optional[float] = None, in_kb: Optional[np.ndarray] = None) -> dict:
     """Precision/recall/F1 of "NIL if confidence < t" for every useful threshold t; the best one by
     NIL F1 — among those that turn at most ``max_r1_loss`` of the in-KB mentions from ``correct``
-    (linked right) to NIL, when both are given (``correct``: per mention, its best candidate is gold)."""
+    (linked right) to NIL, when both are given (``correct``: per mention, its best candidate is gold).
+    ``in_kb`` marks the in-KB mentions, the share's denominator (default: every mention not NIL; give it
+    when some gold ids are absent from the KB: those are no in-KB mentions)."""
     if not is_nil.any():
         raise InputError("the corpus has no gold NIL mentions: NIL calibration needs some")
     order = np.argsort(top_scores, kind="stable")
@@ -61,7 +63,8 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
     allowed &= thresholds <= 1.0
     loss = np.zeros(len(scores))
     if correct is not None:
-        loss = np.cumsum(correct[order].astype(float)) / max(int((~is_nil).sum()), 1)
+        in_kb = ~is_nil if in_kb is None else np.asarray(in_kb, dtype=bool)
+        loss = np.cumsum((correct & in_kb)[order].astype(float)) / max(int(in_kb.sum()), 1)
         if max_r1_loss is not None:
             allowed &= loss <= max_r1_loss
     if not allowed.any():
@@ -167,20 +170,21 @@ def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, Li
     return ClassifierNil(weights, round(bias, 6), types)
 
 
-def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None) -> dict:
+def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None,
+              nil_labels: Collection[str] = (NIL,)) -> dict:
     """Strict end-to-end P/R/F1 (as :func:`~spacy_pel.evaluation.linking.e2e_metrics` counts them) of
     "a found span is NIL if its confidence < t" for every useful t, and the best t. ``predicted``: the
     pipeline's output with no threshold (every found span linked to its best candidate, its confidence
-    in ``span._.pel_confidence``); ties go to the lower threshold (more spans kept)."""
+    in ``span._.pel_confidence``; a span with no candidate carries a linker's NIL label, one of
+    ``nil_labels``: left out); ties go to the lower threshold (more spans kept)."""
     confidence, correct, n_gold = [], [], 0
     for pred_doc, gold_doc in zip(predicted, gold):
-        golds, preds = linked_mentions(pred_doc, gold_doc, canonical)
+        golds, preds = linked_mentions(pred_doc, gold_doc, canonical, nil_labels)
         n_gold += len(golds)
-        exact = {(x, y): ids for x, y, ids, _ in golds}
-        for a, b, i, _, span in preds:
+        for (_, _, _, _, span), (hit, _) in zip(preds, exact_hits(golds, preds)):
             value = span._.get(CONFIDENCE_ATTR)
             confidence.append(np.inf if value is None else value)
-            correct.append(i in exact.get((a, b), ()))
+            correct.append(hit)
     return strict_curve(np.asarray(confidence, dtype=float), np.asarray(correct, dtype=bool), n_gold)
 
 
@@ -232,15 +236,16 @@ def e2e_evidence(nlp, name: str, linker, gold_docs: Sequence[Doc], batch_size: i
         for j, (doc, gold_doc, (spans, linked)) in enumerate(zip(docs, part, linker.predict(docs))):
             golds, _ = linked_mentions(doc, gold_doc, linker.index.canonical)
             n_gold.append(len(golds))
-            exact = {(x, y): ids for x, y, ids, _ in golds}
-            for (a, b, _), rows, evidence in zip(spans, linked.rows, linked.features):
+            found = []
+            for (a, b, label), rows, evidence in zip(spans, linked.rows, linked.features):
                 if rows[0] < 0:
                     continue
                 span = doc[a:b]
                 entity = linker.index.canonical(linker.index.entities.ids[rows[0]])
+                found.append((span.start_char, span.end_char, entity, doc.vocab.strings[label] if isinstance(label, int) else label))
                 features.append(evidence)
-                correct.append(entity in exact.get((span.start_char, span.end_char), ()))
                 doc_index.append(i + j)
+            correct.extend(hit for hit, _ in exact_hits(golds, found))
     return FoundEvidence(np.asarray(features, np.float32).reshape(-1, len(FEATURES)), np.asarray(correct, dtype=bool),
                          np.asarray(doc_index, dtype=np.int64), np.asarray(n_gold, dtype=np.int64))
 
@@ -262,7 +267,7 @@ def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path
     summary: dict = {"calibrated": True, "objective": "strict end-to-end F1", "corpus": str(corpus), "docs": len(gold_docs)}
     if nil == "top_score":
         predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
-        curve = e2e_curve(predicted, gold_docs, linker.index.canonical)
+        curve = e2e_curve(predicted, gold_docs, linker.index.canonical, pipeline_nil_labels(nlp))
     else:
         own = linker.nil
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))  # unfitted: every feature computed
@@ -358,18 +363,18 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     # the evidence as the pipeline decides on it: its own top_k candidates (the rules re-score what they get)
     rows, _ = mention_table(linker, gold_docs, progress=True, deep=0)
     is_nil = np.array([row[0] == [NIL] for row in rows])
+    in_kb = np.array([row[0] != [NIL] and any(g in linker.index.row for g in row[0]) for row in rows])
     correct = np.array([row[1][0] in row[0] for row in rows])
     confidence = np.array([row[3] for row in rows])
     summary: dict = {"calibrated": True}
     if nil != "top_score":
         features = np.stack([row[4] for row in rows])
-        in_kb = np.array([row[0] != [NIL] and any(g in linker.index.row for g in row[0]) for row in rows])
         fit = in_kb | is_nil  # gold ids the KB lacks are neither
         linker.nil = fit_classifier(features[fit], is_nil[fit], linker.nil.label_types, pairs=nil == "classifier_pairs")
         confidence = linker.nil(features)
         nlp.get_pipe_config(name)["nil"] = linker.nil.as_config()
         summary["classifier"] = linker.nil.as_config()
-    curve = nil_curve(confidence, is_nil, correct, max_r1_loss)
+    curve = nil_curve(confidence, is_nil, correct, max_r1_loss, in_kb=in_kb)
     # settings live in the config: this writes the threshold into config.cfg, which spacy.load reads
     configure_linker(nlp, name, threshold=curve["threshold"])
     summary.update({k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())})

@@ -7,7 +7,8 @@ in-KB gold mentions, a composite mention right when linked to any of its ids, al
 entity: recall = recall@1 of ``spacy_pel evaluate`` when there is no NIL threshold) and the project's own, the
 figures of ``python -m spacy_pel evaluate`` (:func:`spacy_pel.evaluation.linking.metrics`) over the
 predicted mentions whose offsets match a gold mention (``corpora.gold_spans``: with gold mentions, all
-of them), from the candidates in ``span._.pel_candidates``:
+of them; each gold mention scored against its own ids, once — a span annotated twice is two mentions,
+paired by label), from the candidates in ``span._.pel_candidates``:
 
 * ``pel_r1``, ``pel_r2`` … up to the linker's ``top_k``: recall@k of the mentions whose gold id is
   in the KB (a composite mention counts when any of its ids is found); ``pel_r1_linkable``: recall@1
@@ -32,6 +33,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 from spacy.scorer import Scorer
+from spacy.tokens import Span
 from spacy.training import Example
 from spacy.util import registry
 
@@ -61,20 +63,39 @@ class _PooledIds:
 def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[str], str]] = None) -> List[tuple]:
     """Rows of :func:`~spacy_pel.evaluation.linking.metrics` (gold ids, candidate ids, scores) for
     each predicted mention whose offsets match a gold one; ``canonical`` maps a gold alternative id to
-    its entity's primary id (``EntityIndex.canonical``)."""
+    its entity's primary id (``EntityIndex.canonical``). Each gold mention is scored against its own ids
+    and given at most one predicted mention (:func:`paired_gold`): a span annotated twice (Chemical D1 and
+    Drug D4) is two gold mentions, as ``python -m spacy_pel evaluate`` counts it."""
     canonical = canonical or (lambda x: x)
     rows = []
     for eg in examples:
-        gold = {(s.start_char, s.end_char): [canonical(i) for i in gold_ids(s.kb_id_)] for s in gold_spans(eg.reference)}
-        for span in gold_spans(eg.predicted):
-            ids = gold.get((span.start_char, span.end_char))
-            if ids is None:
+        predicted = list(gold_spans(eg.predicted))
+        for span, gold in zip(predicted, paired_gold(predicted, gold_spans(eg.reference))):
+            if gold is None:
                 continue
+            ids = [canonical(i) for i in gold_ids(gold.kb_id_)]
             found = span._.get(CANDIDATES_ATTR) or []
             scores = np.array([c[2] for c in found] or [0.0], dtype=np.float32)  # none: as a wordless mention
             confidence = span._.get(CONFIDENCE_ATTR)
             rows.append((ids, [c[0] for c in found], scores, float(scores[0] if confidence is None else confidence)))
     return rows
+
+
+def paired_gold(predicted: Sequence[Span], gold: Sequence[Span]) -> List[Optional[Span]]:
+    """Per predicted span, the gold span at its offsets (None: none left), each gold span paired once: of
+    several at the same offsets, first one of the same label, then the others in their order."""
+    at: Dict[Tuple[int, int], List[int]] = {}
+    for g, span in enumerate(gold):
+        at.setdefault((span.start_char, span.end_char), []).append(g)
+    pairs: List[Optional[Span]] = [None] * len(predicted)
+    for same_label in (True, False):
+        for n, span in enumerate(predicted):
+            free = at.get((span.start_char, span.end_char), [])
+            g = next((g for g in free if gold[g].label == span.label or not same_label), None)
+            if pairs[n] is None and g is not None:
+                pairs[n] = gold[g]
+                free.remove(g)
+    return pairs
 
 
 Threshold = Union[None, float, List[Optional[float]]]  # one for every row, or one per row (None: never NIL)
