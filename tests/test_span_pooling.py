@@ -1,4 +1,6 @@
 """The last layer computed at the pooled positions only gives the full forward's mention vectors."""
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -56,3 +58,38 @@ def test_pooled_positions_with_padding_and_bf16(tiny_bert, monkeypatch, batch_si
     assert np.abs(fast - full).max() < 0.05  # bf16 rounding, not another vector
     cos = (fast * full).sum(1) / np.linalg.norm(fast, axis=1) / np.linalg.norm(full, axis=1)
     assert cos.min() > 0.999
+
+
+def test_another_threads_pass_through_the_layer_is_not_taken_for_this_ones(tiny_bert):
+    """Defect: the hook on the shared last layer fired for any thread's pass: one pipeline linking from two
+    threads took the other thread's hidden states and left it with none (KeyError: 'hidden', which spaCy
+    reports as E109 'did you forget to call initialize()')."""
+    enc = BiEncoder.from_pretrained(tiny_bert, mention_max_length=24)
+    model, layer = enc.mention_model.eval(), last_layer(enc.mention_model)
+    ids, mask, _ = enc._collate(*zip(*enc.mention_inputs(MENTIONS[:2])))
+    other_ids = ids.flip(0)
+    results, errors = {}, []
+
+    def other_thread():  # a second thread's pass while this thread's hook is on the layer
+        try:
+            results["other"] = span_pooling.hidden_before(model, layer, other_ids, mask.flip(0))
+        except Exception as err:  # noqa: BLE001 - the defect: KeyError
+            errors.append(err)
+
+    def start_other_once(module, args):
+        if "started" not in results:
+            results["started"] = True
+            worker = threading.Thread(target=other_thread)
+            worker.start()
+            worker.join()
+
+    handle = model.embeddings.register_forward_pre_hook(start_other_once)
+    try:
+        with torch.inference_mode():
+            mine = span_pooling.hidden_before(model, layer, ids, mask)
+            alone = span_pooling.hidden_before(model, layer, other_ids, mask.flip(0))
+    finally:
+        handle.remove()
+    assert not errors, errors
+    torch.testing.assert_close(results["other"], alone)
+    assert not torch.equal(mine, alone)

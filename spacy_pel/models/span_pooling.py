@@ -15,6 +15,7 @@ and the caller runs the whole model.
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -46,10 +47,15 @@ def last_layer(model: torch.nn.Module) -> Optional[torch.nn.Module]:
 
 
 def hidden_before(model: torch.nn.Module, layer: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The hidden states that enter ``layer`` (the model's own embeddings, masks and earlier layers)."""
+    """The hidden states that enter ``layer`` (the model's own embeddings, masks and earlier layers).
+    The hook is on the shared layer, so it fires for any thread's pass through it: it takes only its own
+    thread's (one pipeline linking from several threads, e.g. a web server's)."""
     seen = {}
+    caller = threading.get_ident()
 
     def hook(module, args, kwargs):
+        if threading.get_ident() != caller:
+            return None  # another thread's pass: its own hook takes it
         seen["hidden"] = args[0] if args else kwargs["hidden_states"]
         raise _Stop
 
