@@ -148,13 +148,16 @@ def linked_prf(rows: List[tuple], kb_ids=None, threshold: Threshold = None) -> D
     return {"p": p, "r": r, "f": 2 * p * r / max(p + r, 1e-12)}
 
 
-@registry.scorers("spacy_pel.linker_scorer.v1")
-def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Dict[str, Any]]:
-    """The scorer of ``pel_linker`` (see the module doc)."""
+class LinkerScorer:
+    """The scorer of ``pel_linker`` (see the module doc); an object, not a closure, so that a pipeline holding
+    it pickles (``nlp.pipe(n_process=…)`` with spawned processes)."""
 
-    def score(examples: Iterable[Example], *, nil_label: str = NIL, kb_ids=None, threshold: Optional[float] = None,
-              top_k: Optional[int] = None, canonical: Optional[Callable[[str], str]] = None,
-              others: Sequence[Part] = (), **kwargs) -> Dict[str, Any]:
+    def __init__(self, cli_spans_key: Optional[str] = "nel"):
+        self.cli_spans_key = cli_spans_key
+
+    def __call__(self, examples: Iterable[Example], *, nil_label: str = NIL, kb_ids=None, threshold: Optional[float] = None,
+                 top_k: Optional[int] = None, canonical: Optional[Callable[[str], str]] = None,
+                 others: Sequence[Part] = (), **kwargs) -> Dict[str, Any]:
         settings = {"nil_label": nil_label, "kb_ids": kb_ids, "threshold": threshold, "top_k": top_k,
                     "canonical": canonical}
         parts = [(list(egs), part) for egs, part in [(examples, settings), *others]]
@@ -169,10 +172,14 @@ def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Di
             rows = candidate_rows(parts[0][0], canonical)
         scores.update(pel_scores(rows, kb_ids, threshold, top_k))
         scores.update({f"pel_nel_{x}": v for x, v in linked_prf(rows, kb_ids, threshold).items()})
-        if cli_spans_key:
-            key = f"spans_{cli_spans_key}"
+        if self.cli_spans_key:
+            key = f"spans_{self.cli_spans_key}"
             scores.update({f"{key}_{x}": scores[f"pel_nel_{x}"] for x in ("p", "r", "f")})
             scores[f"{key}_per_type"] = scores["nel_f_per_type"]
         return scores
 
-    return score
+
+@registry.scorers("spacy_pel.linker_scorer.v1")
+def make_linker_scorer(cli_spans_key: Optional[str] = "nel") -> Callable[..., Dict[str, Any]]:
+    """The scorer of ``pel_linker`` (see the module doc)."""
+    return LinkerScorer(cli_spans_key)

@@ -16,8 +16,6 @@ a saved pipeline never reaches for the network.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -34,6 +32,7 @@ from spacy.vocab import Vocab
 from ..files import InputError
 from ..models.encoder import BiEncoder, EncoderMismatchError
 from ..retrieval.index import EntityIndex
+from .batches import link_batch
 from .config import LinkerPart, LinkerSettings, warn_unsaved
 from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
 from .folder import LinkerFolder
@@ -87,21 +86,6 @@ def make_pel_linker(
                               search_precision=search_precision, use_gold_ents=use_gold_ents)
     return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
                      scorer=scorer)
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Python's cyclic garbage collector paused while a batch is linked (as it was before, after): the
-    batch allocates many small lists and spans, and each full collection would walk the ~0.5M objects
-    that spaCy, torch and transformers keep (~6% of the MEDIC fast preset's time). The batch's own
-    garbage is collected once the collector runs again."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class Linked(NamedTuple):
@@ -365,16 +349,13 @@ class PELLinker(LinkerFolder, Pipe):
                 )
                 span._.set(CONFIDENCE_ATTR, round(float(c), 5))
 
-    def __call__(self, doc: Doc) -> Doc:
-        with gc_paused():
-            self.set_annotations([doc], self.predict([doc]))
-        return doc
+    def __call__(self, doc: Doc) -> Optional[Doc]:  # None: failed, and the error handler let it go (as spaCy's)
+        return doc if link_batch(self, [doc]) else None
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         for docs in minibatch(stream, size=batch_size):
-            with gc_paused():
-                self.set_annotations(docs, self.predict(docs))
-            yield from docs
+            if link_batch(self, docs):
+                yield from docs
 
     def score(self, examples: Iterable[Example], **kwargs) -> Dict[str, object]:
         """Scores for ``nlp.evaluate`` / ``spacy evaluate``, on gold mentions with ``use_gold_ents`` (:mod:`.scoring`)."""

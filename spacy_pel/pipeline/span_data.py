@@ -10,7 +10,8 @@ linked before this module, or set by hand) is read as it is, for every label.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
 from spacy.tokens import Span
 
@@ -23,27 +24,28 @@ def _key(span: Span, name: str) -> tuple:
     return ("._.", name, span.start_char, span.end_char)
 
 
-def _getter(name: str) -> Callable[[Span], Any]:
-    def get(span: Span) -> Any:
-        value = span.doc.user_data.get(_key(span, name))
-        if isinstance(value, dict) and BY_LABEL in value:
-            return value[BY_LABEL].get(span.label_)
-        return value
-
-    return get
+def _as_lists(value: Any) -> Any:
+    """A value as it was set: a ``DocBin`` (msgpack) gives lists back as tuples, ``[[id, name, score]]``
+    as ``((id, name, score),)``."""
+    return [_as_lists(v) for v in value] if isinstance(value, tuple) else value
 
 
-def _setter(name: str) -> Callable[[Span, Any], None]:
-    def set_(span: Span, value: Any) -> None:
-        data, key = span.doc.user_data, _key(span, name)
-        held = data.get(key)
-        by_label = dict(held[BY_LABEL]) if isinstance(held, dict) and BY_LABEL in held else {}
-        by_label[span.label_] = value
-        data[key] = {BY_LABEL: by_label}
-
-    return set_
+def _get(name: str, span: Span) -> Any:
+    value = span.doc.user_data.get(_key(span, name))
+    if isinstance(value, dict) and BY_LABEL in value:
+        return _as_lists(value[BY_LABEL].get(span.label_))
+    return _as_lists(value)
 
 
+def _set(name: str, span: Span, value: Any) -> None:
+    data, key = span.doc.user_data, _key(span, name)
+    held = data.get(key)
+    by_label = dict(held[BY_LABEL]) if isinstance(held, dict) and BY_LABEL in held else {}
+    by_label[span.label_] = value
+    data[key] = {BY_LABEL: by_label}
+
+
+# partials of module functions, not closures: spaCy pickles the extensions to spawned processes (n_process)
 for _attr in (CANDIDATES_ATTR, CONFIDENCE_ATTR):
     if not Span.has_extension(_attr):
-        Span.set_extension(_attr, getter=_getter(_attr), setter=_setter(_attr))
+        Span.set_extension(_attr, getter=partial(_get, _attr), setter=partial(_set, _attr))

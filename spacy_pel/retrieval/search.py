@@ -13,6 +13,7 @@ from the vectors, held in float16 as a KB saves them (272 MB: less memory than f
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator, Optional, Tuple, Union
@@ -68,7 +69,8 @@ def read_matrix(path: Union[str, Path], dtype: torch.dtype) -> torch.Tensor:
 class FlatSearch:
     """Exact search: scores are the products of the query and entity vectors in the matrix's dtype (float32
     for a float16 matrix). With ``screened``, only each query's best ``max(SCREEN_DEPTH, SCREEN_MARGIN * k)``
-    rows by int8 products are scored so."""
+    rows by int8 products are scored, in fp32; a bf16 matrix's best as many by bf16 products likewise (bf16
+    scores tie: the ranking would depend on float noise, so on how documents were batched)."""
 
     def __init__(self, matrix: torch.Tensor, screened: bool = False):
         self.matrix, self.screened = matrix, screened
@@ -106,24 +108,28 @@ class FlatSearch:
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         depth = max(SCREEN_DEPTH, SCREEN_MARGIN * k)
         if self.screened and self.ntotal > depth:
-            return self._screened_search(queries, q, k, depth)
+            with self._lock:
+                if self._screen is None:
+                    self._screen = Int8Screen(self.matrix)
+            return self._rescored(torch.from_numpy(self._screen(queries, depth)), q, k)
+        if self.compute_dtype == torch.bfloat16 and self.ntotal > k:
+            # bf16 products move in steps of ~0.004: near-equal rows tie, and float noise in the query (what
+            # was batched with it) would break the tie; the best `depth` are rescored in fp32 instead
+            _, found = top_k_inner(q, self.matrix, min(depth, self.ntotal))
+            return self._rescored(found, torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)), k)
         scores, rows = top_k_inner(q, self.matrix.to(self.compute_dtype), k)
         return scores.numpy(), rows.numpy()
 
-    def _screened_search(self, queries: np.ndarray, q: torch.Tensor, k: int, depth: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Each query's best ``depth`` rows by int8 products, rescored exactly."""
-        with self._lock:
-            if self._screen is None:
-                self._screen = Int8Screen(self.matrix)
-        found = torch.from_numpy(self._screen(queries, depth))
+    def _rescored(self, found: torch.Tensor, q: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Each query's candidate rows ``found`` (by int8 or bf16 products) scored exactly in fp32: the top k."""
         scores, rows = [], []
         with torch.inference_mode():
             for start in range(0, len(q), RESCORE_QUERIES):
                 cand = found[start : start + RESCORE_QUERIES]
-                vectors = self.matrix[cand].to(self.compute_dtype)
-                exact = torch.bmm(vectors, q[start : start + RESCORE_QUERIES, :, None])[..., 0]
+                vectors = self.matrix[cand].float()
+                exact = torch.bmm(vectors, q[start : start + RESCORE_QUERIES, :, None].float())[..., 0]
                 top = torch.topk(exact, k, dim=1)
-                scores.append(top.values.float())
+                scores.append(top.values)
                 rows.append(torch.gather(cand, 1, top.indices))
         return torch.cat(scores).numpy(), torch.cat(rows).numpy()
 
@@ -163,7 +169,8 @@ class OpenedFile:
     """A file opened once and read through its descriptor (``os.pread``): still readable — and copied whole
     by :meth:`copy_to` — once the file is removed, as a pipeline read from bytes removes the folder it was
     unpacked to. Pickled by path (``nlp.pipe(n_process=…)`` with spawned processes): each process opens
-    its own file."""
+    its own file; once the file at that path is gone or another, by its contents, which the process that
+    unpickles them reads from an unlinked temporary file."""
 
     def __init__(self, path: Union[str, Path]):
         self.path = str(path)
@@ -176,10 +183,24 @@ class OpenedFile:
         copy_fd(self.fd, dest)
 
     def __getstate__(self) -> dict:
-        return {"path": self.path}
+        try:
+            here, held = os.stat(self.path), os.fstat(self.fd)
+            if (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino):
+                return {"path": self.path}
+        except OSError:
+            pass
+        return {"contents": self.read()}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
+        if "path" in state:
+            return self.__init__(state["path"])
+        handle, path = tempfile.mkstemp(prefix="spacy_pel_")
+        try:
+            with os.fdopen(handle, "wb") as f:
+                f.write(state["contents"])
+            self.__init__(path)
+        finally:
+            os.unlink(path)  # read through the descriptor from now on, removed with it
 
     def __del__(self):
         fd = getattr(self, "fd", None)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import mmap
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..kb import Entity, normalize, write_jsonl
+from .records import MappedRecords
 
 PathLike = Union[str, Path]
 RECORDS = "entities.jsonl"
@@ -259,7 +259,7 @@ class EntityTable(Sequence[Entity]):
         self.types = TypeColumn()
         self.alt_ids: Dict[str, int] = {}  # an entity's alternative ids (extra["alt_ids"]) → its row
         self._offsets: Optional[np.ndarray] = None
-        self._mmap: Optional[mmap.mmap] = None
+        self._records: Optional[MappedRecords] = None
         self._added: List[Entity] = []
         self._names: Optional[NameIndex] = None
         self._compact: Optional[NameIndex] = None
@@ -283,7 +283,7 @@ class EntityTable(Sequence[Entity]):
         on_file = 0 if self._offsets is None else len(self._offsets) - 1
         if i >= on_file:
             return self._added[i - on_file]
-        line = self._mmap[self._offsets[i] : self._offsets[i + 1]]
+        line = self._records[self._offsets[i] : self._offsets[i + 1]]
         return Entity.from_dict(json.loads(line))
 
     def __iter__(self) -> Iterator[Entity]:
@@ -331,9 +331,9 @@ class EntityTable(Sequence[Entity]):
     def write(self, folder: Path) -> None:
         """Write ``entities.jsonl`` and the column files into ``folder`` (a fresh directory)."""
         target = folder / RECORDS
-        if self._mmap is not None and not self._added:
+        if self._records is not None and not self._added:
             with target.open("wb") as f:  # the records as read, byte for byte: their offsets too
-                f.write(self._mmap)
+                f.write(self._records.data)
             offsets = self._offsets
         else:
             write_jsonl(self, target)
@@ -374,7 +374,6 @@ class EntityTable(Sequence[Entity]):
         if len(sizes) != 1 or table._offsets[-1] != size:
             raise ValueError(f"{folder}: {COLUMNS}, {OFFSETS} and {RECORDS} disagree; rebuild the KB")
         if size:  # mapped now: the records stay readable if the folder goes (a pipeline read from bytes)
-            with (folder / RECORDS).open("rb") as f:
-                table._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            table._records = MappedRecords(folder / RECORDS)
         return table
 
