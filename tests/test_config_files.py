@@ -50,7 +50,7 @@ def test_a_bad_setting_is_refused_naming_section_and_key(cls, name, override, me
         read_config(cls, CONFIGS / name if name else None, {**paths, **override})
 
 
-def test_reranker_flags_override_the_file_and_section_keys_override_flags(tmp_path, monkeypatch):
+def test_reranker_flags_and_section_keys_override_the_file(tmp_path, monkeypatch):
     text = (CONFIGS / "train_reranker.cfg").read_text(encoding="utf8")
     config = tmp_path / "r.cfg"
     config.write_text(text.replace("max_steps = 600", "max_steps = 7").replace("seed = 0", "seed = 3")
@@ -62,7 +62,7 @@ def test_reranker_flags_override_the_file_and_section_keys_override_flags(tmp_pa
                         lambda cfg, raw, output, resume: seen.update(cfg=cfg, raw=raw, resume=resume) or {"ok": 1})
     monkeypatch.chdir(tmp_path)
     args = ["train-reranker", "--config", str(config), "-o", str(tmp_path / "out"), "--encoder", "enc", "--kb", "kbdir",
-            "--lr", "0.001", "--seed", "5", "--training.seed", "9", "--model.pooling", "cls"]
+            "--lr", "0.001", "--seed", "9", "--training.seed", "9", "--model.pooling", "cls"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     settings = seen["cfg"].settings()
@@ -71,6 +71,9 @@ def test_reranker_flags_override_the_file_and_section_keys_override_flags(tmp_pa
     assert seen["raw"]["training"]["max_steps"] == 7 and seen["raw"]["paths"]["encoder"] == "enc"
     bad = CliRunner().invoke(app, args + ["--training.max_step", "3"])
     assert bad.exit_code == 2 and "[training]: unknown key(s) ['max_step']" in bad.output
+    args[args.index("--seed") + 1] = "5"  # a flag and its section key disagreeing: refused, neither wins
+    both = CliRunner().invoke(app, args)
+    assert both.exit_code == 2 and "--seed 5 and --training.seed 9 set the same thing" in both.output
 
 
 def test_reranker_without_a_config_reads_the_defaults_and_needs_its_paths(tmp_path):

@@ -13,7 +13,7 @@ from ..retrieval.build import check_encoder_source
 from ..training.config_files import read_config
 from ..training.retriever import train
 from ..training.run_config import load_config
-from ._errors import cli_errors, require_file
+from ._errors import cli_errors, fail, require_file
 from ._output import echo_json
 
 HELP = (
@@ -50,13 +50,27 @@ def check_base_encoder(config: Optional[Path], overrides: Dict[str, Any]) -> Non
 
 def read_typed_config(cls: Type[T], ctx: typer.Context, config: Optional[Path], flags: Dict[str, Any]) -> Tuple[T, Any]:
     """``cls`` read from ``config`` (``None``: its defaults), overridden by the ``flags`` that were given
-    (``{"training.lr": 1e-4}``; ``None``: not given) and then by ``--section.key value`` arguments; a
-    missing file or a bad config is an :class:`InputError`."""
+    (``{"training.lr": 1e-4}``; ``None``: not given) and by ``--section.key value`` arguments; a flag and
+    its ``--section.key`` twin given different values, a missing file or a bad config is an :class:`InputError`."""
     if config is not None:
         require_file(config, "training config")
     overrides = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
-    overrides.update(parse_config_overrides(ctx.args))
+    for key, value in parse_config_overrides(ctx.args).items():
+        if key in overrides and overrides[key] != value:  # values as parsed: --lr 0.001 is --training.lr 1e-3
+            fail(f"{flag_name(ctx, key)} {overrides[key]} and --{key} {value} set the same thing: give one of them")
+        overrides[key] = value
     return read_config(cls, config, overrides)
+
+
+def flag_name(ctx: typer.Context, key: str) -> str:
+    """The command's own flag that stands for the setting ``key`` (``training.max_steps``: ``--max-steps``;
+    ``model.mention_max_length``: ``--mention-length``, its words a subset of the key's)."""
+    words = key.rsplit(".", 1)[-1].split("_")
+    options = [p for p in ctx.command.params if getattr(p, "param_type_name", "") == "option" and p.name and p.opts]
+    exact = [p for p in options if p.name.split("_") == words]
+    loose = [p for p in options if set(p.name.split("_")) <= set(words) and ctx.params.get(p.name) is not None]
+    found = (exact or loose)[:1]
+    return max(found[0].opts, key=len) if found else f"the flag for {key}"
 
 
 @app.command(help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

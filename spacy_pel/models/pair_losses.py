@@ -3,7 +3,9 @@
 A batch holds names of several entities; names of one entity are positives of each other, every other
 name of the batch is a negative. ``x`` is ``[n, d]`` (any length: cosine similarities are computed
 here), ``labels`` ``[n]`` integer entity labels; a row without another row of its label contributes
-only as a negative. Every loss is a mean over the rows that have a positive.
+only as a negative. ``ignore`` (optional ``[n, n]`` bool) marks pairs of rows that are neither positives
+nor negatives of each other (KB self-alignment: one entity's name and another's that is also its name). Every
+loss is a mean over the rows that have a positive.
 
 * ``"multi_similarity"`` -- Wang et al. (2019), as SapBERT trains with it: over the cosine matrix
   ``S``, online hard-pair mining keeps negatives with ``S_in > min_p S_ip - ε`` and positives with
@@ -19,7 +21,7 @@ only as a negative. Every loss is a mean over the rows that have a positive.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -27,10 +29,11 @@ import torch.nn.functional as F
 Tensor = torch.Tensor
 
 
-def _pair_masks(labels: Tensor) -> tuple:
+def _pair_masks(labels: Tensor, ignore: Optional[Tensor] = None) -> tuple:
     same = labels[:, None] == labels[None, :]
     eye = torch.eye(len(labels), dtype=torch.bool, device=labels.device)
-    return same & ~eye, ~same
+    keep = ~eye if ignore is None else ~eye & ~ignore
+    return same & keep, ~same & keep
 
 
 def cosine_matrix(x: Tensor) -> Tensor:
@@ -39,10 +42,10 @@ def cosine_matrix(x: Tensor) -> Tensor:
 
 
 def multi_similarity_loss(x: Tensor, labels: Tensor, alpha: float = 1.0, beta: float = 60.0,
-                          base: float = 0.5, epsilon: float = 0.1) -> Tensor:
+                          base: float = 0.5, epsilon: float = 0.1, ignore: Optional[Tensor] = None) -> Tensor:
     """The multi-similarity loss with its online hard-pair mining (module doc)."""
     s = cosine_matrix(x)
-    pos, neg = _pair_masks(labels)
+    pos, neg = _pair_masks(labels, ignore)
     big = torch.finfo(s.dtype).max
     min_pos = torch.where(pos, s, torch.full_like(s, big)).min(1, keepdim=True).values
     max_neg = torch.where(neg, s, torch.full_like(s, -big)).max(1, keepdim=True).values
@@ -57,12 +60,11 @@ def multi_similarity_loss(x: Tensor, labels: Tensor, alpha: float = 1.0, beta: f
     return per_row.mean() if len(per_row) else s.sum() * 0.0
 
 
-def info_nce_loss(x: Tensor, labels: Tensor, scale: float = 20.0) -> Tensor:
+def info_nce_loss(x: Tensor, labels: Tensor, scale: float = 20.0, ignore: Optional[Tensor] = None) -> Tensor:
     """Supervised InfoNCE over the batch (module doc)."""
     s = cosine_matrix(x) * scale
-    pos, _ = _pair_masks(labels)
-    eye = torch.eye(len(labels), dtype=torch.bool, device=s.device)
-    logits = s.masked_fill(eye, float("-inf"))
+    pos, neg = _pair_masks(labels, ignore)
+    logits = s.masked_fill(~(pos | neg), float("-inf"))
     log_all = torch.logsumexp(logits, 1)
     log_pos = torch.logsumexp(logits.masked_fill(~pos, float("-inf")), 1)
     has_pos = pos.any(1)
@@ -82,8 +84,8 @@ PAIR_LOSSES: Dict[str, PairLossSpec] = {
 }
 
 
-def make_pair_loss(name: str, **settings: float) -> Callable[[Tensor, Tensor], Tensor]:
-    """The loss ``name`` with ``settings`` (keys of its defaults) fixed: ``loss(x, labels)``."""
+def make_pair_loss(name: str, **settings: float) -> Callable[..., Tensor]:
+    """The loss ``name`` with ``settings`` (keys of its defaults) fixed: ``loss(x, labels, ignore=None)``."""
     if name not in PAIR_LOSSES:
         raise ValueError(f"pair loss must be one of {', '.join(sorted(PAIR_LOSSES))}, not {name!r}")
     spec = PAIR_LOSSES[name]
@@ -91,4 +93,4 @@ def make_pair_loss(name: str, **settings: float) -> Callable[[Tensor, Tensor], T
     if unknown:
         raise ValueError(f"pair loss {name!r} has no setting(s) {unknown}; known: {sorted(spec.defaults)}")
     kw = {**spec.defaults, **settings}
-    return lambda x, labels: spec.fn(x, labels, **kw)
+    return lambda x, labels, ignore=None: spec.fn(x, labels, ignore=ignore, **kw)

@@ -2,21 +2,24 @@
 names, as SapBERT does, before (or instead of) any annotated text.
 
 An entity's names and synonyms are positives of each other; every other name in the batch is a
-negative. A batch draws ``batch_pairs`` entities (by their number of names, or all alike), two of
-each one's names, then adds ``negatives.per_batch`` hard names: for each anchor, the nearest names of
-other entities in a pool of KB names encoded by the encoder as it was at the last refresh (every
-``negatives.refresh_every`` steps). The pair loss (multi-similarity or InfoNCE,
-:mod:`spacy_pel.models.pair_losses`) runs over the batch's cosine matrix.
+negative, unless it is also a name of the entity (a synonym several entities share: masked, neither, as
+a composite mention's partners are never negatives). A batch draws ``batch_pairs`` entities (by their
+number of names, or all alike), two of each one's names, then adds ``negatives.per_batch`` hard names:
+for each anchor, the nearest names of other entities in a pool of KB names encoded by the encoder as it
+was at the last refresh (every ``negatives.refresh_every`` steps). The pair loss (multi-similarity or
+InfoNCE, :mod:`spacy_pel.models.pair_losses`) runs over the batch's cosine matrix.
 
 One transformer learns -- the entity tower, on ``[CLS] name [SEP]`` inputs like the name rows'. The
 encoder written at the end has it as **both** towers (the mention tower keeps its marker rows), so it
 is a starting point for mention training (``train``, both towers learning) and a retriever on its own.
 
 Held out: ``eval_entities`` entities with two or more names; the evaluation scores how often one of
-their synonyms finds its entity's name first among those names and ``eval_pool`` other KB names
-(``synonym_r1``); the best model so far is the one written. The loop (:mod:`.loop`) resumes from
-``ENCODER.work/last``; a work folder made from another KB file, config or start encoder (a folder's
-files, or a model name: :func:`start_encoder_identity`) is discarded.
+their synonyms finds its entity's name first among those names and ``eval_pool`` names of the other
+entities (none of the held-out entities' other names, so never the query itself) (``synonym_r1``); the
+best model so far is the one written. The loop (:mod:`.loop`) resumes from ``ENCODER.work/last`` (with
+the hard-name pool of the last refresh, ``name_pool.safetensors``); a work folder made from another KB
+file, config or start encoder (a folder's files, or a model name: :func:`start_encoder_identity`) is
+discarded.
 
 ``ENCODER`` is replaced at the end, so it must be new, an empty folder or an encoder folder (one with
 ``pel_encoder.json``: an earlier run's output, or a trained encoder); anything else is refused before
@@ -28,16 +31,18 @@ import json
 import logging
 import shutil
 import time
+from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file, save_file
 
 from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write, check_output_folder, file_digest, folder_digest
-from ..kb import Entity, kb_files, read_kb, require_trainable
+from ..kb import Entity, kb_files, normalize, read_kb, require_trainable
 from ..models.encoder import CONFIG_FILE, BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
@@ -49,12 +54,15 @@ log = logging.getLogger(__name__)
 WORK_SUFFIX = ".work"
 STAMP_FILE = "inputs.json"
 LOG_FILE = "adapt_log.json"
+POOL_FILE = "name_pool.safetensors"  # in the checkpoint: the hard-name pool of the last refresh
 
 
 # ------------------------------------------------------------------ the KB's names
 class KBNames:
     """Every entity's distinct names (:func:`~spacy_pel.retrieval.names.entity_names`), flattened:
-    ``names[i]`` belongs to entity ``label[i]``; ``first[e]`` is entity ``e``'s first name's slot."""
+    ``names[i]`` belongs to entity ``label[i]``; ``first[e]`` is entity ``e``'s first name's slot;
+    ``shared[i]``, for a name several entities have (the same after :func:`~spacy_pel.kb.normalize`), is
+    every entity it names."""
 
     def __init__(self, entities: List[Entity]):
         per = [entity_names(e) for e in entities]
@@ -62,6 +70,12 @@ class KBNames:
         self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
         self.names = [n for names in per for n in names]
         self.label = np.repeat(np.arange(len(per)), self.counts)
+        keys = [normalize(n) for n in self.names]
+        named: Dict[str, set] = defaultdict(set)
+        for key, label in zip(keys, self.label.tolist()):
+            named[key].add(label)
+        shared = {key: np.array(sorted(e), np.int64) for key, e in named.items() if len(e) > 1}
+        self.shared: Dict[int, np.ndarray] = {i: shared[k] for i, k in enumerate(keys) if k in shared}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -69,6 +83,28 @@ class KBNames:
     def multi(self) -> np.ndarray:
         """Entities with at least two names (those that give a positive pair)."""
         return np.flatnonzero(self.counts >= 2)
+
+    def named(self, slot: int) -> np.ndarray:
+        """The entities that name ``slot`` is a name of: its own, and those of a name several share."""
+        return self.shared.get(int(slot), self.label[slot : slot + 1])
+
+    def related(self, a: int, b: int) -> bool:
+        """Whether slot ``a``'s name is a name of ``b``'s entity or the other way round: no negatives of each other."""
+        a, b = int(a), int(b)
+        if a in self.shared or b in self.shared:
+            return bool(np.isin(self.label[a], self.named(b)) or np.isin(self.label[b], self.named(a)))
+        return bool(self.label[a] == self.label[b])
+
+    def masked_pairs(self, slots: np.ndarray) -> Optional[np.ndarray]:
+        """``[n, n]``: the pairs of ``slots`` of two entities that are :meth:`related` (masked, as a composite
+        gold's partners are), or None when there is none."""
+        labels = self.label[slots]
+        out = np.zeros((len(slots), len(slots)), bool)
+        for j, slot in enumerate(slots):
+            if int(slot) in self.shared:
+                out[:, j] = np.isin(labels, self.shared[int(slot)])
+        out = (out | out.T) & (labels[:, None] != labels[None, :])
+        return out if out.any() else None
 
 
 def split_entities(names: KBNames, eval_entities: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -81,7 +117,7 @@ def split_entities(names: KBNames, eval_entities: int, seed: int) -> Tuple[np.nd
 
 class SynonymEvaluator(Evaluator):
     """Held-out synonym retrieval: a synonym of each held-out entity against their first names and
-    ``pool`` other names (the entity tower, ``[CLS] name [SEP]``)."""
+    ``pool`` names of the other entities (the entity tower, ``[CLS] name [SEP]``)."""
 
     primary_metric = "synonym_r1"
 
@@ -90,7 +126,7 @@ class SynonymEvaluator(Evaluator):
         self.max_length = max_length
         self.queries = [names.names[names.first[e] + 1 + rng.integers(names.counts[e] - 1)] for e in held_out]
         self.query_labels = held_out
-        others = np.setdiff1d(np.arange(len(names)), np.concatenate([names.first[held_out] + k for k in range(2)]))
+        others = np.flatnonzero(~np.isin(names.label, held_out))  # no held-out entity's name: the query is none
         extra = rng.choice(others, min(pool, len(others)), replace=False) if len(others) else others
         slots = np.concatenate([names.first[held_out], extra]).astype(np.int64)
         self.targets = [names.names[i] for i in slots]
@@ -111,7 +147,7 @@ class AdaptTask(Task):
     loss_parts = ("loss", "names_per_s")
 
     def __init__(self, cfg: AdaptConfig, entities: List[Entity], checkpoint: Optional[Path] = None):
-        self.cfg, t = cfg, cfg.training
+        self.cfg, t, self.checkpoint = cfg, cfg.training, checkpoint
         torch.manual_seed(t.seed)
         source = str(checkpoint / "encoder") if checkpoint else cfg.encoder.base
         self.encoder = BiEncoder.from_pretrained(source).to_device(t.device)
@@ -164,7 +200,12 @@ class AdaptTask(Task):
             yield np.stack([first + a, first + b], 1)
 
     def start(self, step: int) -> None:
-        self.refresh_pool(step)
+        saved = self.checkpoint / POOL_FILE if self.checkpoint is not None else None
+        if saved is not None and saved.exists():  # the pool of the last refresh, as the interrupted run had it
+            arrays = load_file(str(saved))
+            self.pool = (torch.from_numpy(arrays["vectors"]).to(self.device), arrays["slots"])
+        else:
+            self.refresh_pool(step)
 
     def before_step(self, step: int, batch) -> None:
         every = self.cfg.negatives.refresh_every
@@ -181,20 +222,20 @@ class AdaptTask(Task):
         vectors = encode_names(self.encoder, [self.names.names[i] for i in slots], self.cfg.encoder.max_length)
         self.pool = (torch.from_numpy(vectors).to(self.device), slots)
 
-    def hard_slots(self, anchors: torch.Tensor, labels: np.ndarray) -> np.ndarray:
-        """Up to ``per_batch`` pool names nearest the anchors whose entity is another's."""
+    def hard_slots(self, anchors: torch.Tensor, anchor_slots: np.ndarray) -> np.ndarray:
+        """Up to ``per_batch`` pool names nearest the anchors that are no names of theirs (:meth:`KBNames.related`)."""
         want = self.cfg.negatives.per_batch
         if not want or self.pool is None:
             return np.zeros(0, np.int64)
         vectors, slots = self.pool
-        per = -(-want // len(labels))  # per anchor, rounded up
+        per = -(-want // len(anchor_slots))  # per anchor, rounded up
         k = min(len(slots), 2 * per + 4)
         with torch.no_grad():
             top = (anchors.detach().float() @ vectors.T).topk(k, dim=1).indices.cpu().numpy()
         chosen: List[int] = []
         seen = set()
-        for row, label in zip(top, labels):
-            found = [int(slots[j]) for j in row if self.names.label[slots[j]] != label][:per]
+        for row, anchor in zip(top, anchor_slots):
+            found = [int(slots[j]) for j in row if not self.names.related(anchor, slots[j])][:per]
             for s in found:
                 if s not in seen:
                     seen.add(s)
@@ -209,12 +250,14 @@ class AdaptTask(Task):
     def step(self, batch: np.ndarray) -> StepOutput:
         slots = batch.reshape(-1)
         x = self.embed(slots)
-        labels = self.names.label[slots]
-        hard = self.hard_slots(x[0::2], labels[0::2])
+        hard = self.hard_slots(x[0::2], slots[0::2])
         if len(hard):
             x = torch.cat([x, self.embed(hard)])
-            labels = np.concatenate([labels, self.names.label[hard]])
-        loss = self.loss(x, torch.from_numpy(labels).to(x.device))
+            slots = np.concatenate([slots, hard])
+        labels = self.names.label[slots]
+        masked = self.names.masked_pairs(slots)
+        loss = self.loss(x, torch.from_numpy(labels).to(x.device),
+                         ignore=None if masked is None else torch.from_numpy(masked).to(x.device))
         now = time.perf_counter()
         rate, self.last_step = len(labels) / max(now - self.last_step, 1e-9), now
         return StepOutput(loss, {"loss": float(loss.detach()), "names_per_s": rate})
@@ -224,6 +267,9 @@ class AdaptTask(Task):
 
     def save_checkpoint(self, folder: Path) -> None:
         self.save(folder / "encoder")
+        if self.pool is not None:
+            vectors, slots = self.pool
+            save_file({"vectors": vectors.cpu().numpy(), "slots": np.asarray(slots, np.int64)}, str(folder / POOL_FILE))
 
 
 def shared_tower_encoder(encoder: BiEncoder) -> BiEncoder:

@@ -120,6 +120,9 @@ class JointTask(Task):
         groups = [{"params": mention, "lr": t.lr}, {"params": list(self.scorer.parameters()), "lr": t.scorer_lr}]
         return torch.optim.AdamW(groups, weight_decay=t.weight_decay)
 
+    def generators(self) -> Dict[str, np.random.Generator]:
+        return {"negatives": self.linking.miner.rng}
+
     def train_mode(self) -> None:
         self.encoder.train()
         self.encoder.entity_model.eval()

@@ -6,11 +6,14 @@ rates), its batches, the loss of one batch, its evaluator and the model that eva
 what it saves. The loop does the rest, the same way for all of them:
 
 * resume: with ``resume`` and a checkpoint in ``DIR/last`` (:func:`checkpoint_to_resume`; the task
-  loads its own weights from there), the optimizer state and the step counter continue from it;
+  loads its own weights from there), the optimizer state, the step counter and the random state (torch's
+  generator and the task's own, :meth:`Task.generators`) continue from it, so a resumed run ends with the
+  weights of one never interrupted; a run that had stopped early stays stopped;
 * each step: the task's ``before_step`` hook, the learning rate (``linear``: warm-up over
   ``warmup`` × steps then linear decay to 0; or ``constant``), the loss (under bf16 autocast with
   ``precision = "bf16"``, or ``"auto"`` on a device with bf16 units), backward, gradient clipping at ``grad_clip`` (0 = none), optimizer step;
-* every ``eval_every`` steps and at the end: the evaluator's primary metric; the best model so far
+* every ``eval_every`` steps and at the end: the evaluator's primary metric (``patience`` evaluations
+  in a row without a better one end the run: ``stopped_early``); the best model so far
   goes to ``DIR/best`` (with no dev metric -- NaN, e.g. nothing held out to evaluate on -- nothing
   chooses: the latest model is kept there, ``best`` is ``None`` and ``selected`` says so), a
   resumable checkpoint to ``DIR/last`` (weights and optimizer state as safetensors, the rest as JSON), the history to ``DIR/train_log.json`` -- each written atomically;
@@ -42,6 +45,7 @@ from .run_config import CHECKPOINT_DIR, stale_checkpoint, start_run
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
+RANDOM_KEY = "random_state"  # in STATE_FILE: the generators' states (torch's as a list of bytes, numpy's as JSON)
 OPTIMIZER_FILE = "optimizer.safetensors"
 NO_DEV_METRIC = "last: no dev metric to choose by"  # state["selected"] when NaN metrics left the choice to the step
 
@@ -93,6 +97,11 @@ class Task:
         """Write what resuming needs into ``folder`` (``DIR/last``, beside the optimizer state)."""
         self.save(folder)
 
+    def generators(self) -> Dict[str, np.random.Generator]:
+        """The task's own numpy generators that the steps draw from (e.g. random negatives), by name: their
+        states are checkpointed with torch's and restored on resume."""
+        return {}
+
     def train_mode(self) -> None:
         """Put the modules in training mode (also called after every evaluation)."""
 
@@ -141,18 +150,43 @@ def checkpoint_to_resume(output: Path, resume: bool = True) -> Optional[Path]:
     return last if resume and (last / STATE_FILE).exists() and not stale_checkpoint(output) else None
 
 
+def random_state(task: Task) -> Dict[str, Any]:
+    """The state of every generator a step draws from, as JSON: torch's (dropout; CUDA's too on a GPU) and
+    the task's own (:meth:`Task.generators`)."""
+    out: Dict[str, Any] = {"torch": torch.get_rng_state().tolist(),
+                           "task": {name: g.bit_generator.state for name, g in task.generators().items()}}
+    if torch.device(task.device).type == "cuda":
+        out["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return out
+
+
+def restore_random_state(task: Task, saved: Dict[str, Any]) -> None:
+    """Set the generators to the states :func:`random_state` saved."""
+    torch.set_rng_state(torch.tensor(saved["torch"], dtype=torch.uint8))
+    if saved.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in saved["cuda"]])
+    for name, generator in task.generators().items():
+        if name in saved.get("task", {}):
+            generator.bit_generator.state = saved["task"][name]
+
+
 def save_checkpoint(path: Path, task: Task, optimizer: torch.optim.Optimizer, state: dict) -> None:
     with atomic_dir(path) as tmp:
         task.save_checkpoint(tmp)
         opt = optimizer.state_dict()
         tensors = {f"{i}.{k}": v.contiguous() for i, s in opt["state"].items() for k, v in s.items()}
         save_file(tensors, str(tmp / OPTIMIZER_FILE))
-        (tmp / STATE_FILE).write_text(json.dumps({**state, "param_groups": opt["param_groups"]}), encoding="utf8")
+        saved = {**state, "param_groups": opt["param_groups"], RANDOM_KEY: random_state(task)}
+        (tmp / STATE_FILE).write_text(json.dumps(saved), encoding="utf8")
 
 
-def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
-    """Restore ``optimizer`` from the checkpoint folder ``path``; returns the saved loop state."""
+def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer, task: Optional[Task] = None) -> dict:
+    """Restore ``optimizer`` (and ``task``'s random state, when the checkpoint has it: older ones do not)
+    from the checkpoint folder ``path``; returns the saved loop state."""
     state = json.loads((path / STATE_FILE).read_text(encoding="utf8"))
+    saved_random = state.pop(RANDOM_KEY, None)
+    if task is not None and saved_random is not None:
+        restore_random_state(task, saved_random)
     tensors = load_file(str(path / OPTIMIZER_FILE))
     per_param: Dict[int, dict] = {}
     for key, value in tensors.items():
@@ -186,7 +220,7 @@ class TrainingLoop:
         self.warm = max(1, int(settings.warmup * task.total_steps))
         self.state: Dict[str, Any] = {"step": 0, "best": -1.0, "best_step": 0, "history": [], "train_seconds": 0.0}
         if checkpoint is not None:
-            self.state.update(load_checkpoint(checkpoint, self.optimizer))
+            self.state.update(load_checkpoint(checkpoint, self.optimizer, task))
         # a best model of an earlier run counts only when this run continues it
         self.has_best = checkpoint is not None and (self.output / "best").exists()
 
@@ -210,7 +244,10 @@ class TrainingLoop:
         parts: Dict[str, List[float]] = defaultdict(list)
         t0 = time.perf_counter()
         evaluated = state["step"]
-        for step, batch in enumerate(task.batches(state["step"]), start=state["step"]):
+        if self.out_of_patience():  # resumed from a run that had stopped early: it ended there
+            state.setdefault("stopped_early", state["step"])
+        batches = () if state.get("stopped_early") else task.batches(state["step"])
+        for step, batch in enumerate(batches, start=state["step"]):
             task.before_step(step, batch)
             for group, lr in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = lr * self.lr_factor(step)
@@ -234,8 +271,7 @@ class TrainingLoop:
                 means = {k: float(np.mean(parts[k][-eval_every:])) for k in task.loss_parts}
                 self.evaluate_and_save(means, time.perf_counter() - t0)
                 t0, evaluated = time.perf_counter(), done
-                if self.out_of_patience():
-                    state["stopped_early"] = done
+                if state.get("stopped_early"):
                     break
         bar.close()
         if state["step"] != evaluated:  # the task's batches ended early (a time budget): evaluate where it stopped
@@ -291,5 +327,7 @@ class TrainingLoop:
                 state["selected"] = NO_DEV_METRIC
                 log.info("no dev metric (%s is NaN, e.g. nothing held out): the model of the last step is kept as "
                          "the best", evaluator.primary_metric)
+        if self.out_of_patience():  # recorded in the checkpoint too: running the command again leaves the run ended
+            state["stopped_early"] = state["step"]
         save_checkpoint(self.output / CHECKPOINT_DIR, task, self.optimizer, state)
         self.write_log()

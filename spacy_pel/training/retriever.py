@@ -16,7 +16,8 @@ Two modes for the entity tower (``[training] train_entity_encoder``):
   hard-negative index over ``negatives.pool`` entities is refreshed every ``refresh_every`` steps
   (``0``: never -- the KB's stored vectors, which must be the starting encoder's, are the index).
   ``negatives.kind = "shared"`` makes that affordable on a CPU: each row is encoded once a step and
-  every mention of the batch is scored against all of them.
+  every mention of the batch is scored against all of them. The refreshed index is kept in ``DIR/last``
+  (``hard_index.safetensors``), so a resumed run searches the one the interrupted run had.
 
 KB synonym pre-alignment (``[synonyms] steps``) treats KB synonyms as mentions of their entity,
 before the mention steps (or alone, with ``paths.train = null``); the encoder at the end of that
@@ -48,6 +49,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import spacy
 import torch
+from safetensors.numpy import load_file, save_file
 
 from ..corpora import read_docbin
 from ..evaluation.evaluators import RecallEvaluator
@@ -72,6 +74,7 @@ from .synonyms import pair_inputs, sample_pairs, split_synonyms
 CENTRE_FILE = "entity_centre.npy"
 MENTION_CENTRE_FILE = "mention_centre.npy"
 MENTION_MOMENTUM = 0.9  # running mean of the batch means: about the last 10 batches
+HARD_INDEX_FILE = "hard_index.safetensors"  # in DIR/last: the refreshed hard-negative index (trained tower)
 
 
 def centred_index(index: EntityIndex, centre: np.ndarray, chunk: int = 65536) -> EntityIndex:
@@ -151,7 +154,7 @@ class RetrieverTask(Task):
 
     def __init__(self, cfg: RetrieverConfig, checkpoint: Optional[Path] = None):
         self.cfg, t, p = cfg, cfg.training, cfg.paths
-        self.seed = t.seed
+        self.seed, self.checkpoint = t.seed, checkpoint
         torch.manual_seed(self.seed)
         overrides = dict(cfg.encoder.overrides)
         self.loss = cfg.loss.build()
@@ -209,6 +212,7 @@ class RetrieverTask(Task):
             self.evaluator = CentredRecallEvaluator(dev.inputs, dev.gold, self.index, self.mention_centre_array)
         neg = cfg.negatives
         self.miner = HardNegativeMiner(neg.count, hard_fraction=neg.hard_fraction, seed=self.seed, n_entities=len(self.index))
+        self.hard_pool: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (KB rows, their vectors) of the last refresh
         fgsm = None
         if cfg.fgsm.enabled:
             f = cfg.fgsm
@@ -252,8 +256,16 @@ class RetrieverTask(Task):
         if not self.train_entities:
             self.encoder.entity_model.eval()
 
+    def generators(self) -> Dict[str, np.random.Generator]:
+        return {"negatives": self.miner.rng}
+
     def start(self, step: int) -> None:
-        self.refresh_hard_index(step)
+        saved = self.checkpoint / HARD_INDEX_FILE if self.checkpoint is not None else None
+        if saved is not None and saved.exists():  # the index of the last refresh, as the interrupted run had it
+            arrays = load_file(str(saved))
+            self.use_hard_index(arrays["rows"], arrays["vectors"])
+        else:
+            self.refresh_hard_index(step)
 
     def batches(self, start: int) -> Iterator[Batch]:
         """The batches from step ``start`` on, the same for a seed however often the run resumes."""
@@ -303,6 +315,8 @@ class RetrieverTask(Task):
 
     def save_checkpoint(self, folder: Path) -> None:
         self.save(folder / "encoder")
+        if self.hard_pool is not None:
+            save_file(dict(zip(("rows", "vectors"), self.hard_pool)), str(Path(folder) / HARD_INDEX_FILE))
 
     def snapshot(self, done: int) -> Optional[str]:
         return f"after_{self.stage_ends[done]}" if done in self.stage_ends else None
@@ -352,9 +366,14 @@ class RetrieverTask(Task):
         pool = self.cfg.negatives.pool or n
         rng = np.random.default_rng(self.seed + step)
         rows = np.arange(n) if pool >= n else np.sort(rng.choice(n, pool, replace=False))
-        vectors = np.zeros((n, self.encoder.dim), np.float32)
-        vectors[rows] = self.encoder.encode_entities([self.index.entities[i] for i in rows])
-        self.miner.refresh(vectors)
+        self.use_hard_index(rows, self.encoder.encode_entities([self.index.entities[i] for i in rows]))
+
+    def use_hard_index(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        """Search hard negatives among the ``vectors`` of KB ``rows`` (the other rows zero vectors)."""
+        self.hard_pool = (np.asarray(rows, np.int64), np.ascontiguousarray(vectors, np.float32))
+        table = np.zeros((len(self.index), self.encoder.dim), np.float32)
+        table[self.hard_pool[0]] = self.hard_pool[1]
+        self.miner.refresh(table)
 
 
 def run_retriever(cfg: RetrieverConfig, output: Path, progress: bool = True) -> Dict[str, Any]:

@@ -29,8 +29,9 @@ CHECKPOINT_DIR = "last"  # a run's resumable checkpoint, inside its output folde
 CONFIG_FILE = "config.cfg"  # the resolved config of the run, beside it
 INPUTS_FILE = "inputs.json"  # SHA-256 of the files and folders the run read (input_digests), beside it
 PENDING_FILE = "pending_run.json"  # a run recorded but not started yet (save_run_config → start_run), beside it
-# settings a run may change and still resume its checkpoint
-RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"))
+# settings a run may change and still resume its checkpoint (none changes what a step computes; the time
+# budget counts over resumed runs, so a run stopped by it is continued with a longer one)
+RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"), ("training", "max_minutes"))
 
 
 def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Config:
