@@ -2,7 +2,7 @@
 (``spacy train``) (SPEC §1-2).
 
 Mention vectors ``m`` ``[B, d]`` and each mention's gold KB rows go in; the positive is the smallest
-gold row, the negatives come from the strategy chosen by ``[negatives] kind``:
+gold row (the first of a tuple: a KB synonym's own entity, the others that share it only masked), the negatives come from the strategy chosen by ``[negatives] kind``:
 
 * ``"sampled"`` -- ``count`` per mention, ``hard_fraction`` of them the top-scoring wrong entities of
   a FAISS search (:class:`~spacy_pel.models.negatives.HardNegativeMiner`), the rest uniform;
@@ -110,7 +110,7 @@ class LinkingLoss:
         return rows, np.ones(rows.shape, dtype=bool)
 
     def __call__(self, m: Tensor, gold: Sequence[Set[int]]) -> Tensor:
-        positives = [min(g) for g in gold]
+        positives = [g[0] if isinstance(g, tuple) else min(g) for g in gold]  # a tuple names its positive first
         pos = self.entity_vectors(np.asarray(positives))
         if self.kind == "kb":
             neg_s, mask = whole_kb_scores(m, self.table, gold, self.loss.kind)

@@ -62,13 +62,14 @@ def sample_pairs(pairs: List[Tuple[str, int]], limit: int, seed: int) -> List[Tu
 
 
 def pair_inputs(encoder: BiEncoder, pairs: Sequence[Tuple[str, int]], names: Optional[NameLookup] = None):
-    """Mention inputs (no context) and gold row sets of ``(synonym, row)`` pairs: the synonym's row and,
-    with ``names`` (the KB's normalised names and synonyms → rows), every other entity the KB gives that
-    name too, as a composite mention's gold set, so that an entity sharing a synonym is never its negative."""
+    """Mention inputs (no context) and gold rows of ``(synonym, row)`` pairs: the synonym's row and, with
+    ``names`` (the KB's normalised names and synonyms → rows), every other entity the KB gives that name
+    too, after it (a tuple: the first is the positive, the others only never negatives, as a composite
+    mention's partners), so that an entity sharing a synonym is not pushed away from it."""
     inputs = encoder.mention_inputs([Mention(text, 0, len(text)) for text, _ in pairs])
     if names is None:
         return inputs, [{row} for _, row in pairs]
-    return inputs, [{row, *(names.get(normalize(text)) or ())} for text, row in pairs]
+    return inputs, [(row, *sorted(set(names.get(normalize(text)) or ()) - {row})) for text, row in pairs]
 
 
 def unique_rows(pairs: Sequence[Tuple[str, int]]) -> np.ndarray:
