@@ -11,6 +11,7 @@ import torch
 from spacy.tokens import DocBin
 from spacy.util import ignore_error
 
+from spacy_pel.files import InputError
 from spacy_pel.retrieval.search import FlatSearch
 from tests.test_linker import linked, make_doc
 
@@ -72,3 +73,12 @@ def test_bf16_search_ranks_rows_that_tie_in_bf16_by_their_exact_scores():
     scores, rows = FlatSearch(matrix).search(queries, 2)
     assert rows.tolist() == [[1, 0], [0, 1]]
     np.testing.assert_allclose(scores, [[0.9001, 0.9], [0.9001, 0.9]], atol=1e-6)
+
+
+def test_a_missing_alias_counts_file_is_named_with_the_setting(kb_dir, tmp_path):
+    """Defect: a rule's `aliases` naming no file raised a bare FileNotFoundError at the first call."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("pel_linker", config={"kb": str(kb_dir), "rules": {
+        "aliases": {"@misc": "spacy_pel.rules.alias_table.v1", "aliases": str(tmp_path / "missing.json")}}})
+    with pytest.raises(InputError, match=r"alias counts .*missing.json not found .*`aliases`.*spacy_pel aliases"):
+        nlp(make_doc(nlp))

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 import numpy as np
 
 from ..corpora import gold_ids, gold_spans
-from ..files import atomic_write
+from ..files import InputError, atomic_write
 from ..kb import normalize
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import compact_key
@@ -145,6 +145,9 @@ def read_aliases(path: PathLike) -> Dict[str, Dict[str, int]]:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise InputError(f"alias counts {path} not found (an alias rule's `aliases`): make them with "
+                         "`python -m spacy_pel aliases TRAIN.spacy --output FILE`, or set `aliases` to null") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"{path}: expected {{surface: {{entity id: count}}}}")
     return data
