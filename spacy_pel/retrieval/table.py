@@ -29,7 +29,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..kb import Entity, normalize, write_jsonl
-from .records import MappedRecords
+from .search import OpenedFile
 
 PathLike = Union[str, Path]
 RECORDS = "entities.jsonl"
@@ -259,7 +259,7 @@ class EntityTable(Sequence[Entity]):
         self.types = TypeColumn()
         self.alt_ids: Dict[str, int] = {}  # an entity's alternative ids (extra["alt_ids"]) → its row
         self._offsets: Optional[np.ndarray] = None
-        self._records: Optional[MappedRecords] = None
+        self._records: Optional[OpenedFile] = None  # entities.jsonl, opened: readable once the folder is gone
         self._added: List[Entity] = []
         self._names: Optional[NameIndex] = None
         self._compact: Optional[NameIndex] = None
@@ -283,7 +283,7 @@ class EntityTable(Sequence[Entity]):
         on_file = 0 if self._offsets is None else len(self._offsets) - 1
         if i >= on_file:
             return self._added[i - on_file]
-        line = self._records[self._offsets[i] : self._offsets[i + 1]]
+        line = self._records.read_range(self._offsets[i], self._offsets[i + 1])
         return Entity.from_dict(json.loads(line))
 
     def __iter__(self) -> Iterator[Entity]:
@@ -332,8 +332,7 @@ class EntityTable(Sequence[Entity]):
         """Write ``entities.jsonl`` and the column files into ``folder`` (a fresh directory)."""
         target = folder / RECORDS
         if self._records is not None and not self._added:
-            with target.open("wb") as f:  # the records as read, byte for byte: their offsets too
-                f.write(self._records.data)
+            self._records.copy_to(target)  # the records as read, byte for byte: their offsets too
             offsets = self._offsets
         else:
             write_jsonl(self, target)
@@ -373,7 +372,7 @@ class EntityTable(Sequence[Entity]):
         sizes = {len(table.ids), len(table.names), len(table.types), len(table._offsets) - 1}
         if len(sizes) != 1 or table._offsets[-1] != size:
             raise ValueError(f"{folder}: {COLUMNS}, {OFFSETS} and {RECORDS} disagree; rebuild the KB")
-        if size:  # mapped now: the records stay readable if the folder goes (a pipeline read from bytes)
-            table._records = MappedRecords(folder / RECORDS)
+        if size:  # opened now: the records stay readable if the folder goes (a pipeline read from bytes)
+            table._records = OpenedFile(folder / RECORDS)
         return table
 
