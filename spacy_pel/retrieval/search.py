@@ -102,7 +102,8 @@ class FlatSearch:
 
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k ``(scores [n, k] float32, rows [n, k] int64)``, best first."""
-        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(self.compute_dtype)
+        q32 = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+        q = q32.to(self.compute_dtype)
         k = min(k, self.ntotal)
         if not len(q):
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
@@ -111,23 +112,24 @@ class FlatSearch:
             with self._lock:
                 if self._screen is None:
                     self._screen = Int8Screen(self.matrix)
-            return self._rescored(torch.from_numpy(self._screen(queries, depth)), q, k)
+            return self._rescored(torch.from_numpy(self._screen(queries, depth)), q32, k)
         if self.compute_dtype == torch.bfloat16 and self.ntotal > k:
             # bf16 products move in steps of ~0.004: near-equal rows tie, and float noise in the query (what
             # was batched with it) would break the tie; the best `depth` are rescored in fp32 instead
             _, found = top_k_inner(q, self.matrix, min(depth, self.ntotal))
-            return self._rescored(found, torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)), k)
+            return self._rescored(found, q32, k)
         scores, rows = top_k_inner(q, self.matrix.to(self.compute_dtype), k)
         return scores.numpy(), rows.numpy()
 
     def _rescored(self, found: torch.Tensor, q: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Each query's candidate rows ``found`` (by int8 or bf16 products) scored exactly in fp32: the top k."""
+        """Each query's candidate rows ``found`` (by int8 or bf16 products) scored exactly in fp32 (``q``: the
+        queries in fp32): the top k."""
         scores, rows = [], []
         with torch.inference_mode():
             for start in range(0, len(q), RESCORE_QUERIES):
                 cand = found[start : start + RESCORE_QUERIES]
                 vectors = self.matrix[cand].float()
-                exact = torch.bmm(vectors, q[start : start + RESCORE_QUERIES, :, None].float())[..., 0]
+                exact = torch.bmm(vectors, q[start : start + RESCORE_QUERIES, :, None])[..., 0]
                 top = torch.topk(exact, k, dim=1)
                 scores.append(top.values)
                 rows.append(torch.gather(cand, 1, top.indices))
