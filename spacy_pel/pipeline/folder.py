@@ -34,7 +34,7 @@ def _changed_since(configured: str, copy: Path) -> Optional[str]:
     the same or is not there."""
     folder = Path(configured).expanduser()
     try:
-        there, saved = (srsly.read_json(f / "meta.json") for f in (folder, copy))
+        there, saved = (EntityIndex.read_meta(f) for f in (folder, copy))
         sizes = [(folder / f).stat().st_size == (copy / f).stat().st_size for f in IDENTITY_FILES]
     except (OSError, ValueError):
         return None
