@@ -12,18 +12,18 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from spacy_pel.cli import app
-from spacy_pel.evaluation.evaluators import Evaluator
 from spacy_pel.kb import Entity
 from spacy_pel.models.pair_losses import info_nce_loss, multi_similarity_loss
 from spacy_pel.training import loop
 from spacy_pel.training.adapt import POOL_FILE, AdaptTask, KBNames, SynonymEvaluator, adapt, nested, split_entities
 from spacy_pel.training.adapt_config import AdaptConfig
 from spacy_pel.training.config import LoopSettings
-from spacy_pel.training.loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
+from spacy_pel.training.loop import StepOutput, TrainingLoop, checkpoint_to_resume
 from spacy_pel.training.retriever import HARD_INDEX_FILE, train
 from spacy_pel.training.run_config import save_run_config, stale_checkpoint, start_run
 from tests.test_adapt import settings as adapt_settings
 from tests.test_adapt import synonym_kb  # noqa: F401 (a fixture)
+from tests.test_early_stopping import Linear, Scripted
 from tests.test_train import CONFIG, corpus, overrides  # noqa: F401 (corpus: a fixture)
 
 
@@ -84,18 +84,7 @@ def test_adapt_names_resumes_with_the_pool_of_its_last_refresh(synonym_kb, tiny_
     assert (tmp_path / "resumed.work" / "last" / POOL_FILE).exists()
 
 
-class Scripted(Evaluator):
-    primary_metric = "dev"
-
-    def __init__(self, values):
-        self.values, self.calls = list(values), 0
-
-    def __call__(self, model):
-        self.calls += 1
-        return {"dev": self.values[min(self.calls - 1, len(self.values) - 1)]}
-
-
-class Noisy(Task):
+class Noisy(Linear):
     """A weight pulled toward dropout-like torch noise and numpy noise: its end depends on both generators."""
 
     total_steps = 8
@@ -108,18 +97,8 @@ class Noisy(Task):
             self.weight.data = torch.tensor(json.loads((checkpoint / "w.json").read_text()))
         self.evaluator, self.seen = Scripted(values), 0
 
-    @property
-    def model(self):
-        return self.weight
-
     def generators(self):
         return {"noise": self.rng}
-
-    def optimizer(self):
-        return torch.optim.SGD([self.weight], lr=0.1)
-
-    def batches(self, start):
-        return range(start, self.total_steps)
 
     def step(self, batch):
         self.seen += 1
