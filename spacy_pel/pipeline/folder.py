@@ -30,8 +30,9 @@ IDENTITY_FILES = ("entities.jsonl", "embeddings.npy")  # sizes compared: what --
 
 def _changed_since(configured: str, copy: Path) -> Optional[str]:
     """How the KB folder at the configured path ``configured`` (if there is one here) differs from the
-    pipeline's saved copy ``copy`` of it: another entity count, entity encoder or table; None if it looks
-    the same or is not there."""
+    pipeline's saved copy ``copy`` of it: another entity count, entity encoder, or names (the digest of
+    ids, names, synonyms and types both record; the table's sizes for older KBs); None if it looks the
+    same or is not there."""
     folder = Path(configured).expanduser()
     try:
         there, saved = (EntityIndex.read_meta(f) for f in (folder, copy))
@@ -42,6 +43,9 @@ def _changed_since(configured: str, copy: Path) -> Optional[str]:
         return f"{there.get('entities')} entities"
     if there.get("encoder_fingerprint") != saved.get("encoder_fingerprint"):
         return "another entity encoder"
+    digests = there.get("name_inputs_sha256"), saved.get("name_inputs_sha256")
+    if all(digests):  # recorded by both (KBs built since session 70): names and synonyms compared, not sizes
+        return None if digests[0] == digests[1] else "other entities, names or synonyms"
     return None if all(sizes) else "other entities"
 
 
