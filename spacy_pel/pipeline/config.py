@@ -12,11 +12,14 @@ reads them back, under a ``data_name`` that ``exclude`` can name.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Optional
+
+import numpy as np
 
 from ..corpora import NIL
 from ..models.encoder import PRECISIONS, BiEncoder
@@ -28,12 +31,12 @@ MAX_CONTEXT = 512  # BERT-style position tables; checked against the encoder its
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int(value) -> bool:  # numbers.Integral: numpy's integers too (np.int64 from an array)
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _is_number(value) -> bool:  # numbers.Real: numpy's floats too (np.float32 from a score array)
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
 
 
 def _path(value, name: str) -> Optional[str]:
@@ -94,6 +97,7 @@ class LinkerSettings:
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ValueError(f"pel_linker: `{name}` must be an integer ≥ 1, not {value!r}")
+            object.__setattr__(self, name, int(value))
         if self.threshold is not None:
             if not _is_number(self.threshold):
                 raise ValueError(f"pel_linker: `threshold` must be a finite number or null, not {self.threshold!r}")
@@ -103,6 +107,7 @@ class LinkerSettings:
         cw = self.context_window
         if not _is_int(cw) or not MIN_CONTEXT <= cw <= MAX_CONTEXT:
             raise ValueError(f"pel_linker: `context_window` must be an integer in {MIN_CONTEXT}..{MAX_CONTEXT} word pieces, not {cw!r}")
+        object.__setattr__(self, "context_window", int(cw))
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise ValueError(f"pel_linker: unknown `device` {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
         problem = device_problem(self.device)

@@ -72,12 +72,14 @@ class LinkerFolder:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         written: Dict[str, Optional[str]] = {}
+        # a resource held from no path (trained here by `update`, or set in memory) is recorded as the config's
+        # own value: loaded with that config, the pipeline takes the copy saved here, not that path's files
         if self.encoder is not None and "encoder" not in exclude:
             self.encoder.save(path / "encoder")
-            written["encoder"] = self.sources.get("encoder")
+            written["encoder"] = self.sources.get("encoder") or self.cfg.encoder
         if self.index is not None and "kb" not in exclude:
             self.index.to_disk(path / "kb")
-            written["kb"] = self.sources.get("kb")
+            written["kb"] = self.sources.get("kb") or self.cfg.kb
         for key, part in self.parts():
             if part.data_name not in exclude and part.to_disk(path):
                 written[key] = part.source

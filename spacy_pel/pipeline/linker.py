@@ -133,7 +133,7 @@ def configure_linker(nlp: Language, name: Optional[str] = None, **settings) -> "
     except Exception:
         linker.cfg = before  # refused (another encoder's KB …): the component stays as it was, as nlp.config
         raise
-    nlp.get_pipe_config(name).update(settings)
+    nlp.get_pipe_config(name).update({k: getattr(linker.cfg, k) for k in settings})  # as checked: str paths, floats
     return linker
 
 
@@ -161,6 +161,7 @@ class PELLinker(LinkerFolder, Pipe):
         self.index: Optional[EntityIndex] = None
         self.sources: Dict[str, Optional[str]] = {}  # configured path each held resource came from
         self.updater, self.scorer = Updater.for_objective(objective), scorer
+        self.check_threshold()  # against the configured KB's metric, before it loads
 
     # ------------------------------------------------------------------ settings
     @property
@@ -182,9 +183,18 @@ class PELLinker(LinkerFolder, Pipe):
     def check_threshold(self, cfg: Optional[LinkerSettings] = None) -> LinkerSettings:
         """``cfg`` (default: the component's), refused if its threshold is outside the KB's score range."""
         cfg, t = cfg or self.cfg, (cfg or self.cfg).threshold
-        if t is not None and self.index is not None and self.index.metric == "cosine" and not -1.0 <= t <= 1.0:
+        if t is not None and not -1.0 <= t <= 1.0 and self._metric(cfg) == "cosine":
             raise ValueError(f"{self.name}: threshold {t} is outside [-1, 1], the range of cosine scores (null: never NIL)")
         return cfg
+
+    def _metric(self, cfg: LinkerSettings) -> Optional[str]:
+        """The score metric of the KB held, else of the configured KB folder (its meta.json; None: not known yet)."""
+        if self.index is not None:
+            return self.index.metric
+        try:
+            return EntityIndex.read_meta(cfg.kb).get("metric") if cfg.kb else None
+        except (OSError, ValueError):
+            return None  # a missing or damaged folder is reported when it is loaded
 
     def parts(self) -> List[Tuple[str, LinkerPart]]:
         """The parts holding data, with their keys in ``sources.json``."""
@@ -197,11 +207,19 @@ class PELLinker(LinkerFolder, Pipe):
         index.check_encoder(encoder)
         self.cfg.check_encoder(encoder)
         encoder.config.mention_max_length, encoder.config.precision = self.cfg.context_window, self.cfg.precision
+        held = self.encoder, self.index, dict(self.sources)
         self.encoder, self.index = encoder.to_device(self.cfg.device), index
         self.sources.update(sources or {"kb": None, "encoder": None})
-        self.check_threshold()
-        for _, part in self.parts():
-            part.setup(self.encoder, index)
+        try:
+            self.check_threshold()
+            for _, part in self.parts():
+                part.setup(self.encoder, index)
+        except Exception:  # refused (a rule's data of another KB …): every part back on what was held
+            self.encoder, self.index, self.sources = held
+            if self.encoder is not None and self.index is not None:
+                for _, part in self.parts():
+                    part.setup(self.encoder, self.index)
+            raise
 
     def _load(self, kb: Optional[str] = None, encoder: Optional[str] = None) -> None:
         """Complete the resources: ``kb``/``encoder`` are paths asked for (a path the held resource

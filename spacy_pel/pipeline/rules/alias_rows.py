@@ -52,6 +52,7 @@ class AliasRowsRule(NameRowsRule):
     """Merges the nearest annotated surface forms' entities into the open mentions' candidates."""
 
     data_name = FOLDER
+    where = NAME
     null_turns_off = True  # `aliases = null` at load: the saved forms stay unread
 
     def __init__(self, aliases: Optional[str] = None, mode: str = "max", weight: float = 0.5):

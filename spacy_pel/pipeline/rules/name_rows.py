@@ -103,17 +103,18 @@ def _merge(names: NameIndex, entity_vectors: EntityVectors, vectors: np.ndarray,
     return out_s, out_r.astype(np.int64)
 
 
-def _check_share(setting: str, value, below_one: bool = False) -> None:
-    """Refuse a setting that is not a number in [0, 1] (``below_one``: in [0, 1))."""
+def _check_share(setting: str, value, below_one: bool = False, where: str = NAME) -> None:
+    """Refuse a setting of the rule ``where`` that is not a number in [0, 1] (``below_one``: in [0, 1))."""
     number = not isinstance(value, bool) and isinstance(value, (int, float))
     if not number or not (0.0 <= value < 1.0 if below_one else 0.0 <= value <= 1.0):
-        raise ValueError(f"{NAME}: `{setting}` must be a number in [0, {'1)' if below_one else '1]'}, not {value!r}")
+        raise ValueError(f"{where}: `{setting}` must be a number in [0, {'1)' if below_one else '1]'}, not {value!r}")
 
 
 class NameRowsRule(LinkerPart):
     """Merges name-level candidates into the open mentions' candidates (see the module doc)."""
 
     data_name = "name_rows"
+    where = NAME  # the registered name its messages give (a subclass's own)
 
     def __init__(self, names: Optional[str] = None, mode: str = "max", weight: float = 0.5, search: bool = True,
                  text_weight: float = 0.0):
@@ -121,10 +122,10 @@ class NameRowsRule(LinkerPart):
             raise ValueError(f"{NAME}: `names` must be a path or null, not {names!r}")
         if mode not in MODES:
             raise ValueError(f"{NAME}: `mode` must be one of {', '.join(MODES)}, not {mode!r}")
-        _check_share("weight", weight)
+        _check_share("weight", weight, where=self.where)
         if not isinstance(search, bool):
             raise ValueError(f"{NAME}: `search` must be true or false, not {search!r}")
-        _check_share("text_weight", text_weight, below_one=True)
+        _check_share("text_weight", text_weight, below_one=True, where=self.where)
         self.text_weight = float(text_weight)
         self.encoder: Optional[BiEncoder] = None
         self.source = str(names) if names else None
@@ -166,7 +167,7 @@ class NameRowsRule(LinkerPart):
 
     def __call__(self, batch: CandidateBatch) -> None:
         if self.index is None:
-            raise ValueError(f"{NAME} is not set up (the linker does it when it loads its KB)")
+            raise ValueError(f"{self.where} is not set up (the linker does it when it loads its KB)")
         if self.names is None:  # no name index given: the rule is off
             return
         todo = np.array([i for i in range(len(batch.texts)) if batch.open(i) and np.any(batch.vectors[i])], np.int64)
