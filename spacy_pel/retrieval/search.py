@@ -113,9 +113,10 @@ class FlatSearch:
                 if self._screen is None:
                     self._screen = Int8Screen(self.matrix)
             return self._rescored(torch.from_numpy(self._screen(queries, depth)), q32, k)
-        if self.compute_dtype == torch.bfloat16 and self.ntotal > k:
+        if self.compute_dtype == torch.bfloat16:
             # bf16 products move in steps of ~0.004: near-equal rows tie, and float noise in the query (what
-            # was batched with it) would break the tie; the best `depth` are rescored in fp32 instead
+            # was batched with it) would break the tie; the best `depth` are rescored in fp32 instead (all of
+            # them in a KB, or a label's subset, of no more than k rows: their scores are exact too)
             _, found = top_k_inner(q, self.matrix, min(depth, self.ntotal))
             return self._rescored(found, q32, k)
         scores, rows = top_k_inner(q, self.matrix.to(self.compute_dtype), k)
