@@ -119,7 +119,8 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
     named = named if named is not None else set()
     docs: Dict[tuple, PubTatorDoc] = {}
     first: Dict[tuple, int] = {}  # a document → the line that opened it
-    where: Dict[Tuple[tuple, int, int], Tuple[str, int]] = {}  # a mention → (its ids, the line that gave them)
+    # a mention (document, span, label: a span annotated with two types is two) → (its ids, the line that gave them)
+    where: Dict[Tuple[tuple, int, int, str], Tuple[str, int]] = {}
     for lineno, line in files.read_lines(path, CorpusFormatError, bad_lines):
         if not line.strip():
             continue
@@ -150,9 +151,9 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
             if doc is not None and doc.text != task["text"]:
                 raise ValueError(f"_input_hash {text_key!r} names another text too")
             for m in mentions:
-                seen = where.get((key, m.start, m.end))
+                seen = where.get((key, m.start, m.end, m.type))
                 if seen is not None and seen[0] != m.kb_id:
-                    raise ValueError(f"span {m.start}-{m.end} {m.text!r} is linked to {m.kb_id} here and to {seen[0]} "
+                    raise ValueError(f"span {m.start}-{m.end} {m.text!r} ({m.type}) is linked to {m.kb_id} here and to {seen[0]} "
                                      f"at line {seen[1]}")
         except (ValueError, RecursionError) as err:  # json.JSONDecodeError is a ValueError
             message = f"invalid JSON: {err.msg} (column {err.colno})" if isinstance(err, json.JSONDecodeError) else str(err)
@@ -165,8 +166,8 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
             if key[0] is not None:
                 named.add(doc_id)
         for m in mentions:
-            if (key, m.start, m.end) not in where:
-                where[(key, m.start, m.end)] = (m.kb_id, lineno)
+            if (key, m.start, m.end, m.type) not in where:
+                where[(key, m.start, m.end, m.type)] = (m.kb_id, lineno)
                 m.line = lineno
                 doc.annotations.append(m)
     if not docs:

@@ -202,3 +202,13 @@ def test_mutated_tasks_raise_only_corpus_format_errors(data):
         j = data.draw(st.integers(i, min(len(text), i + 12)))
         text = text[:i] + data.draw(st.sampled_from(PIECES) | st.text(max_size=4)) + text[j:]
     check_reader(text.encode("utf8", "surrogatepass"))
+
+
+def test_one_span_of_two_labels_is_two_mentions(tmp_path):
+    """Defect: mentions were keyed by their span alone, so link's review tasks for a span annotated Chemical
+    and Drug (one task each) were read back as one mention, the other dropped without a count."""
+    path = write(tmp_path, task([{"start": 0, "end": 7, "label": "PERSON"}], ["Q1"]),
+                 task([{"start": 0, "end": 7, "label": "AUTHOR"}], ["Q1"]),
+                 task([{"start": 0, "end": 7, "label": "AUTHOR"}], ["Q1"]))  # the same mention twice: once
+    (doc,) = read_prodigy(path)
+    assert [(a.start, a.end, a.type, a.ids) for a in doc.annotations] == [(0, 7, "PERSON", ["Q1"]), (0, 7, "AUTHOR", ["Q1"])]
