@@ -32,6 +32,8 @@ from . import files
 from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids, written_ids
 
 ID_INFONS = ("identifier", "MESH", "MeSH", "NCBI Gene", "database_id")
+TITLE_TYPES = ("title", "front")  # a first passage of this ``type`` infon is the document's title
+COLLECTION = "<collection><source></source><date></date><key></key>{}</collection>"  # one document, decoded by bioc
 
 
 class BioCFormatError(CorpusFormatError):
@@ -43,18 +45,24 @@ class BioCFormatError(CorpusFormatError):
 
 
 def _documents_xml(path: Path) -> Iterator[Tuple[Optional[bioc.BioCDocument], str, Optional[Exception]]]:
-    """(document, place, error) per document of a BioC XML file; XML syntax errors raise FILE:LINE."""
-    place = "the first document"
+    """(document, place, error) per document of a BioC XML file, each ``<document>`` decoded on its own (a
+    malformed one costs only itself); XML syntax errors raise FILE:LINE."""
     try:
-        with open(path, "rb") as fp, bioc.biocxml.iterparse(fp) as reader:
-            for document in reader:
-                yield document, place, None
-                place = f"the document after {document.id!r}"
+        with open(path, "rb") as fp:
+            for _, element in etree.iterparse(fp, events=("end",), tag="document"):
+                doc_id = element.findtext("id")
+                place = f"document {doc_id!r}" if doc_id else f"the document at line {element.sourceline}"
+                try:
+                    document = bioc.biocxml.loads(COLLECTION.format(etree.tostring(element, encoding="unicode")))
+                    yield document.documents[0], place, None
+                except (KeyError, TypeError, ValueError, AttributeError) as err:  # bioc's decoder: a missing or bad field
+                    yield None, place, err
+                element.clear()
+                while element.getprevious() is not None:  # documents already read: their memory back
+                    del element.getparent()[0]
     except etree.XMLSyntaxError as err:
         line = err.lineno if isinstance(err.lineno, int) and err.lineno > 0 else 1
         raise BioCFormatError(path, "", f"not well-formed BioC XML ({err.msg})", line=line) from err
-    except (KeyError, TypeError, ValueError, AttributeError) as err:  # bioc's reader: a missing or bad field
-        yield None, place, err
 
 
 def _documents_json(path: Path) -> Iterator[Tuple[Optional[bioc.BioCDocument], str, Optional[Exception]]]:
@@ -142,6 +150,15 @@ def _count_relations(relations, counts: Dict[str, int]) -> None:
         counts[kind] = counts.get(kind, 0) + 1
 
 
+def _title_length(passages: List[bioc.BioCPassage], pieces: List[Tuple[int, str]]) -> Optional[int]:
+    """The title's length when the first passage is a title at 0 and the next starts after it and a space
+    (PubTator's ``title + " " + abstract``): the title is kept as such by ``link``'s outputs; else None."""
+    if not passages or passages[0].offset != 0 or str(passages[0].infons.get("type", "")).lower() not in TITLE_TYPES:
+        return None
+    title = len(pieces[0][1])
+    return title if len(passages) == 1 or passages[1].offset == title + 1 else None
+
+
 def _document(path: Path, document: bioc.BioCDocument, bad_lines: Optional[files.BadLines], relations: Dict[str, int]) -> PubTatorDoc:
     where = f"document {document.id!r}"
     pieces: List[Tuple[int, str]] = []
@@ -156,7 +173,7 @@ def _document(path: Path, document: bioc.BioCDocument, bad_lines: Optional[files
             found += [(f"{place}, sentence at offset {sentence.offset!r}", a) for a in sentence.annotations]
             _count_relations(sentence.relations, relations)
     text = _place_text(path, where, pieces)
-    pdoc = PubTatorDoc(document.id, text)
+    pdoc = PubTatorDoc(document.id, text, title_length=_title_length(document.passages, pieces))
     for place, ann in found:
         try:
             pdoc.annotations.append(_annotation(path, place, ann, text))

@@ -133,10 +133,10 @@ def location_error(path: Path, *fragments: str) -> BioCFormatError:
     ('<infon key="type">Chemical</infon><infon key="MESH">', '<infon key="MESH">', ["annotation 'T1'", "`type` infon"]),
     ('<location offset="57" length="16"/>', '<location offset="57" length="99"/>',
      ["sentence at offset 57, annotation 'T3'", "outside the document text"]),
-    ('<id>100</id>', '<id></id>', ["the first document", "without an id"]),
+    ('<id>100</id>', '<id></id>', ["the document at line 3", "without an id"]),
     ("<offset>25</offset>\n<sentence>", "<offset>2</offset>\n<sentence>", ["document '100'", "overlaps"]),
     ('<location offset="0" length="7"/><text>Lithium', '<location offset="x" length="7"/><text>Lithium',
-     ["the first document", "ValueError"]),
+     ["document '100'", "ValueError"]),
 ])
 def test_xml_errors_name_the_location(tmp_path, old, new, fragments):
     assert old in XML
@@ -264,3 +264,35 @@ def test_mutated_xml_raises_only_corpus_format_errors(data):
 @given(data=st.data())
 def test_mutated_json_raises_only_corpus_format_errors(data):
     check_reader(mutate(data, JSON_TEXT, JSON_PIECES).encode("utf8", "surrogatepass"), ".json")
+
+
+def test_a_malformed_xml_document_costs_only_itself(tmp_path):
+    """Defect: bioc's XML reader reads a document ahead and stops at the first malformed one, so with
+    --skip-bad-lines the documents before and after it were lost too (one skip counted), and the error named
+    'the document after' the one before the bad one."""
+    doc = XML[XML.index("<document>") : XML.index("</collection>")]
+    docs = [doc.replace("<id>100</id>", f"<id>{i}</id>") for i in (1, 2, 3, 4)]
+    docs[2] = docs[2].replace("<offset>25</offset>", "", 1)  # document 3: a passage without its offset
+    path = write(tmp_path, XML[: XML.index("<document>")] + "".join(docs) + "</collection>\n")
+    location_error(path, "document '3'", "not a BioC document")
+    bad = BadLines()
+    assert [d.pmid for d in read_bioc(path, bad_lines=bad)] == ["1", "2", "4"]
+    assert bad.count == 1
+
+
+def test_a_title_passage_is_kept_as_the_title(tmp_path):
+    """Defect: a BioC document's title passage was not known as a title, so link wrote it into PubTator's |t|
+    line with the abstract (an empty |a| line) and into one BioC passage."""
+    text = XML.replace("<offset>25</offset>", "<offset>22</offset>").replace(
+        '<location offset="44" length="8"/>', '<location offset="41" length="8"/>').replace(
+        '<location offset="57" length="16"/>', '<location offset="54" length="16"/>').replace(
+        "<sentence><offset>25</offset>", "<sentence><offset>22</offset>").replace(
+        "<sentence><offset>57</offset>", "<sentence><offset>54</offset>").replace(
+        '<location offset="25" length="10"/>', '<location offset="22" length="10"/>').replace(
+        '<location offset="12" length="4"/><location offset="44" length="4"/>',
+        '<location offset="12" length="4"/><location offset="41" length="4"/>')
+    (pdoc,) = read_bioc(write(tmp_path, text))
+    assert pdoc.title_length == len("Lithium and delirium.") and pdoc.text.startswith("Lithium and delirium. Famotidine")
+    assert [p.infons["type"] for p in pubtator_to_bioc([pdoc]).documents[0].passages] == ["title", "abstract"]
+    (apart,) = read_bioc(write(tmp_path, XML, "gap.xml"))  # the abstract not right after the title and a space
+    assert apart.title_length is None
