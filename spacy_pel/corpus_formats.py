@@ -101,6 +101,7 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
             stats.mentions += len(spans)
             stats.nil += sum(s.kb_id_ == NIL for s in spans)
             stats.composite += sum(len(gold_ids(s.kb_id_)) > 1 for s in spans)
+            stats.overlapping += len(spans) - len(filter_spans(spans))  # as make_doc counts them
             yield doc
         _remember(earlier, own)
         return

@@ -62,7 +62,10 @@ def read_id_map(path: files.PathLike) -> Dict[str, str]:
 
 def map_ids(ids: List[str], mapping: Dict[str, str], counts: Optional[Dict[str, int]] = None) -> List[str]:
     """A mention's gold ids with every mapped one replaced (duplicates and mapped-away ``NIL`` parts
-    dropped; all parts ``NIL``: ``["NIL"]``); each old id replaced is counted in ``counts``."""
+    dropped; all parts ``NIL``: ``["NIL"]``; no ids, a mention without any, ``""``: none); each old id
+    replaced is counted in ``counts``."""
+    if not ids:
+        return []
     out: List[str] = []
     for i in ids:
         new = mapping.get(i, i)

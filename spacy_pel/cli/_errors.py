@@ -142,6 +142,15 @@ def require_one_of(value: str, choices: Iterable[str], option: str) -> None:
         fail(f"{option} {value!r} is not one of {', '.join(choices)}")
 
 
+def require_not_input(output: Optional[Path], inputs: Iterable[Optional[Path]], what: str = "output") -> None:
+    """Refuse an output that is one of the command's inputs (the same file by another path too): writing it
+    would replace what the command reads, often before the command fails (``None``s are options not given)."""
+    if output is None:
+        return
+    if any(path is not None and output.resolve() == path.resolve() for path in inputs):
+        fail(f"{what} {output} is one of the inputs; give another file name")
+
+
 def require_writable_parent(path: Path, what: str) -> None:
     """Refuse an output whose place cannot be made: its parent is a file, or a folder this user cannot write
     in (a read-only mount, no permission; through a symlink: its target's). A stream (/dev/stdout) is written."""

@@ -9,7 +9,7 @@ import typer
 
 from ..corpora import gold_spans, read_docbin
 from ..pipeline.aliases import mention_counts, write_aliases
-from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_not_input, require_writable_parent
 
 HELP = (
     "Count each gold mention's surface form per entity id, for the linker's alias table.\n\n"
@@ -32,6 +32,7 @@ def main(
         require_file(corpus, "corpus")
     if output.is_dir():
         fail(f"output {output} is a folder; give a .json file name")
+    require_not_input(output, corpora)
     require_writable_parent(output, "output")
     nlp = spacy.blank("en")
     docs = [d for c in corpora for d in read_docbin(nlp, c)]

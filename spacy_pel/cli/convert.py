@@ -10,7 +10,7 @@ import typer
 
 from ..corpus_formats import FORMATS, convert_corpora
 from ..id_map import read_id_map
-from ._errors import cli_errors, fail, require_file, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_not_input, require_writable_parent
 from ._output import echo_json, echo_skipped
 
 HELP = (
@@ -64,8 +64,7 @@ def main(
         fail(f"output {output} is a folder; give a .spacy file name")
     if output.suffix.lower() != ".spacy":
         fail(f"output {output} should be a .spacy file (it is a DocBin; the inputs come first)")
-    if any(output.resolve() == path.resolve() for path in inputs):
-        fail(f"output {output} is one of the inputs; give another .spacy file name")
+    require_not_input(output, inputs)
     require_writable_parent(output, "output")
     try:
         spacy.util.get_lang_class(lang)

@@ -18,7 +18,15 @@ from ..files import atomic_write
 from ..pipeline.label_map import LabelTypes, learn_label_types, read_label_types, write_linker_config
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import EntityTable
-from ._errors import cli_errors, fail, require_dir, require_file, require_output_file, require_writable_parent
+from ._errors import (
+    cli_errors,
+    fail,
+    require_dir,
+    require_file,
+    require_not_input,
+    require_output_file,
+    require_writable_parent,
+)
 from ._output import echo_json
 
 HELP = (
@@ -89,6 +97,11 @@ def main(
         fail("give --config and --config-out together")
     if output.is_dir():
         fail(f"output {output} is a folder; give a .json file name")
+    inputs = [*corpora, config, None if given == LEARN else Path(given)]
+    require_not_input(output, inputs)
+    require_not_input(config_out, inputs, "--config-out")
+    if config_out is not None and output.resolve() == config_out.resolve():
+        fail(f"output {output} is --config-out too; give the map JSON and the pipeline config two file names")
     require_writable_parent(output, "output")
     if not 0 < coverage <= 1 or not 0 <= min_share < 1:
         fail("--coverage must be in (0, 1] and --min-share in [0, 1)")

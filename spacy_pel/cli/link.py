@@ -15,6 +15,7 @@ from ._errors import (
     pipeline_folder,
     require_dir,
     require_file,
+    require_not_input,
     require_writable_parent,
 )
 from ._output import echo_json, echo_not_linked, echo_skipped
@@ -56,8 +57,7 @@ def main(
     require_writable_parent(output, "output")
     if output.is_dir():
         fail(f"output {output} is a folder; give a file name")
-    if output.resolve() == input.resolve():
-        fail(f"output {output} is the input; give another file name")
+    require_not_input(output, [input])
     if batch_size < 1:
         fail("--batch-size must be at least 1")
     stats = link_file(input, output, pipeline, format=format, output_format_name=output_format, batch_size=batch_size,

@@ -12,7 +12,7 @@ from ..corpora import write_docbin
 from ..files import BadLines
 from ..kb import READERS, read_kb
 from ..training.silver import LABEL, NameMatcher, SilverStats, raw_texts, silver_docs
-from ._errors import cli_errors, fail, require_file, require_output_file
+from ._errors import cli_errors, fail, require_file, require_not_input, require_output_file
 from ._output import echo_json
 
 HELP = (
@@ -61,6 +61,7 @@ def main(
     if not 0 <= swap <= 1:
         fail("--swap must be in [0, 1]")
     require_output_file(output, "output")
+    require_not_input(output, [*texts, kb])
     nlp = spacy.blank("en")
     matcher = NameMatcher(read_kb(kb, format), types or None, stop_words=nlp.Defaults.stop_words,
                           short_forms=short_forms)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import spacy
 from spacy.tokens import Span
@@ -81,8 +81,20 @@ def relabel(docs, removed: Set[str], canonical: Optional[Callable[[str], str]] =
                 counts["partly_removed"] += 1
             spans.append(Span(doc, s.start, s.end, label=s.label_, kb_id=ID_SEP.join(keep) if keep else NIL))
         doc.spans[GOLD_KEY] = spans
-        doc.ents = [e for e in spans if any(e.start == x.start and e.end == x.end for x in doc.ents)]
+        doc.ents = _relabelled_ents(doc.ents, spans)
     return counts
+
+
+def _relabelled_ents(ents: Sequence[Span], spans: Sequence[Span]) -> List[Span]:
+    """Each of ``ents`` as its relabelled gold span: the one of its boundaries and label, else the first of its
+    boundaries (a span annotated with two types is two gold spans, and ents must not overlap); an ent that is
+    no gold span is dropped."""
+    out = []
+    for ent in ents:
+        same = [s for s in spans if s.start == ent.start and s.end == ent.end]
+        if same:
+            out.append(next((s for s in same if s.label_ == ent.label_), same[0]))
+    return out
 
 
 def _inside(path: Path, folder: Path) -> bool:

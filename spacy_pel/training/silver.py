@@ -163,7 +163,7 @@ def silver_doc(nlp: Language, text: str, matcher: NameMatcher, swap: float, rng:
         taken[entity] += 1
         begin, finish = source[start].idx, source[end - 1].idx + len(source[end - 1])
         surface = source.text[begin:finish]
-        others = [n for n in matcher.names[entity] if n != surface]
+        others = [n for n in matcher.names[entity] if normalize(n) != normalize(surface)]  # not the name in another case
         if swap > 0 and others and rng.random() < swap:
             surface = rng.choice(others)
             stats.swapped += 1
