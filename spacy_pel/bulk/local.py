@@ -40,7 +40,7 @@ from ..corpus_formats import corpus_format
 from ..pipeline.mention_finders import check_mention_source
 from ..prodigy_corpus import read_prodigy
 from .linked_formats import LinkedDoc, check_pubtator_id, output_format, write_linked
-from .shards import Shard, plan_chunks, read_chunk
+from .shards import NO_TITLE, Shard, plan_chunks, read_chunk
 from .worker import LinkWorker
 
 RAW_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}  # {id, text} files, read as bulk shards
@@ -64,7 +64,8 @@ def _annotated_items(docs: List[PubTatorDoc], where: Callable[[int, PubTatorDoc]
     ``where``: the place of the ``n``-th document in its file, as an error names it."""
     given = any(d.annotations for d in docs)
     return [({"doc_id": d.pmid, "text": d.text, "error": "", "where": where(n, d),
-              "spans": json.dumps([[a.start, a.end, a.type] for a in d.annotations]) if given else ""}, d.title_length)
+              "spans": json.dumps([[a.start, a.end, a.type] for a in d.annotations]) if given else "",
+              "title_length": NO_TITLE if d.title_length is None else d.title_length}, d.title_length)
             for n, d in enumerate(docs)]
 
 

@@ -10,9 +10,10 @@ Parquet: row numbers from the footer), so a chunk — the unit of work an actor 
 read by exactly one task, and the shard's document count is known before linking starts (a shard is
 finished when every one of its documents has come back, linked or as an error).
 
-Reading never raises on a bad document: a malformed line, a record without ``id`` or ``text``, or a
-PubTator document with a malformed line becomes an item with ``error`` set (its id and the reason),
-which the run writes to the errors file. Nothing here imports Ray.
+Reading never raises on a bad document: a malformed line, a record without ``id`` or ``text`` (or whose
+``id`` or ``text`` holds a lone surrogate, which is no Unicode text), or a PubTator document with a
+malformed line becomes an item with ``error`` set (its id and the reason), which the run writes to the
+errors file. Nothing here imports Ray.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ KINDS = ".jsonl / .ndjson or .parquet files of {id, text}, or PubTator .txt / .p
 _TITLE = re.compile(rb"^([^\t|\r\n]*)\|t\|")  # a PubTator document starts at its title line
 _MENTION = re.compile(rb"^[^\t|\r\n]*\t[0-9]+\t")  # a PubTator annotation line: PMID, start offset, …
 _TMP_LINE = re.compile(r"^(.*?):(\d+): (.*)$", re.S)
+NO_TITLE = -1  # an item's title_length when its text has no title (an int always: one Arrow type in every chunk)
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,14 @@ def _cut(whole: Chunk, starts: list, size: int) -> List[Chunk]:
     return out
 
 
-def _item(chunk: Chunk, seq: int, doc_id: str, text: str = "", spans: Optional[list] = None, error: str = "") -> dict:
+def _item(chunk: Chunk, seq: int, doc_id: str, text: str = "", spans: Optional[list] = None, error: str = "",
+          title_length: Optional[int] = None) -> dict:
     """One document of a chunk as the dataset carries it (``spans``: JSON ``[[start, end, label], …]``
-    or "" for raw text, where the pipeline finds the mentions)."""
+    or "" for raw text, where the pipeline finds the mentions; ``title_length``: PubTator's, the text being
+    ``title + " " + abstract``, else :data:`NO_TITLE`)."""
     return {"shard": chunk.shard, "seq": seq, "doc_id": doc_id, "text": text,
-            "spans": "" if spans is None else json.dumps(spans), "error": error}
+            "spans": "" if spans is None else json.dumps(spans), "error": error,
+            "title_length": NO_TITLE if title_length is None else title_length}
 
 
 def read_chunk(item: Dict) -> Iterator[dict]:
@@ -184,6 +189,13 @@ def _record(chunk: Chunk, seq: int, where: str, record) -> dict:
         return _item(chunk, seq, where, error=f"{where}: no id")
     if not isinstance(text, str):
         return _item(chunk, seq, str(doc_id), error=f"{where}: text must be a string, not {type(text).__name__}")
+    for field, value in (("id", str(doc_id)), ("text", text)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate ("\ud800" in JSON): no tokenizer nor output file takes it
+            return _item(chunk, seq, where if field == "id" else str(doc_id), error=(
+                f"{where}: {field} holds a lone surrogate (U+{ord(value[err.start]):04X}) at character {err.start}: "
+                "not valid Unicode, UTF-8 cannot encode it"))
     return _item(chunk, seq, str(doc_id), text)
 
 
@@ -258,4 +270,5 @@ def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
             reason = bad_here[0] if bad_here else f"{chunk.path}:{line + chunk.first_line - 1}: malformed document"
             yield _item(chunk, seq, pmid or f"{chunk.path}:{line + chunk.first_line - 1}", error=reason)
         else:
-            yield _item(chunk, seq, pmid, doc.text, None if chunk.raw else [[a.start, a.end, a.type] for a in doc.annotations])
+            yield _item(chunk, seq, pmid, doc.text, None if chunk.raw else [[a.start, a.end, a.type] for a in doc.annotations],
+                        title_length=doc.title_length)

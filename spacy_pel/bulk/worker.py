@@ -6,7 +6,8 @@ given mention, overlapping ones and repeats included, the pipeline's own mention
 pipeline with a component after its last linker that reads or sets the entities (``pel_discovery``)
 only ``doc.ents``, and the overlapping mentions left out are counted in the worker's
 ``stats.overlapping``. A mention whose boundary falls inside white space cannot be a span: it is
-counted in ``stats.unaligned`` (with examples), not linked. Raw text goes through the whole pipeline.
+counted in ``stats.unaligned`` (with examples), not linked. Raw text goes through the whole pipeline
+(a PubTator title and abstract as two passages: no found mention crosses from one into the other).
 
 A batch that raises is not lost: each of its documents is linked again alone, twice at most, and a
 document that fails both times comes back with ``error`` set (its id and the reason), while the others
@@ -26,9 +27,11 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..corpora import UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
+from ..models.doc_encoder import PASSAGES_KEY
 from ..pipeline.given_mentions import GivenMentions, spans_written
 from ..pipeline.linker import load_pipeline
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
+from .shards import NO_TITLE
 
 log = logging.getLogger(__name__)
 ATTEMPTS_ALONE = 2
@@ -50,10 +53,14 @@ def mention_rows(doc: Doc, doc_id: str, sources: Sequence[object]) -> List[dict]
 
 
 def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None) -> Doc:
-    """The doc of a dataset item: raw text, or its given spans set as the span group ``pel_gold`` (the
+    """The doc of a dataset item: raw text (with a title, ``title_length`` ≥ 0: the abstract's start as a passage
+    start, which no found mention crosses), or its given spans set as the span group ``pel_gold`` (the
     non-overlapping ones as ``doc.ents`` too); mentions that cannot be spans are counted in ``stats``."""
     if not item["spans"]:
-        return nlp.make_doc(item["text"])
+        doc = nlp.make_doc(item["text"])
+        if item.get("title_length", NO_TITLE) >= 0:
+            doc.user_data[PASSAGES_KEY] = [item["title_length"] + 1]  # title + " " + abstract
+        return doc
     text = item["text"]
     annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
     return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations), stats)

@@ -269,17 +269,23 @@ def enumerate_spans(n_tokens: int, max_len: int = MAX_SPAN_LEN) -> Tuple[np.ndar
 
 
 def enumerate_doc_spans(
-    doc, max_len: int = MAX_SPAN_LEN, skip_punct: bool = True
+    doc, max_len: int = MAX_SPAN_LEN, skip_punct: bool = True, blank=None
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Every span of 1..``max_len`` words of ``doc`` that starts and ends on a word: whitespace tokens
     (a newline, a double space) neither start nor end a span and are not counted, so ``a\nb`` has the
-    spans ``a b`` has. With ``skip_punct`` no span starts or ends on a punctuation token either. Such
-    spans are never sensible mentions, and dropping them shrinks the candidate set a lot. A gold
+    spans ``a b`` has. ``blank``, a mask over the doc's tokens (:func:`blank_tokens` of its vectors), makes
+    the tokens without word pieces count as whitespace too: a BOM, a zero-width space, a soft hyphen, a
+    lone combining accent carry no evidence, so they are never a span's edge nor a span alone. With
+    ``skip_punct`` no span starts or ends on a punctuation token either. Such spans are never sensible
+    mentions, and dropping them shrinks the candidate set a lot. A gold
     mention that does start or end with punctuation (e.g. ``"Na(+)"``) is then not enumerable: callers
     training the scorer should use ``skip_punct=False`` or check their gold spans against the result.
     Ordered by start, then by length, as :func:`enumerate_spans`.
     """
-    words = np.fromiter((i for i, t in enumerate(doc) if not t.is_space), dtype=np.int64)
+    space = np.fromiter((t.is_space for t in doc), dtype=bool, count=len(doc))
+    if blank is not None:
+        space |= np.asarray(blank.cpu() if isinstance(blank, torch.Tensor) else blank, dtype=bool)
+    words = np.flatnonzero(~space)
     starts, ends = enumerate_spans(len(words), max_len)
     starts, ends = words[starts], words[ends - 1] + 1
     if not skip_punct or len(starts) == 0:
@@ -287,6 +293,22 @@ def enumerate_doc_spans(
     punct = np.fromiter((t.is_punct for t in doc), dtype=bool, count=len(doc))
     keep = ~punct[starts] & ~punct[ends - 1]
     return starts[keep], ends[keep]
+
+
+PASSAGES_KEY = "pel_passage_starts"  # doc.user_data: the character offsets where a passage (an abstract) begins
+
+
+def within_passages(doc, starts, ends) -> np.ndarray:
+    """A mask of the spans ``[start, end)`` of ``doc`` that cross no passage start the doc carries
+    (``doc.user_data[PASSAGES_KEY]``: PubTator's abstract, after ``title + " "``); all kept for a doc without."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    keep = np.ones(len(starts), dtype=bool)
+    cuts = doc.user_data.get(PASSAGES_KEY) if len(starts) else None
+    if cuts:
+        first = np.searchsorted(np.fromiter((t.idx for t in doc), dtype=np.int64, count=len(doc)), cuts)
+        for k in first:  # the passage's first token: a span may start there, not hold it inside
+            keep &= ~((starts < k) & (ends > k))
+    return keep
 
 
 BRACKETS = (("(", ")"), ("[", "]"))

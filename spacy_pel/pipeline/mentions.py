@@ -35,7 +35,14 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import registry
 
 from ..corpora import gold_ids, gold_spans
-from ..models.doc_encoder import MAX_SPAN_LEN, bracket_balanced, encode_docs, enumerate_doc_spans
+from ..models.doc_encoder import (
+    MAX_SPAN_LEN,
+    blank_tokens,
+    bracket_balanced,
+    encode_docs,
+    enumerate_doc_spans,
+    within_passages,
+)
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import (
     SCORER_FILE,
@@ -283,9 +290,10 @@ class SpanFinder(DocSpans, LinkerPart):
         span_probs: List[List[float]] = []
         with torch.inference_mode():
             for k, (doc, H) in enumerate(zip(docs, hidden)):
-                starts, ends = enumerate_doc_spans(doc, self.max_span_len)
-                balanced = bracket_balanced(doc, starts, ends)  # no `HBV) infection`
-                starts, ends = starts[balanced], ends[balanced]
+                starts, ends = enumerate_doc_spans(doc, self.max_span_len, blank=blank_tokens(H))  # no BOM, ZWSP … edge
+                # no `HBV) infection`, nor a span from a PubTator title into its abstract
+                keep = bracket_balanced(doc, starts, ends) & within_passages(doc, starts, ends)
+                starts, ends = starts[keep], ends[keep]
                 if len(starts) == 0:
                     spans.append([])
                     span_probs.append([])
@@ -303,6 +311,9 @@ class SpanFinder(DocSpans, LinkerPart):
                     kept = propagate(doc, kept, support if floored else None, self.propagate_floor)
                 if self.lexicon:
                     kept = self._add_lexicon(doc, H, kept, support)
+                if self.propagate or self.lexicon:  # an occurrence they add may cross a passage start too
+                    inside = within_passages(doc, [a for a, _, _ in kept], [b for _, b, _ in kept])
+                    kept = [k for k, ok in zip(kept, inside) if ok]
                 spans.append(kept)
                 span_probs.append([support(a, b) for a, b, _ in kept])
         return Found(spans, None if self.encoder is not None else hidden, span_probs)

@@ -25,7 +25,7 @@ import torch
 
 from ..corpora import gold_spans
 from ..evaluation.evaluators import SpanEvaluator, SpanExample, detect
-from ..models.doc_encoder import MAX_SPAN_LEN, encode_docs, enumerate_doc_spans
+from ..models.doc_encoder import MAX_SPAN_LEN, blank_tokens, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
 from .config import LoopSettings
@@ -36,11 +36,11 @@ __all__ = ["SpanScorerTask", "detect", "span_examples", "train_span_scorer"]
 
 def span_examples(encoder: BiEncoder, docs, max_len: int) -> Tuple[List[SpanExample], Dict[str, int]]:
     """Per doc: token vectors, enumerated spans and their labels; counts of gold spans and of those
-    not enumerable (longer than ``max_len`` or not on token boundaries)."""
+    not enumerable (longer than ``max_len``, not on token boundaries, or with an edge without word pieces)."""
     hidden = encode_docs(encoder, docs)
     out, missed, total = [], 0, 0
     for doc, H in zip(docs, hidden):
-        starts, ends = enumerate_doc_spans(doc, max_len)
+        starts, ends = enumerate_doc_spans(doc, max_len, blank=blank_tokens(H))  # as the span finder enumerates them
         index = {(int(s), int(e)): i for i, (s, e) in enumerate(zip(starts, ends))}
         labels = np.zeros(len(starts), np.float32)
         for span in gold_spans(doc):
