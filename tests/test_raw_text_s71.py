@@ -17,10 +17,12 @@ from spacy_pel.bulk.local import link_file
 from spacy_pel.bulk.shards import Shard, plan_chunks, read_chunk
 from spacy_pel.bulk.worker import LinkWorker
 from spacy_pel.cli.link import app
+from spacy_pel.evaluation.evaluators import DocExample
 from spacy_pel.files import InputError
 from spacy_pel.models.doc_encoder import encode_docs
 from spacy_pel.models.encoder import BiEncoder
 from spacy_pel.models.span_scorer import SpanScorer, save_span_scorer
+from spacy_pel.retrieval.index import EntityIndex
 from spacy_pel.training.span_scorer import span_examples
 
 PLAIN = "Aspirin and warfarin were given ."
@@ -149,3 +151,17 @@ def test_a_json_line_holding_a_lone_surrogate_is_a_malformed_line(kb_dir, tiny_e
     items = list(read_chunk(chunk.as_item()))
     assert [bool(i["error"]) for i in items] == [False, True, True]
     assert [i["doc_id"] for i in items] == ["a", "b", f"{corpus}:3"]
+
+
+def test_the_joint_trainer_enumerates_no_span_edged_by_a_token_without_word_pieces(kb_dir, tiny_encoder_dir):
+    """Defect: train-e2e's documents (DocExample) listed spans starting or ending on a BOM or a zero-width space,
+    which the span finder never lists: negatives and the threshold were chosen over spans inference cannot find."""
+    nlp = spacy.blank("en")
+    tokenizer = BiEncoder.from_pretrained(tiny_encoder_dir).tokenizer
+    index = EntityIndex.from_disk(kb_dir)
+    docs = [nlp.make_doc(t) for t in [PLAIN, *INVISIBLE_TEXTS]]
+    plain = DocExample(docs[0], index, 3, tokenizer)
+    expected = set(zip(plain.starts.tolist(), plain.ends.tolist()))
+    for doc in docs[1:]:
+        ex, where = DocExample(doc, index, 3, tokenizer), words(doc)
+        assert {(where[a], where[b - 1] + 1) for a, b in zip(ex.starts.tolist(), ex.ends.tolist())} == expected

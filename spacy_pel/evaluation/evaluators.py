@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..corpora import NIL, gold_ids, gold_spans
-from ..models.doc_encoder import encode_docs, enumerate_doc_spans, span_link_vectors
+from ..models.doc_encoder import align_wordpieces, encode_docs, enumerate_doc_spans, span_link_vectors
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import SpanScorer, bio_tags, select_spans
 from ..retrieval.index import EntityIndex
@@ -92,9 +92,15 @@ class DocExample:
     """A document's enumerated spans (≤ ``max_len`` tokens), their 0/1 labels (gold or not), its
     gold spans with their ids, and the gold spans whose ids are in the KB with their KB rows."""
 
-    def __init__(self, doc, index: EntityIndex, max_len: int):
+    def __init__(self, doc, index: EntityIndex, max_len: int, tokenizer=None):
+        """``tokenizer``: the encoder's; its tokens without word pieces (a BOM, a zero-width space) then edge no
+        span, as in the span finder, which sees them as zero vectors."""
         self.doc = doc
-        self.starts, self.ends = enumerate_doc_spans(doc, max_len, skip_punct=False)
+        blank = None
+        if tokenizer is not None:
+            pieces = align_wordpieces(tokenizer, doc)[1]
+            blank = pieces[:, 0] == pieces[:, 1]
+        self.starts, self.ends = enumerate_doc_spans(doc, max_len, skip_punct=False, blank=blank)
         self.where = {(int(s), int(e)): i for i, (s, e) in enumerate(zip(self.starts, self.ends))}
         self.labels = np.zeros(len(self.starts), np.float32)
         self.linked: List[Tuple[int, int, Set[int]]] = []  # (start, end, gold rows) of in-KB gold spans

@@ -94,7 +94,7 @@ class JointTask(Task):
         require_gold_spans(p.train, train, "the span model would learn no span")
         if t.link_weight > 0:  # else the linking loss would silently be 0
             require_linkable(p.train, train, self.index)
-        self.train_docs = [DocExample(d, self.index, self.max_len) for d in train]
+        self.train_docs = [DocExample(d, self.index, self.max_len, self.encoder.tokenizer) for d in train]
         labels = sorted({label for ex in self.train_docs for _, label in ex.span_labels}) if cfg.spans.labels else []
         hidden = int(self.encoder.mention_model.config.hidden_size)
         scorer = load_span_scorer(checkpoint / SCORER_FILE) if checkpoint else SpanScorer(hidden, labels, cfg.spans.kind, cfg.spans.pooling)
@@ -104,7 +104,7 @@ class JointTask(Task):
             require_gold_spans(p.dev, dev, "the span model would be selected on nothing")
             if t.select == "strict":  # else every model's strict F1 would be 0
                 require_linkable(p.dev, dev, self.index)
-        dev_docs = [DocExample(d, self.index, self.max_len) for d in dev[: t.eval_docs or len(dev)]]
+        dev_docs = [DocExample(d, self.index, self.max_len, self.encoder.tokenizer) for d in dev[: t.eval_docs or len(dev)]]
         self.evaluator = JointEvaluator(dev_docs, self.index, primary_metric=f"{t.select}.f")
         self.per_epoch = math.ceil(len(self.train_docs) / t.batch_docs)
         self.total_steps = t.max_steps or int(t.epochs * self.per_epoch)
