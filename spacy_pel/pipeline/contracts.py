@@ -87,6 +87,12 @@ def _takes(function, n: int) -> bool:
     return True
 
 
+def label_types_ok(label_types) -> bool:
+    """A map of span labels to lists of KB types (a string value would be read as its letters)."""
+    return isinstance(label_types, dict) and all(
+        isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v) for v in label_types.values())
+
+
 def contract_problems(value, contract: type) -> List[str]:
     """What ``value`` lacks to fulfil ``contract`` (empty: it does)."""
     problems = [f"it has no `{name}`" for name in _DATA.get(contract, ()) if not hasattr(value, name)]
@@ -99,8 +105,8 @@ def contract_problems(value, contract: type) -> List[str]:
         elif not _takes(method, n):
             call = "it" if name == "__call__" else f"its `{name}`"
             problems.append(f"{call} cannot be called with {n} argument{'s' if n > 1 else ''}")
-    if contract is NilStrategy and hasattr(value, "label_types") and not isinstance(value.label_types, dict):
-        problems.append(f"its `label_types` must map span labels to KB types, not {value.label_types!r}")
+    if contract is NilStrategy and hasattr(value, "label_types") and not label_types_ok(value.label_types):
+        problems.append(f"its `label_types` must map span labels to lists of KB types, not {value.label_types!r}")
     if contract is MentionSource and getattr(value, "label_from_kb", False) and not callable(getattr(value, "label_for", None)):
         problems.append("it sets `label_from_kb` but has no `label_for(types)`")
     return problems

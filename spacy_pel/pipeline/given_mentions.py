@@ -11,6 +11,7 @@ finder finds its own spans: the given ones are not used.
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from contextlib import contextmanager
 from typing import Dict, Iterable, Iterator, List
@@ -28,9 +29,17 @@ def given_source(linker: PELLinker) -> object:
     """Where ``linker`` finds given mentions: every one of them (the span group ``pel_gold``, overlapping
     ones included; those of its ``labels`` only when it has some) when it links the spans a doc has,
     else its own source (a span finder finds its own spans: the given ones are not used)."""
-    if type(linker.mentions) is DocSpans:
-        return DocSpans(GOLD_KEY, None if linker.mentions.labels is None else sorted(linker.mentions.labels))
+    if reads_doc_spans(linker.mentions):  # the same source (a subclass's own behaviour kept), reading pel_gold
+        source = copy.copy(linker.mentions)
+        source.spans_key = GOLD_KEY
+        return source
     return linker.mentions
+
+
+def reads_doc_spans(source: object) -> bool:
+    """Whether a mention source links the spans a doc has (``ents.v1``, ``span_group.v1`` or a subclass of
+    their :class:`.mentions.DocSpans`), rather than finding its own (a span finder) or being another kind."""
+    return isinstance(source, DocSpans) and not source.label_from_kb
 
 
 def entities_after_linkers(nlp: Language) -> bool:
@@ -54,7 +63,9 @@ class GivenMentions:
         self.linkers = [proc for _, proc in nlp.pipeline if isinstance(proc, PELLinker)]
         # a component after the last linker that reads or sets the entities (pel_discovery …) would not see
         # links written to pel_gold: link doc.ents there (the overlapping mentions it cannot hold are not linked)
-        self.links_overlaps = not entities_after_linkers(nlp)
+        # … and a linker whose source is of another kind links what that source gives: overlaps are then counted
+        self.links_overlaps = not entities_after_linkers(nlp) and all(
+            reads_doc_spans(linker.mentions) or linker.mentions.label_from_kb for linker in self.linkers)
         self.sources = [given_source(linker) if self.links_overlaps else linker.mentions for linker in self.linkers]
 
     @contextmanager

@@ -36,11 +36,11 @@ from .batches import link_batch
 from .config import LinkerPart, LinkerSettings, warn_unsaved
 from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
 from .folder import LinkerFolder
-from .mentions import DocSpans, spans_at
-from .nil import TopScoreNil, nil_features
+from .mentions import DocSpans, Found, spans_at
+from .nil import TopScoreNil, nil_features, threshold_range
 from .rules.batch import DECIDED_SCORE, CandidateBatch
 from .scoring import score_linker
-from .span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
+from .span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR, attach
 from .updating import Objective, Updater
 from .vectors import per_mention_vectors
 
@@ -126,14 +126,15 @@ def configure_linker(nlp: Language, name: Optional[str] = None, **settings) -> "
     """Change settings of the pipeline's pel_linker (e.g. ``threshold=0.7``) in the component (and in the
     encoder and KB it holds: ``LinkerFolder.reconfigure``) and in ``nlp.config``, so that ``nlp.to_disk``
     writes them into ``config.cfg``, which ``spacy.load`` reads."""
-    name, linker = (name, nlp.get_pipe(name)) if name else find_linker(nlp)
+    name, linker = find_linker(nlp, name)
     before, linker.cfg = linker.cfg, linker.check_threshold(linker.cfg.replace(**settings))
+    settings = {k: getattr(linker.cfg, k) for k in settings}  # as checked: str paths, Python numbers
     try:
         linker.reconfigure(settings)
     except Exception:
         linker.cfg = before  # refused (another encoder's KB …): the component stays as it was, as nlp.config
         raise
-    nlp.get_pipe_config(name).update({k: getattr(linker.cfg, k) for k in settings})  # as checked: str paths, floats
+    nlp.get_pipe_config(name).update(settings)
     return linker
 
 
@@ -183,8 +184,10 @@ class PELLinker(LinkerFolder, Pipe):
     def check_threshold(self, cfg: Optional[LinkerSettings] = None) -> LinkerSettings:
         """``cfg`` (default: the component's), refused if its threshold is outside the KB's score range."""
         cfg, t = cfg or self.cfg, (cfg or self.cfg).threshold
-        if t is not None and not -1.0 <= t <= 1.0 and self._metric(cfg) == "cosine":
-            raise ValueError(f"{self.name}: threshold {t} is outside [-1, 1], the range of cosine scores (null: never NIL)")
+        span = threshold_range(self.nil, self.rules.values(), self._metric(cfg)) if t is not None else None
+        if span is not None and not span[0] <= t <= span[1]:
+            raise ValueError(f"{self.name}: threshold {t} is outside [{span[0]:g}, {span[1]:g}], the range of the best "
+                             "candidate's cosine score, which the NIL confidence is (null: never NIL)")
         return cfg
 
     def _metric(self, cfg: LinkerSettings) -> Optional[str]:
@@ -276,6 +279,7 @@ class PELLinker(LinkerFolder, Pipe):
         source), their top-k (scores, KB rows) arrays, best first (rows -1 = no entity), and their NIL confidence."""
         self.ensure_loaded()
         found = self.mentions.find(docs, self.encoder, self.cfg.batch_size)
+        found = found if isinstance(found, Found) else Found(*found)  # a source's (spans, hidden[, probs])
         return list(zip(found.spans, self.candidates(docs, found.spans, k, found.hidden, found.probs)))
 
     def candidates(
@@ -357,15 +361,8 @@ class PELLinker(LinkerFolder, Pipe):
                     types = entities.types[r[0]] if r[0] >= 0 else []  # NIL too: a label must not hang on the threshold
                     label = target.label_for(types)
                 new.append(Span(doc, a, b, label=label, kb_id=kb_id))
-            if not target.write(doc, new):
-                continue
-            # set on the final spans (:mod:`.span_data`: by offsets and label)
-            for span, s, r, c in zip(target.spans(doc), scores, rows, linked.confidence):
-                span._.set(
-                    CANDIDATES_ATTR,
-                    [[*named[j], round(x, 5)] for x, j in zip(s.tolist(), r.tolist()) if j >= 0],
-                )
-                span._.set(CONFIDENCE_ATTR, round(float(c), 5))
+            if target.write(doc, new):  # set on the final spans (:mod:`.span_data`: by offsets and label)
+                attach(target.spans(doc), new, scores, rows, linked.confidence, named)
 
     def __call__(self, doc: Doc) -> Optional[Doc]:  # None: failed, and the error handler let it go (as spaCy's)
         return doc if link_batch(self, [doc]) else None

@@ -46,6 +46,7 @@ from spacy.util import registry
 
 from ..kb import normalize
 from ..retrieval.index import EntityIndex
+from .contracts import label_types_ok
 from .label_names import LabelMap
 from .rules.char_ngrams import ngram_cosine
 
@@ -149,6 +150,23 @@ class TopScoreNil:
         return features[:, 0].astype(np.float32)
 
 
+def threshold_range(nil, rules: Iterable[object], metric: Optional[str]) -> Optional[Tuple[float, float]]:
+    """The range a threshold of ``nil``'s confidence lies in, where it is known: the built-in top score's on a
+    cosine KB, [-1, 1] widened by what ``rules`` add to scores (their ``score_bonus``: ``char_ngrams``); None
+    for another strategy (its confidence on its own scale) or metric."""
+    if type(nil) is not TopScoreNil or metric != "cosine":
+        return None
+    bonus = sum(float(getattr(rule, "score_bonus", 0.0)) for rule in rules)
+    return -1.0 - bonus, 1.0 + bonus
+
+
+def check_label_types(label_types, owner: str) -> None:
+    """Refuse ``label_types`` that do not map each span label to a list of KB types (a string would be
+    read as its letters)."""
+    if not label_types_ok(label_types):
+        raise ValueError(f"{owner}: `label_types` must map a label to a list of KB types, not {label_types!r}")
+
+
 @dataclass
 class ClassifierNil:
     """Confidence = σ(bias + Σ weights[t] · t) over terms ``t`` (a feature, or ``"a*b"`` the product of
@@ -160,8 +178,7 @@ class ClassifierNil:
 
     def __post_init__(self):
         columns = {term: term_columns(term) for term in self.weights}
-        if not isinstance(self.label_types, dict) or not all(isinstance(v, (list, tuple)) for v in self.label_types.values()):
-            raise ValueError("spacy_pel.nil.classifier.v1: `label_types` must map a label to a list of KB types")
+        check_label_types(self.label_types, "spacy_pel.nil.classifier.v1")
         self.coef = np.array([float(self.weights.get(f, 0.0)) for f in FEATURES], np.float32)
         self.pairs = [(columns[t], np.float32(w)) for t, w in self.weights.items() if len(columns[t]) == 2 and w]
         # the lexical features cost a KB record read per mention: only when weighted (or being fitted)

@@ -10,8 +10,9 @@ linked before this module, or set by hand) is read as it is, for every label.
 """
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from functools import partial
-from typing import Any
+from typing import Any, Dict, Sequence, Tuple
 
 from spacy.tokens import Span
 
@@ -49,3 +50,19 @@ def _set(name: str, span: Span, value: Any) -> None:
 for _attr in (CANDIDATES_ATTR, CONFIDENCE_ATTR):
     if not Span.has_extension(_attr):
         Span.set_extension(_attr, getter=partial(_get, _attr), setter=partial(_set, _attr))
+
+
+def attach(final: Sequence[Span], written: Sequence[Span], scores, rows, confidence, named: Dict[int, Tuple[str, str]]) -> None:
+    """Set each of the ``final`` spans (as the doc holds them once written) its candidates and confidence: those
+    predicted for the ``written`` span of its offsets and label (spaCy sorts ``doc.ents``, and a mention source
+    may list its spans in any order); ``named``: KB row → (id, name)."""
+    predicted: Dict[tuple, deque] = defaultdict(deque)
+    for span, s, r, c in zip(written, scores, rows, confidence):
+        predicted[(span.start, span.end, span.label_)].append((s, r, c))
+    for span in final:
+        queue = predicted.get((span.start, span.end, span.label_))
+        if not queue:
+            continue  # a span the source kept and did not link (another label's)
+        s, r, c = queue.popleft()
+        span._.set(CANDIDATES_ATTR, [[*named[j], round(x, 5)] for x, j in zip(s.tolist(), r.tolist()) if j >= 0])
+        span._.set(CONFIDENCE_ATTR, round(float(c), 5))

@@ -54,6 +54,7 @@ class CharNgramRule(LinkerPart):
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 6:
             raise ValueError(f"{NAME}: `n` must be an integer within [1, 6], not {n!r}")
         self.weight, self.n = float(weight), n
+        self.score_bonus = self.weight  # what it adds to a score at most (a threshold's range, :func:`..nil.threshold_range`)
         self.index: Optional[EntityIndex] = None
 
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
