@@ -85,9 +85,13 @@ def test_the_packaged_pipeline_is_a_wheel_that_installs_offline(tmp_path, kb_dir
 
     packages = tmp_path / "packages"
     packages.mkdir()
+    stale = ROOT / "build" / "lib" / "spacy_pel" / "stale_s71.py"  # a module deleted from the sources since a build
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("", encoding="utf8")
     for argv in package_script(tmp_path / "pipeline", packages):
         run(argv, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     (spacy_pel_wheel,) = (packages / "wheels").glob("spacy_pel-*.whl")
+    assert "spacy_pel/stale_s71.py" not in zipfile.ZipFile(spacy_pel_wheel).namelist()  # build/ cleared first
     dist = packages / f"{PACKAGE}-{VERSION}" / "dist"
     assert sorted(p.name for p in dist.iterdir()) == [f"{PACKAGE}-{VERSION}-py3-none-any.whl"]  # a wheel, no sdist
     pipeline_wheel = dist / f"{PACKAGE}-{VERSION}-py3-none-any.whl"

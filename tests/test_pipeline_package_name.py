@@ -66,3 +66,11 @@ def test_a_name_that_is_neither_a_folder_nor_a_package_is_one_line(tmp_path, mon
     result = CliRunner().invoke(evaluate.app, [str(gold(tmp_path)), "--pipeline", "en_pel_missing"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "pipeline not found: en_pel_missing (nor an installed pipeline package's name)" in result.stderr
+
+
+def test_an_installed_package_is_taken_before_a_folder_of_its_name_here(installed, tmp_path):
+    """Defect: a folder of the package's name in the working directory (the one `spacy package` writes, or
+    another pipeline) was taken by every --pipeline command, while spacy.load took the installed package."""
+    (tmp_path / NAME).mkdir()  # here: not a pipeline
+    assert spacy.load(NAME).has_pipe("pel_linker")
+    assert pipeline_folder(Path(NAME)) == installed

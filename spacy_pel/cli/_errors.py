@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Optional
 
 import spacy
 import typer
+from click.exceptions import UsageError as ClickUsageError
 from confection import ConfigValidationError
 
 from ..files import InputError, is_stream, written_through
@@ -26,7 +27,9 @@ from ._output import library_log_on_stderr
 
 EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
-EXPECTED = (InputError, EncoderMismatchError, OSError, ConfigValidationError)  # a bad config value: one line too
+# a bad config value: one line too; an unknown option among spaCy-style config overrides (spaCy's parser raises
+# click's own NoSuchOption, which the click inside typer does not catch)
+EXPECTED = (InputError, EncoderMismatchError, OSError, ConfigValidationError, ClickUsageError)
 
 
 def one_line(error: BaseException) -> str:
@@ -36,6 +39,8 @@ def one_line(error: BaseException) -> str:
     if isinstance(error, ConfigValidationError) and error.errors:  # e.g. an override of a section that does not exist
         where = "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}" for e in error.errors)
         return f"{error.title or 'invalid config'}: {where}"
+    if isinstance(error, ClickUsageError):
+        return f"{error.format_message()} (see --help)"
     text = str(error).strip()
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
 
@@ -105,11 +110,12 @@ PIPELINE_HELP = "A saved spaCy pipeline with pel_linker: its folder, or the name
 
 
 def pipeline_folder(value: Optional[Path]) -> Optional[Path]:
-    """A ``--pipeline`` value as a folder (a typer callback): the value itself, or for the name of an
-    installed pipeline package (``spacy package``'s, e.g. ``en_pel_bc5cdr_mesh``) the folder in it that
-    ``spacy.load`` reads. A value that is neither is kept, for :func:`require_dir` to name."""
+    """A ``--pipeline`` value as a folder (a typer callback): for the name of an installed pipeline package
+    (``spacy package``'s, e.g. ``en_pel_bc5cdr_mesh``) the folder in it that ``spacy.load`` reads (before a
+    folder of that name here, as ``spacy.load`` does), else the value itself (a folder, or for
+    :func:`require_dir` to name)."""
     name = str(value) if value is not None else ""
-    if value is None or value.exists() or not spacy.util.is_package(name):
+    if value is None or not spacy.util.is_package(name):  # an installed package first, as spacy.load takes it
         return value
     try:
         root = spacy.util.get_package_path(name)

@@ -104,7 +104,7 @@ def find_linker(nlp: Language, name: Optional[str] = None) -> Tuple[str, "PELLin
     if name is not None and name not in linkers:
         raise InputError(f"the pipeline has no pel_linker called {name!r}; its pel_linkers: {', '.join(linkers) or 'none'}")
     if not linkers:
-        raise ValueError("the pipeline has no pel_linker")
+        raise InputError("the pipeline has no pel_linker")
     name = name if name is not None else next(iter(linkers))
     return name, linkers[name]
 
