@@ -320,7 +320,8 @@ def test_project_package_ships_spacy_pel_beside_the_pipeline():
     script = " && ".join(command["script"])
     assert "pip wheel . --no-deps" in script and "--wheel-dir packages/wheels" in script
     assert script.index("pip wheel") < script.index("spacy package")
-    assert " --build wheel " in command["script"][1]
+    assert " --build wheel " in command["script"][-1]
+    assert "rmtree('build'" in command["script"][0]  # an in-tree build's stale build/lib cleared first
     assert "'.[package]'" in command["help"]
     readme = (ROOT / "docs" / "scale-out.md").read_text(encoding="utf8")  # Packaging, moved from the README
     assert "pip install packages/wheels/spacy_pel-0.1.0-py3-none-any.whl" in readme

@@ -97,9 +97,9 @@ def main(
         fail("give --config and --config-out together")
     if output.is_dir():
         fail(f"output {output} is a folder; give a .json file name")
-    inputs = [*corpora, config, None if given == LEARN else Path(given)]
-    require_not_input(output, inputs)
-    require_not_input(config_out, inputs, "--config-out")
+    inputs = [*corpora, config]
+    require_not_input(output, inputs)  # --map may be the output too: read whole before the map is written back
+    require_not_input(config_out, [*inputs, None if given == LEARN else Path(given)], "--config-out")
     if config_out is not None and output.resolve() == config_out.resolve():
         fail(f"output {output} is --config-out too; give the map JSON and the pipeline config two file names")
     require_writable_parent(output, "output")
