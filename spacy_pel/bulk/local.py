@@ -138,7 +138,8 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
     """Link every document of ``input`` with the saved ``pipeline`` and write them to ``output`` (see the
     module's docstring), with a progress bar (documents, and mentions/s) unless ``progress`` is false. Returns the counts:
     documents, mentions, NIL, given mentions not linked (``unaligned``, with examples: a boundary inside white
-    space; ``overlapping_not_linked``: a pipeline with a component after its linker links ``doc.ents`` only),
+    space; ``overlapping_not_linked``: a pipeline with a component after its linker links ``doc.ents`` only;
+    ``not_linked_by_label``: those of a label no linker links, by label),
     Prodigy tasks not accepted (by answer), malformed lines skipped, seconds and mentions/s of the linking."""
     input, output, pipeline = Path(input), Path(output), Path(pipeline)
     if not input.is_file():
@@ -170,6 +171,7 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
             "mentions": mentions, "nil": sum(r["kb_id"] in worker.nil_labels for d in linked for r in d.rows),
             "unaligned": worker.stats.unaligned, "unaligned_examples": list(worker.stats.unaligned_examples),
             "overlapping_not_linked": worker.stats.overlapping,  # 0 where the worker links overlapping mentions
+            "not_linked_by_label": dict(worker.stats.left_out_by_label),  # of labels no linker links
             "left_out_by_answer": left_out,
             "skipped_lines": bad.count if bad else 0, "skipped_examples": list(bad.examples) if bad else [],
             "seconds": round(seconds, 2), "mentions_per_s": round(mentions / seconds, 1) if seconds > 0 else None}

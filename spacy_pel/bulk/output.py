@@ -169,6 +169,9 @@ class ShardResult:
             "unaligned_examples": [x for doc in ordered if not doc["error"]
                                    for x in json.loads(doc.get("unaligned_examples") or "[]")][:EXAMPLES],
             "overlapping_not_linked": sum(doc.get("overlapping_not_linked", 0) for doc in ordered if not doc["error"]),
+            # … and those of a label no linker links, by label
+            "not_linked_by_label": add_counts(json.loads(doc.get("not_linked_by_label") or "{}")
+                                              for doc in ordered if not doc["error"]),
         }
         files.atomic_write(marker_path(output, self.shard),
                            lambda tmp: tmp.write_text(json.dumps(marker, indent=1), encoding="utf8"))
@@ -182,10 +185,20 @@ class ShardResult:
         return marker
 
 
+def add_counts(counts: Iterable[Dict[str, int]]) -> Dict[str, int]:
+    """Counts by key (``{label: n}``) summed."""
+    total: Dict[str, int] = {}
+    for one in counts:
+        for key, n in one.items():
+            total[key] = total.get(key, 0) + n
+    return total
+
+
 def totals(markers: List[dict]) -> dict:
     """The counts summed over shards' markers, and the first examples of given mentions not linked."""
     return {**{key: sum(m.get(key, 0) for m in markers) for key in COUNTS},
-            "unaligned_examples": [x for m in markers for x in m.get("unaligned_examples", [])][:EXAMPLES]}
+            "unaligned_examples": [x for m in markers for x in m.get("unaligned_examples", [])][:EXAMPLES],
+            "not_linked_by_label": add_counts(m.get("not_linked_by_label", {}) for m in markers)}
 
 
 def write_summary(output: Path, summary: dict) -> None:

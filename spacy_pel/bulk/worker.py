@@ -6,7 +6,8 @@ given mention, overlapping ones and repeats included, the pipeline's own mention
 pipeline with a component after its last linker that reads or sets the entities (``pel_discovery``)
 only ``doc.ents``, and the overlapping mentions left out are counted in the worker's
 ``stats.overlapping``. A mention whose boundary falls inside white space cannot be a span: it is
-counted in ``stats.unaligned`` (with examples), not linked. Raw text goes through the whole pipeline
+counted in ``stats.unaligned`` (with examples), not linked; one of a label no linker links (a Gene mention
+given to a pipeline of chemical and disease linkers) is counted by label in ``stats.left_out_by_label``. Raw text goes through the whole pipeline
 (a PubTator title and abstract as two passages: no found mention crosses from one into the other).
 
 A batch that raises is not lost: each of its documents is linked again alone, twice at most, and a
@@ -26,9 +27,9 @@ import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
+from ..corpora import GOLD_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
 from ..models.doc_encoder import PASSAGES_KEY
-from ..pipeline.given_mentions import GivenMentions, spans_written
+from ..pipeline.given_mentions import GivenMentions, reads_doc_spans, spans_written
 from ..pipeline.linker import load_pipeline
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .shards import NO_TITLE
@@ -50,6 +51,27 @@ def mention_rows(doc: Doc, doc_id: str, sources: Sequence[object]) -> List[dict]
             "candidates": [{"id": c[0], "name": c[1], "score": float(c[2])} for c in candidates],
         })
     return rows
+
+
+def linked_labels(sources: Sequence[object]) -> Optional[frozenset]:
+    """The labels of given mentions the linkers' mention ``sources`` link, or None when one links every label
+    (no ``labels``) or is of another kind (a span finder finds its own spans)."""
+    labels: set = set()
+    for source in sources:
+        if not reads_doc_spans(source) or source.labels is None:
+            return None
+        labels.update(source.labels)
+    return frozenset(labels)
+
+
+def count_other_labels(doc: Doc, labels: Optional[frozenset], stats: ConversionStats) -> None:
+    """Count in ``stats.left_out_by_label`` the given mentions of ``doc`` (those that are spans) whose label
+    no linker links: they are in no output."""
+    if labels is None:
+        return
+    for span in doc.spans.get(GOLD_KEY, []):
+        if span.label_ not in labels:
+            stats.left_out_by_label[span.label_] = stats.left_out_by_label.get(span.label_, 0) + 1
 
 
 def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None) -> Doc:
@@ -89,7 +111,9 @@ class LinkWorker:
         self.given = GivenMentions(self.nlp)
         self.linkers = self.given.linkers
         self.nil_labels = frozenset(linker.cfg.nil_label for linker in self.linkers)
-        self.stats = ConversionStats()  # given mentions not linked (``unaligned``, ``overlapping``), over every call
+        self.labels = linked_labels(self.given.sources)  # None: every label's given mentions are linked
+        # given mentions not linked (``unaligned``, ``overlapping``, ``left_out_by_label``), over every call
+        self.stats = ConversionStats()
         self.load_seconds = time.perf_counter() - started
 
     def link(self, items: Sequence[dict]) -> List[List[dict]]:
@@ -100,17 +124,23 @@ class LinkWorker:
             self.stats.unaligned += counts.unaligned
             self.stats.overlapping += counts.overlapping
             self.stats.unaligned_examples.extend(counts.unaligned_examples[:max(0, UNALIGNED_EXAMPLES - len(self.stats.unaligned_examples))])
+            for label, n in counts.left_out_by_label.items():
+                self.stats.left_out_by_label[label] = self.stats.left_out_by_label.get(label, 0) + n
         return [rows for rows, _ in results]
 
     def _link(self, items: Sequence[dict]) -> List[Tuple[List[dict], ConversionStats]]:
         """Mention rows of each item, and its given mentions not linked: ``unaligned`` (with examples) and
-        ``overlapping`` (0 when overlapping mentions are linked through ``pel_gold``)."""
+        ``overlapping`` (0 when overlapping mentions are linked through ``pel_gold``) and, by label, those of a
+        label no linker links (``left_out_by_label``)."""
         if not items[0]["spans"]:
             docs = self.nlp.pipe([build_doc(self.nlp, item) for item in items], batch_size=self.batch_size)
             own = [linker.mentions for linker in self.linkers]
             return [(mention_rows(doc, item["doc_id"], own), ConversionStats()) for doc, item in zip(docs, items)]
         counts = [ConversionStats() for _ in items]
-        linked = self.given.pipe([build_doc(self.nlp, item, c) for item, c in zip(items, counts)], self.batch_size)
+        docs = [build_doc(self.nlp, item, c) for item, c in zip(items, counts)]
+        for doc, c in zip(docs, counts):
+            count_other_labels(doc, self.labels, c)
+        linked = self.given.pipe(docs, self.batch_size)
         if self.given.links_overlaps:  # else doc.ents only: the overlapping mentions left out stay counted
             for c in counts:
                 c.overlapping = 0
@@ -144,7 +174,7 @@ class LinkWorker:
                 results.update({group[i]: r for i, r in self._link_each([items[i] for i in group]).items()})
         seconds = time.perf_counter() - started
         out = {k: [] for k in ("shard", "seq", "doc_id", "rows", "mentions", "nil", "error", "seconds", "unaligned",
-                               "unaligned_examples", "overlapping_not_linked")}
+                               "unaligned_examples", "overlapping_not_linked", "not_linked_by_label")}
         for i, item in enumerate(items):
             result = results[i]
             rows, counts = result if isinstance(result, tuple) else ([], ConversionStats())
@@ -159,4 +189,5 @@ class LinkWorker:
             out["unaligned"].append(counts.unaligned)
             out["unaligned_examples"].append(json.dumps(counts.unaligned_examples, ensure_ascii=False))
             out["overlapping_not_linked"].append(counts.overlapping)
+            out["not_linked_by_label"].append(json.dumps(counts.left_out_by_label, ensure_ascii=False))
         return out

@@ -76,10 +76,16 @@ def echo_json(data) -> None:
 
 def echo_not_linked(report: dict) -> None:
     """Tell (on stderr) how many given mentions were not linked: ``unaligned`` (a boundary inside white space;
-    the first few shown) and ``overlapping_not_linked`` (a component after the linker reads ``doc.ents``)."""
+    the first few shown), ``overlapping_not_linked`` (a component after the linker reads ``doc.ents``) and
+    ``not_linked_by_label`` (no linker links their label)."""
     if report.get("unaligned"):
         shown = "; ".join(report.get("unaligned_examples", [])[:3])
         typer.secho(f"{report['unaligned']} given mention(s) not linked, they cannot be tokens (first: {shown})", fg="yellow", err=True)
     if report.get("overlapping_not_linked"):
         typer.secho(f"{report['overlapping_not_linked']} given mention(s) not linked: they overlap others, and the pipeline has "
                     "a component after pel_linker that reads the entities, so doc.ents only are linked", fg="yellow", err=True)
+    other = report.get("not_linked_by_label") or {}
+    if other:
+        shown = ", ".join(f"{label} {n}" for label, n in sorted(other.items()))
+        typer.secho(f"{sum(other.values())} given mention(s) not linked, in no output: no linker of the pipeline links "
+                    f"their label ({shown})", fg="yellow", err=True)
