@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import typer
-from spacy.tokens import Span
-from spacy.util import filter_spans
 
-from ..corpora import GOLD_KEY, gold_spans, read_docbin, write_docbin
+from ..corpora import gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
+from ..discovery.gold_corpus import gold_to_cluster, put_back
 from ..pipeline.linker import load_pipeline
 from ._errors import (
     PIPELINE_HELP,
@@ -31,6 +30,9 @@ HELP = (
     "Two ways to link: clustering inference (--linking cluster: mentions and entities in one graph, tuned by --threshold and "
     "--mention-margin), or the linker's own decisions with only its NIL mentions clustered (--linking pipeline: tuned by "
     "--mention-threshold alone), which auto picks for a pipeline that decides NIL with a classifier (a calibrated one) or applies candidate rules.\n\n"
+    "In a pipeline with one pel_linker per KB, --linker NAME clusters the gold mentions of NAME's labels (default: the "
+    "first linker's); the other labels' mentions stay unlinked in the output, or keep the ids of an earlier discover run "
+    "whose output is given as CORPUS (new NIL ids are numbered after its).\n\n"
     "Example: python -m spacy_pel discover corpus/dev.spacy out.spacy --kb kbs/mesh --threshold 0.5 --mention-margin 0.3 "
     "(a calibrated pipeline: --pipeline training/pipeline_calibrated --mention-threshold 0.9)"
 )
@@ -83,10 +85,13 @@ def main(
         "cluster when the linker's NIL confidence is its best score and it has no candidate rules, else pipeline (a NIL classifier's threshold is a "
         "probability, not an edge floor)"
     ),
+    linker_name: Optional[str] = typer.Option(None, "--linker", help="The pel_linker whose labels' gold mentions are "
+                                              "clustered, in a pipeline with one per KB (default: the first)"),
 ):
-    """Cluster every gold mention of CORPUS with the KB entities and write the result: each span's
-    kb_id is its entity or a stable NIL:<n> cluster. Gold ids are kept in the span group pel_gold;
-    all clustered spans are in pel_discovered and, less overlaps, in doc.ents. Prints counts JSON
+    """Cluster the gold mentions of CORPUS that the linker links (--linker, one per KB: its labels') with
+    the KB entities and write the result: each span's kb_id is its entity or a stable NIL:<n> cluster.
+    Gold ids are kept in the span group pel_gold; all clustered spans are in pel_discovered and, less
+    overlaps, with the other labels' mentions (:mod:`spacy_pel.discovery.gold_corpus`), in doc.ents. Prints counts JSON
     (with ARI/NMI against the gold ids of non-NIL mentions when the corpus has them, an alternative id
     read as its entity)."""
     require_pipeline_or_kb(pipeline, kb, encoder)
@@ -101,31 +106,31 @@ def main(
     if linking not in LINKING:
         fail(f"--linking must be one of {', '.join(LINKING)}, not {linking}")
     require_output_file(output, "output")
+    if linker_name is not None and pipeline is None:
+        fail("--linker names a pel_linker of --pipeline")
     margin_source = ctx.get_parameter_source("mention_margin")  # typer's own click: its ParameterSource, by name
     given = {"--threshold": threshold is not None,
              "--mention-margin": margin_source is not None and margin_source.name != "DEFAULT"}
     if linking == "pipeline":  # known before the pipeline loads
         check_options_used(linking, given, auto=False)
-    nlp, linker = load_pipeline(pipeline, kb, encoder)
+    nlp, linker = load_pipeline(pipeline, kb, encoder, linker_name)
     try:
         resolved = resolve_linking(linker, linking, threshold)
     except ValueError as err:
         fail(str(err))
     check_options_used(resolved, given, auto=linking == "auto")
     docs = read_docbin(nlp, corpus)
-    for doc in docs:
-        gold = list(gold_spans(doc))
-        if GOLD_KEY not in doc.spans:
-            doc.spans[GOLD_KEY] = gold  # keep the gold ids: doc.ents is overwritten below
-        doc.spans[DISCOVERED_KEY] = [Span(doc, s.start, s.end, label=s.label) for s in gold]
-    if not any(doc.spans[DISCOVERED_KEY] for doc in docs):
+    aside, first_nil = gold_to_cluster(docs, linker.mentions)  # the linker's labels' gold mentions: one per KB
+    if not any(gold_spans(doc) for doc in docs):
         typer.secho(f"warning: {corpus} has no gold mentions ({len(docs)} docs): nothing to cluster, the output has no "
                     "linked mentions", fg="yellow", err=True)
+    elif not any(doc.spans[DISCOVERED_KEY] for doc in docs):  # as evaluate: another linker's labels only
+        fail(f"{corpus}: none of its gold mentions has a label that {linker.name} links "
+             f"({', '.join(sorted(getattr(linker.mentions, 'labels', None) or ()))}): nothing to cluster; give --linker "
+             "the pel_linker of their labels")
     report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin,
-                                              resolved))
-    for doc in docs:
-        doc.ents = filter_spans(doc.spans[DISCOVERED_KEY])
-    report.update({"k": k, "linking": resolved})
+                                              resolved, first_nil))
+    report.update({"linker": linker.name, "k": k, "linking": resolved})
     if resolved == "pipeline":  # what was applied: the linker's own NIL decision, and the NIL mentions' edge floor
         report.update({"mention_threshold": mention_threshold})
     else:
@@ -133,6 +138,7 @@ def main(
         report.update({"threshold": threshold, "mention_threshold": threshold if mention_threshold is None else mention_threshold,
                        "mention_margin": mention_margin})
     canonical = linker.index.canonical if linker.index is not None else None  # an alternative id as its entity
-    report["gold"] = gold_cluster_scores(docs, canonical=canonical)
+    report["gold"] = gold_cluster_scores(docs, canonical=canonical)  # this linker's mentions, before the others return
+    put_back(docs, aside)
     write_docbin(docs, output)
     echo_json(report)

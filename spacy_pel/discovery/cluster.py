@@ -4,7 +4,7 @@
 * :func:`cluster` -- inference by clustering: a graph of each mention's ``k`` nearest mentions and
   its nearest entity, merged strongest edge first while no component holds two entities. A mention
   takes its component's entity; components without one are newly discovered entities.
-* :func:`nil_cluster_ids` -- stable ``NIL:<n>`` ids for those components.
+* :func:`~.nil_ids.nil_cluster_ids` -- stable ``NIL:<n>`` ids for those components (:mod:`.nil_ids`).
 * :func:`discover` -- all of it over a batch of docs with a ``pel_linker``'s encoder (clustering
   inference, or the linker's own decisions with its NIL mentions clustered); writes the ids to the spans.
 * :func:`cluster_scores` -- adjusted Rand index and normalised mutual information (numpy only).
@@ -28,8 +28,8 @@ from ..pipeline.mentions import DocSpans, doc_spans, spans_at
 from ..pipeline.nil import TopScoreNil
 from ..retrieval.index import EntityIndex
 from ..retrieval.search import FlatSearch
+from .nil_ids import nil_cluster_ids
 
-NIL_PREFIX = NIL + ":"
 DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
 # β of discover(), pel_discovery and the discover CLI: tuned on BC5CDR dev (benchmarks/discovery.md);
 # cluster() itself keeps arboEL's 0
@@ -175,27 +175,6 @@ def _constrained_union(n_nodes: int, n_mentions: int, us: List[int], vs: List[in
     return [find(i) for i in range(n_nodes)]
 
 
-def nil_cluster_ids(
-    components: Sequence[int], entity_for_mention: Sequence[Optional[str]], mention_keys: Sequence[Hashable]
-) -> List[str]:
-    """The id of each mention: its entity's, or ``NIL:<n>`` for a component without an entity.
-
-    The entity-less components are numbered 0, 1, … in the order of their smallest mention key
-    (e.g. ``(doc index, start_char, end_char)``; keys must be sortable, and unique for the ids to be
-    fully determined), so the same mentions give the same ids whatever order they come in.
-    """
-    if not len(components) == len(entity_for_mention) == len(mention_keys):
-        raise ValueError("components, entity_for_mention and mention_keys must have one entry per mention")
-    smallest: Dict[int, Hashable] = {}
-    for comp, ent, key in zip(components, entity_for_mention, mention_keys):
-        if ent is None and (int(comp) not in smallest or key < smallest[int(comp)]):
-            smallest[int(comp)] = key
-    number = {comp: n for n, comp in enumerate(sorted(smallest, key=smallest.__getitem__))}
-    return [
-        ent if ent is not None else f"{NIL_PREFIX}{number[int(c)]}" for c, ent in zip(components, entity_for_mention)
-    ]
-
-
 # ---------------------------------------------------------------- over docs
 def _linker(nlp_or_linker: Union[Language, PELLinker]) -> PELLinker:
     return find_linker(nlp_or_linker)[1] if isinstance(nlp_or_linker, Language) else nlp_or_linker
@@ -293,6 +272,7 @@ def discover(
     mention_threshold: Optional[float] = None,
     mention_margin: float = MENTION_MARGIN,
     linking: str = "auto",
+    first_nil: int = 0,
 ) -> Dict[str, int]:
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
     together, then set each span's ``kb_id_`` to its entity's id or its ``NIL:<n>`` cluster id (fresh
@@ -311,7 +291,9 @@ def discover(
 
     The spans are linked afresh (docs the linker has not linked: a corpus's gold mentions); after the
     linker in a pipeline, ``pel_discovery`` keeps the decisions its spans carry (:mod:`.component`).
-    Returns the counts ``mentions``, ``linked``, ``nil_clusters`` and ``nil_mentions``.
+    The NIL clusters are numbered from ``first_nil`` (:func:`~.nil_ids.next_nil_number` of the ids other
+    mentions of the batch hold: another linker's clusters). Returns the counts ``mentions``, ``linked``,
+    ``nil_clusters`` and ``nil_mentions``.
     """
     linker = _linker(nlp_or_linker)
     linking = check_linking(linker, linking, threshold, mention_threshold, mention_margin)
@@ -325,7 +307,8 @@ def discover(
     else:
         entity_for_mention, components, _ = cluster_inference(linker, docs, spans, k, threshold, mention_threshold,
                                                               mention_margin)
-    ids, source = iter(nil_cluster_ids(components, entity_for_mention, keys)), DocSpans(spans_key)
+    ids = iter(nil_cluster_ids(components, entity_for_mention, keys, first_nil))
+    source = DocSpans(spans_key)
     for doc, found in zip(docs, spans):  # as the linker writes: the spans' ids and the group's attrs kept
         source.write(doc, [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in found])
     return discovery_counts(entity_for_mention, components)

@@ -12,6 +12,9 @@ decisions (``kb_id_``, ``span._.pel_candidates``, ``span._.pel_confidence``):
   the linker's confidence is its best score (None for a NIL classifier's probability, which judged
   another candidate). A mention joined to its entity through its nearest mentions keeps its own
   confidence, which can be below the linker's threshold: the graph linked it, not its score.
+
+With one ``pel_discovery`` per linker, each numbers its NIL clusters after the ``NIL:<n>`` ids the others
+gave the batch already (:mod:`.nil_ids`): a chemical and a disease cluster never share an id.
 """
 from __future__ import annotations
 
@@ -28,15 +31,14 @@ from ..pipeline.nil import TopScoreNil
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .cluster import (
     MENTION_MARGIN,
-    NIL_PREFIX,
     check_linking,
     cluster_inference,
     discovery_counts,
     linker_decisions,
     mention_keys,
-    nil_cluster_ids,
     nil_clusters,
 )
+from .nil_ids import NIL_PREFIX, ids_held_elsewhere, next_nil_number, nil_cluster_ids
 
 Evidence = Tuple[Optional[list], Optional[float]]  # a span's pel_candidates and pel_confidence
 
@@ -114,7 +116,9 @@ def discover_linked(linker: PELLinker, docs: Sequence[Doc], k: int = 10, thresho
                     mention_margin: float = MENTION_MARGIN, linking: str = "auto") -> Dict[str, int]:
     """:func:`~.cluster.discover` over docs that ``linker`` has linked, on the spans of its mention source
     and, with ``pipeline``, with the decisions they carry (the module doc); a span without one (the linker
-    did not run on its doc) is linked afresh. Returns the same counts."""
+    did not run on its doc) is linked afresh. The NIL clusters are numbered after the ``NIL:<n>`` ids the
+    batch's other spans hold (another linker's ``pel_discovery`` ran before: distinct clusters, distinct
+    ids). Returns the same counts."""
     linking = check_linking(linker, linking, threshold, None, mention_margin)
     linker.ensure_loaded()
     docs = list(docs)
@@ -128,7 +132,9 @@ def discover_linked(linker: PELLinker, docs: Sequence[Doc], k: int = 10, thresho
     else:
         entity_for_mention, components, vectors = cluster_inference(linker, docs, spans, k, threshold, None, mention_margin)
         evidence = [agreeing_evidence(linker, e, v, *ev) for e, v, ev in zip(entity_for_mention, vectors, evidence)]
-    ids, kept = iter(nil_cluster_ids(components, entity_for_mention, mention_keys(docs, spans))), iter(evidence)
+    first = next_nil_number(ids_held_elsewhere(docs, linker.mentions))  # after another linker's clusters
+    ids = iter(nil_cluster_ids(components, entity_for_mention, mention_keys(docs, spans), first))
+    kept = iter(evidence)
     for doc, doc_found in zip(docs, found):
         new = [Span(doc, s.start, s.end, label=s.label, kb_id=next(ids)) for s in doc_found]
         if not linker.mentions.write(doc, new):
