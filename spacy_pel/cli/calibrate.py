@@ -52,7 +52,8 @@ def main(
                              "classifier: a logistic model of a found span being a strict hit, the span model's "
                              "probability among its evidence)"),
     linker: Optional[str] = typer.Option(None, "--linker", help="The pel_linker to calibrate, in a pipeline with one "
-                                         "per KB (default: the first)"),
+                                         "per KB, on the gold mentions (with --e2e: and found spans) of its labels "
+                                         "(default: the first); each linker's record is its nil_calibration.NAME.json"),
 ):
     """Fit the NIL decision (threshold, and the classifier with --nil classifier) with the best NIL F1
     and write it into the pipeline's config; with --e2e, the threshold with the best strict end-to-end F1."""

@@ -10,9 +10,18 @@ from typing import Optional
 import typer
 from tqdm.auto import tqdm
 
-from ..corpora import bare_doc, corpus_ids, read_docbin, require_gold_spans
+from ..corpora import bare_doc, corpus_ids, gold_spans, read_docbin, require_gold_spans
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
-from ..evaluation.linking import canonical_ids, e2e_metrics, markdown, mention_table, metrics, pipeline_nil_labels
+from ..evaluation.linking import (
+    canonical_ids,
+    e2e_metrics,
+    linker_scope,
+    markdown,
+    mention_table,
+    metrics,
+    pipeline_nil_labels,
+    pipeline_scope,
+)
 from ..files import atomic_write, write_jsonl
 from ..pipeline.linker import load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
@@ -30,7 +39,8 @@ HELP = (
     "Measure a linker's recall@k, NIL precision, recall and F1, and speed on a gold corpus.\n\n"
     "Reads a gold .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), and prints a markdown table; --output, "
     "--markdown and --errors also write a JSON report, the table and the mentions linked wrongly. --train adds seen/unseen "
-    "figures; --e2e runs the pipeline on raw text and scores the spans it finds.\n\n"
+    "figures; --e2e runs the pipeline on raw text and scores the spans it finds (every linker's; with --linker, that "
+    "linker's labels').\n\n"
     "Example: python -m spacy_pel evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "
     "corpus/bc5cdr_train.spacy --markdown metrics/bc5cdr_dev.md"
 )
@@ -57,7 +67,8 @@ def main(
                                        "(split at the gold mentions' boundaries) instead of tokenizing the text as a user's "
                                        "text is; figures before session 22 were measured this way"),
     linker_name: Optional[str] = typer.Option(None, "--linker", help="The pel_linker measured, in a pipeline with one "
-                                              "per KB (default: the first)"),
+                                              "per KB, on the gold mentions of its labels (default: the first; with "
+                                              "--e2e, every linker's found spans, each against its own KB)"),
 ):
     """Recall@k, seen/unseen, NIL P/R/F1 and mentions/s of a linker on a gold corpus."""
     require_pipeline_or_kb(pipeline, kb, encoder)
@@ -82,16 +93,21 @@ def main(
     docs = read_docbin(nlp, corpus)
     require_gold_spans(corpus, docs, "nothing to evaluate")
     if e2e:
+        # one linker's labels (--linker), or every linker's, each mention's ids spelt by its label's KB
+        scope = linker_scope(linker) if linker_name is not None else pipeline_scope(nlp)
+        if linker_name is not None and not any(scope.keep(gold_spans(d)) for d in docs):
+            fail(f"{corpus}: none of its gold mentions has a label the linker {linker_name} links: nothing to evaluate")
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them
         raw = [bare_doc(d, nlp.vocab) if corpus_tokens else nlp.make_doc(d.text) for d in docs]
         t0 = time.perf_counter()
         predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0
-        report = {**e2e_metrics(predicted, docs, linker.index.canonical, pipeline_nil_labels(nlp)), "docs": len(docs),
+        report = {**e2e_metrics(predicted, docs, scope, pipeline_nil_labels(nlp)), "linker": linker_name, "docs": len(docs),
                   "tokens": "corpus" if corpus_tokens else "pipeline", "seconds": round(seconds, 1),
                   "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
         text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
                 + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "typed", "partial", "span"))
+                + (f"\nthe found and gold spans of the labels {linker_name} links\n" if linker_name else "")
                 + f"\n{report['docs']} documents (the {report['tokens']}'s tokens), {report['seconds']} s, "
                   f"{report['predicted_mentions_per_s']} predicted mentions/s\n")
     else:

@@ -16,10 +16,10 @@ second, untimed pass with 64 (:mod:`spacy_pel.pipeline.depth`).
 from __future__ import annotations
 
 import time
-from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 from tqdm.auto import tqdm
 
 from ..corpora import NIL, gold_ids, gold_spans
@@ -156,15 +156,67 @@ def pipeline_nil_labels(nlp) -> Set[str]:
     return {NIL} | {proc.cfg.nil_label for _, proc in nlp.pipeline if isinstance(proc, PELLinker)}
 
 
-def linked_mentions(pred_doc: Doc, gold_doc: Doc, canonical: Optional[Callable[[str], str]] = None,
+def _same(entity_id: str) -> str:
+    return entity_id
+
+
+class Scope(NamedTuple):
+    """What the end-to-end measures count and how they spell ids: ``keep`` picks, of a document's spans (found or
+    gold), those scored; ``canonical(span)`` maps an id of that mention to its entity's primary id, by the KB of
+    the linker that links the span's label."""
+
+    keep: Callable[[Sequence[Span]], Sequence[Span]]
+    canonical: Callable[[Span], Callable[[str], str]]
+
+
+Canonical = Union[Scope, Callable[[str], str], None]  # a Scope, or one id mapping for every span (None: ids as they are)
+
+
+def as_scope(canonical: Canonical) -> Scope:
+    """A :class:`Scope` as it is; an id mapping (or None): every span, each id mapped by it."""
+    if isinstance(canonical, Scope):
+        return canonical
+    same = canonical or _same
+    return Scope(list, lambda span: same)
+
+
+def linker_scope(linker: PELLinker) -> Scope:
+    """One pel_linker's share of a pipeline's output (``--linker``): the spans of its labels (every span for a linker
+    of all labels: a mention source without ``of_labels``), their ids spelt by its KB."""
+    linker.ensure_loaded()
+    return Scope(getattr(linker.mentions, "of_labels", list), lambda span: linker.index.canonical)
+
+
+def pipeline_scope(nlp) -> Scope:
+    """A pipeline's whole output: every span, a mention's ids spelt by the KB of the pel_linker that links its label
+    (with one linker per KB, each label's own; of several that link it, the last, whose ids the span keeps; a label
+    no linker links: its ids as they are)."""
+    linkers = [proc for _, proc in nlp.pipeline if isinstance(proc, PELLinker)]
+    by_label: Dict[str, Callable[[str], str]] = {}
+
+    def canonical(span: Span) -> Callable[[str], str]:
+        if span.label_ not in by_label:
+            owner = next((x for x in reversed(linkers) if list(getattr(x.mentions, "of_labels", list)([span]))), None)
+            if owner is not None:
+                owner.ensure_loaded()
+            by_label[span.label_] = _same if owner is None else owner.index.canonical
+        return by_label[span.label_]
+
+    return Scope(list, canonical)
+
+
+def linked_mentions(pred_doc: Doc, gold_doc: Doc, canonical: Canonical = None,
                     nil_labels: Collection[str] = (NIL,)) -> Tuple[list, list]:
     """What the end-to-end linked measures count in one document: its gold mentions with an id
     ``(start_char, end_char, ids, label)`` and its found spans linked to an entity
-    ``(start_char, end_char, id, label, span)``, ids mapped by ``canonical``; left out: gold ``NIL`` mentions
-    and found spans whose id is one of ``nil_labels`` (the linkers' NIL, :func:`pipeline_nil_labels`)."""
-    same = canonical or (lambda i: i)
-    golds = [(s.start_char, s.end_char, {same(i) for i in gold_ids(s.kb_id_)}, s.label_) for s in gold_spans(gold_doc) if s.kb_id_ != NIL]
-    preds = [(s.start_char, s.end_char, same(s.kb_id_), s.label_, s) for s in pred_doc.ents if s.kb_id_ and s.kb_id_ not in nil_labels]
+    ``(start_char, end_char, id, label, span)``, of the :class:`Scope` ``canonical`` (an id mapping: every span,
+    ids mapped by it) with ids spelt by it; left out: gold ``NIL`` mentions and found spans whose id is one of
+    ``nil_labels`` (the linkers' NIL, :func:`pipeline_nil_labels`)."""
+    scope = as_scope(canonical)
+    golds = [(s.start_char, s.end_char, {scope.canonical(s)(i) for i in gold_ids(s.kb_id_)}, s.label_)
+             for s in scope.keep(gold_spans(gold_doc)) if s.kb_id_ != NIL]
+    preds = [(s.start_char, s.end_char, scope.canonical(s)(s.kb_id_), s.label_, s) for s in scope.keep(pred_doc.ents)
+             if s.kb_id_ and s.kb_id_ not in nil_labels]
     return golds, preds
 
 
@@ -190,7 +242,7 @@ def exact_hits(golds: Sequence[tuple], preds: Sequence[tuple]) -> List[Tuple[boo
     return hits
 
 
-def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None,
+def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canonical = None,
                 nil_labels: Collection[str] = (NIL,)) -> dict:
     """End-to-end micro P/R/F1:
 
@@ -206,11 +258,14 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Option
     pipeline's, :func:`pipeline_nil_labels`) are left out. ``canonical`` (the
     linker's ``index.canonical``) maps an id to its entity's primary id, on both sides, as
     :func:`mention_table` does for gold mentions: a gold alternative id (an OMIM number MEDIC files
-    under a MeSH record) is then matched by the entity the linker returns."""
+    under a MeSH record) is then matched by the entity the linker returns. A :class:`Scope` instead (one
+    linker's: :func:`linker_scope`; a pipeline's with one linker per KB: :func:`pipeline_scope`) also picks the
+    spans scored, on both sides and for every measure, and spells each mention's ids by its label's KB."""
+    scope = as_scope(canonical)
     tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
     span_tp = span_pred = span_gold = 0
     for pred_doc, gold_doc in zip(predicted, gold):
-        golds, preds = linked_mentions(pred_doc, gold_doc, canonical, nil_labels)
+        golds, preds = linked_mentions(pred_doc, gold_doc, scope, nil_labels)
         n_gold, n_pred = n_gold + len(golds), n_pred + len(preds)
         hits = exact_hits(golds, preds)
         tp_strict += sum(strict for strict, _ in hits)
@@ -222,7 +277,8 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Option
                     used.add(g)
                     tp_partial += 1
                     break
-        found, wanted = {(s.start_char, s.end_char) for s in pred_doc.ents}, {(s.start_char, s.end_char) for s in gold_spans(gold_doc)}
+        found = {(s.start_char, s.end_char) for s in scope.keep(pred_doc.ents)}
+        wanted = {(s.start_char, s.end_char) for s in scope.keep(gold_spans(gold_doc))}
         span_tp, span_pred, span_gold = span_tp + len(found & wanted), span_pred + len(found), span_gold + len(wanted)
     return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
             "typed": prf(tp_typed, n_pred, n_gold), "span": prf(span_tp, span_pred, span_gold),

@@ -3,7 +3,9 @@ the threshold with the best NIL F1 (optionally at a bounded loss of in-KB recall
 ``nil="classifier"``, the weights of a logistic model over the NIL evidence
 (:mod:`spacy_pel.pipeline.nil`; ``"classifier_pairs"``: over the evidence and its pairwise products) — write them into the pipeline's config, and save the NIL
 precision-recall curve (PNG + JSON). A corpus without NIL mentions (NCBI disease) calibrates nothing:
-the pipeline is saved with its NIL decision as it was, and ``nil_calibration.json`` says so.
+the pipeline is saved with its NIL decision as it was, and ``nil_calibration.json`` says so. With one
+pel_linker per KB, one linker is calibrated on the gold mentions (and found spans) of its labels, and each
+keeps its own record (:mod:`spacy_pel.evaluation.calibration_record`).
 
 With ``e2e`` (a pipeline that finds its own mentions): the threshold on the pipeline's NIL confidence
 with the best *strict end-to-end* F1 on the corpus's raw text. A found span below it is NIL, so the
@@ -14,10 +16,9 @@ boundaries, right id) from the rest, over the NIL evidence — the span model's 
 among it — and the threshold on its confidence is then chosen the same way."""
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Sequence
+from typing import Collection, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import spacy
@@ -25,14 +26,15 @@ from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Doc
 
 from ..corpora import NIL, gold_ids, gold_spans, read_docbin
-from ..files import InputError, atomic_dir
+from ..files import InputError
 from ..pipeline.linker import configure_linker, find_linker
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
 from ..pipeline.retarget import check_output
 from ..pipeline.span_data import CONFIDENCE_ATTR
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
-from .linking import exact_hits, linked_mentions, mention_table, pipeline_nil_labels
+from .calibration_record import save_calibrated
+from .linking import Canonical, exact_hits, linked_mentions, linker_scope, mention_table, pipeline_nil_labels
 from .metrics import average_precision
 
 NIL_STRATEGIES = ("top_score", "classifier", "classifier_pairs")
@@ -110,25 +112,19 @@ def plot_curve(curve: Optional[dict], path: Path, title: str = "NIL detection") 
     plt.close(fig)
 
 
-def _save_uncalibrated(nlp, gold_docs, corpus: Path, output: Path, plot: Optional[Path]) -> dict:
-    """A corpus without gold NIL mentions (NCBI disease) has nothing to calibrate on: the pipeline is
-    saved with its NIL decision as it was, and nil_calibration.json and the plot say why."""
-    summary = {"calibrated": False, "mentions": sum(len(gold_spans(d)) for d in gold_docs), "nil_mentions": 0,
-               "reason": f"{corpus} has no gold NIL mentions: the NIL decision is left as it was"}
-    _save(nlp, output, summary)
+def _save_uncalibrated(nlp, name: str, linker, mentions: int, corpus: Path, pipeline: Path, output: Path,
+                       plot: Optional[Path]) -> dict:
+    """No gold NIL mention among the linker's ``mentions`` (NCBI disease; with one linker per KB, none of its
+    labels'): nothing to calibrate on, the pipeline is saved with its NIL decision as it was, and the record and
+    the plot say why."""
+    labels = getattr(linker.mentions, "labels", None)
+    which = f" of the labels {name} links ({', '.join(sorted(labels))})" if isinstance(labels, (set, frozenset, list, tuple)) else ""
+    summary = {"calibrated": False, "linker": name, "mentions": mentions, "nil_mentions": 0,
+               "reason": f"{corpus} has no gold NIL mentions{which}: the NIL decision is left as it was"}
+    save_calibrated(nlp, name, pipeline, output, summary)
     if plot:
         plot_curve(None, plot)
     return summary
-
-
-def _save(nlp, output: Path, summary: dict, points: Optional[list] = None) -> None:
-    """The pipeline (its NIL settings already in its config) and ``nil_calibration.json`` beside it,
-    written as one folder that replaces ``output`` only once complete (a failed save leaves the old
-    one; ``output`` may be the pipeline's own folder)."""
-    record = summary if points is None else {**summary, "points": points}
-    with atomic_dir(output) as tmp:
-        nlp.to_disk(tmp)
-        (tmp / "nil_calibration.json").write_text(json.dumps(record, indent=2), encoding="utf8")
 
 
 def label_types(docs, index: EntityIndex, share: float = TYPE_SHARE) -> Dict[str, List[str]]:
@@ -170,13 +166,15 @@ def fit_classifier(features: np.ndarray, is_nil: np.ndarray, types: Dict[str, Li
     return ClassifierNil(weights, round(bias, 6), types)
 
 
-def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Optional[Callable[[str], str]] = None,
+def e2e_curve(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canonical = None,
               nil_labels: Collection[str] = (NIL,)) -> dict:
     """Strict end-to-end P/R/F1 (as :func:`~spacy_pel.evaluation.linking.e2e_metrics` counts them) of
     "a found span is NIL if its confidence < t" for every useful t, and the best t. ``predicted``: the
     pipeline's output with no threshold (every found span linked to its best candidate, its confidence
     in ``span._.pel_confidence``; a span with no candidate carries a linker's NIL label, one of
-    ``nil_labels``: left out); ties go to the lower threshold (more spans kept)."""
+    ``nil_labels``: left out); ties go to the lower threshold (more spans kept). ``canonical``: an id
+    mapping, or one linker's :func:`~spacy_pel.evaluation.linking.linker_scope` (its labels' spans and gold
+    mentions only)."""
     confidence, correct, n_gold = [], [], 0
     for pred_doc, gold_doc in zip(predicted, gold):
         golds, preds = linked_mentions(pred_doc, gold_doc, canonical, nil_labels)
@@ -223,8 +221,10 @@ class FoundEvidence(NamedTuple):
 
 
 def e2e_evidence(nlp, name: str, linker, gold_docs: Sequence[Doc], batch_size: int = 16) -> FoundEvidence:
-    """:class:`FoundEvidence` of the pipeline on ``gold_docs``' raw text. Spans with no candidate (NIL
-    whatever the threshold) are left out, as the strict measure does."""
+    """:class:`FoundEvidence` of the pipeline on ``gold_docs``' raw text: the spans ``linker`` links, against the
+    gold mentions of its labels. Spans with no candidate (NIL whatever the threshold) are left out, as the
+    strict measure does."""
+    scope = linker_scope(linker)
     names = [n for n, _ in nlp.pipeline]
     before = [proc for _, proc in nlp.pipeline[: names.index(name)]]
     features, correct, doc_index, n_gold = [], [], [], []
@@ -234,7 +234,7 @@ def e2e_evidence(nlp, name: str, linker, gold_docs: Sequence[Doc], batch_size: i
         for proc in before:
             docs = [proc(d) for d in docs]
         for j, (doc, gold_doc, (spans, linked)) in enumerate(zip(docs, part, linker.predict(docs))):
-            golds, _ = linked_mentions(doc, gold_doc, linker.index.canonical)
+            golds, _ = linked_mentions(doc, gold_doc, scope)
             n_gold.append(len(golds))
             found = []
             for (a, b, label), rows, evidence in zip(spans, linked.rows, linked.features):
@@ -258,16 +258,18 @@ def fit_e2e_classifier(evidence: FoundEvidence, types: Dict[str, List[str]], pai
 
 
 def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path, output: Path,
-                  plot: Optional[Path] = None, nil: str = "top_score") -> dict:
+                  plot: Optional[Path] = None, nil: str = "top_score", pipeline: Optional[Path] = None) -> dict:
     """The ``e2e`` calibration (module doc): link the raw text with no threshold, choose the best one
-    on strict F1 (with a classifier ``nil``: first fit the classifier to the strict hits — when every
-    found span is one, or none is, there is nothing to fit: the pipeline's own strategy is kept and the
-    summary says why), write it into the config and save."""
+    on strict F1 over the spans ``linker`` links and the gold mentions of its labels (with a classifier
+    ``nil``: first fit the classifier to the strict hits — when every found span is one, or none is, there
+    is nothing to fit: the pipeline's own strategy is kept and the summary says why), write it into the
+    config and save (``pipeline``: the folder calibrated, whose other linkers' records are kept)."""
     configure_linker(nlp, name, threshold=None)
-    summary: dict = {"calibrated": True, "objective": "strict end-to-end F1", "corpus": str(corpus), "docs": len(gold_docs)}
+    summary: dict = {"calibrated": True, "linker": name, "objective": "strict end-to-end F1", "corpus": str(corpus),
+                     "docs": len(gold_docs)}
     if nil == "top_score":
         predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
-        curve = e2e_curve(predicted, gold_docs, linker.index.canonical, pipeline_nil_labels(nlp))
+        curve = e2e_curve(predicted, gold_docs, linker_scope(linker), pipeline_nil_labels(nlp))
     else:
         own = linker.nil
         linker.nil = ClassifierNil({}, 0.0, label_types(gold_docs, linker.index))  # unfitted: every feature computed
@@ -286,7 +288,7 @@ def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path
         curve = strict_curve(confidence.astype(float), evidence.correct, int(evidence.gold.sum()))
     configure_linker(nlp, name, threshold=curve["threshold"])
     summary.update({k: v for k, v in curve.items() if k != "points"})
-    _save(nlp, output, summary, curve["points"])
+    save_calibrated(nlp, name, pipeline, output, {**summary, "points": curve["points"]})
     if plot:
         plot_e2e_curve(curve, plot)
     return summary
@@ -340,7 +342,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     the threshold on the pipeline's own NIL confidence with the best strict end-to-end F1 (module doc;
     its NIL strategy is kept unless ``nil`` names a classifier, fitted to the strict hits;
     ``max_r1_loss`` does not apply). ``linker_name``: the pel_linker calibrated, in a pipeline with one per KB
-    (default: the first)."""
+    (default: the first), on the gold mentions of its labels (a corpus with none is refused)."""
     if nil not in NIL_STRATEGIES:
         raise ValueError(f"unknown NIL strategy {nil!r}; choose one of {', '.join(NIL_STRATEGIES)}")
     check_calibrate_options(output, plot, max_r1_loss)
@@ -349,13 +351,15 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     gold_docs = read_docbin(nlp, corpus)
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]
+    gold = [g for doc in gold_docs for g in doc_gold_mentions(doc, linker.mentions)]
+    if not gold and any(gold_spans(d) for d in gold_docs):  # a linker of some labels only (one per KB), none here
+        raise InputError(f"{corpus}: none of its gold mentions has a label the linker {name} links: nothing to calibrate")
     linker.ensure_loaded()
     if e2e:
-        return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil)
-    gold = [g for doc in gold_docs for g in doc_gold_mentions(doc, linker.mentions)]
+        return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil, pipeline=pipeline)
     linkable, _, skipped = linkable_mentions(gold, linker.index.lookup)  # alternative ids resolve, as in evaluate
     if not skipped["nil"]:
-        return _save_uncalibrated(nlp, gold_docs, corpus, output, plot)
+        return _save_uncalibrated(nlp, name, linker, len(gold), corpus, pipeline, output, plot)
     # NIL mentions alone (another KB's ids for the rest) would fit a threshold that costs nothing: all NIL
     check_linkable(str(corpus), len(linkable), skipped, len(linker.index))
     if nil != "top_score":  # a classifier: the evidence's type feature needs the label → types map first
@@ -366,7 +370,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     in_kb = np.array([row[0] != [NIL] and any(g in linker.index.row for g in row[0]) for row in rows])
     correct = np.array([row[1][0] in row[0] for row in rows])
     confidence = np.array([row[3] for row in rows])
-    summary: dict = {"calibrated": True}
+    summary: dict = {"calibrated": True, "linker": name}
     if nil != "top_score":
         features = np.stack([row[4] for row in rows])
         fit = in_kb | is_nil  # gold ids the KB lacks are neither
@@ -378,7 +382,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     # settings live in the config: this writes the threshold into config.cfg, which spacy.load reads
     configure_linker(nlp, name, threshold=curve["threshold"])
     summary.update({k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())})
-    _save(nlp, output, summary, curve["points"])
+    save_calibrated(nlp, name, pipeline, output, {**summary, "points": curve["points"]})
     if plot:
         plot_curve(curve, plot)
     return summary
