@@ -26,7 +26,7 @@ HELP = (
     "Cluster a corpus's gold mentions with the KB, giving new NIL:<n> ids to unlinked groups.\n\n"
     "Reads a gold-span .spacy corpus and a saved pipeline (--pipeline) or a KB folder (--kb), and writes a .spacy corpus whose "
     "mentions carry an entity id or a stable NIL cluster id, the gold ids kept in the pel_gold span group. Prints counts as "
-    "JSON, with ARI and NMI against the gold ids when the corpus has them.\n\n"
+    "JSON, with ARI and NMI against the gold ids when the corpus has them. "
     "Two ways to link: clustering inference (--linking cluster: mentions and entities in one graph, tuned by --threshold and "
     "--mention-margin), or the linker's own decisions with only its NIL mentions clustered (--linking pipeline: tuned by "
     "--mention-threshold alone), which auto picks for a pipeline that decides NIL with a classifier (a calibrated one) or applies candidate rules.\n\n"
