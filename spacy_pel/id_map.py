@@ -6,8 +6,8 @@ and no pipeline can link them. ``convert --id-map FILE`` rewrites such gold ids 
 
 * ``FILE`` is tab-separated, one ``OLD_ID<TAB>NEW_ID`` a line (further columns are ignored, so a
   curated table with notes works as it is); blank lines, ``#`` comments and a header line
-  ``old_id<TAB>new_id…`` are skipped (a header naming another second column is refused: its second
-  column is not the new id). ``NEW_ID`` ``NIL`` (or ``-1`` / ``-``, as PubTator corpora write it) marks a
+  ``old_id<TAB>new_id…`` (the first line that is neither blank nor a comment) are skipped (a header naming
+  another second column is refused: its second column is not the new id). ``NEW_ID`` ``NIL`` (or ``-1`` / ``-``, as PubTator corpora write it) marks a
   retired record with no successor.
 * every id of a mention is mapped (a composite mention's too); an id the map does not name stays;
 * a malformed line, an old id mapped twice to different ids, or a map whose targets are themselves
@@ -36,11 +36,13 @@ def read_id_map(path: files.PathLike) -> Dict[str, str]:
     """``{old id: new id}`` from the tab-separated file ``path`` (see the module's docstring)."""
     mapping: Dict[str, str] = {}
     where: Dict[str, int] = {}
+    first = True  # the first line that is neither blank nor a comment: a header, if it names old_id
     for lineno, line in files.read_lines(path, IdMapError):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = [f.strip() for f in line.split("\t")]
-        if lineno == 1 and fields[0].lower() == HEADER:
+        header, first = first and fields[0].lower() == HEADER, False
+        if header:
             if len(fields) < 2 or fields[1].lower() != NEW_HEADER:
                 raise IdMapError(path, lineno, f"a header's second column must be {NEW_HEADER!r} "
                                  f"(found {fields[1] if len(fields) > 1 else 'none'!r}): the map is OLD_ID<TAB>NEW_ID")

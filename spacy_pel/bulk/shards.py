@@ -35,6 +35,7 @@ KINDS = ".jsonl / .ndjson or .parquet files of {id, text}, or PubTator .txt / .p
 _TITLE = re.compile(rb"^([^\t|\r\n]*)\|t\|")  # a PubTator document starts at its title line
 _MENTION = re.compile(rb"^[^\t|\r\n]*\t[0-9]+\t")  # a PubTator annotation line: PMID, start offset, …
 _TMP_LINE = re.compile(r"^(.*?):(\d+): (.*)$", re.S)
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, read as in every other reader: as if it were not there
 NO_TITLE = -1  # an item's title_length when its text has no title (an int always: one Arrow type in every chunk)
 
 
@@ -240,6 +241,8 @@ def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         data = f.read(chunk.end - chunk.start)
+    if chunk.start == 0 and data.startswith(BOM):  # the shard's byte order mark, no part of its first PMID
+        data = data[len(BOM):]
     titles: List[Tuple[str, int]] = []  # (pmid, line in the chunk) of each document
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         m = _TITLE.match(line)

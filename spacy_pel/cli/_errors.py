@@ -30,15 +30,21 @@ EXIT_INTERRUPTED = 130
 # a bad config value: one line too; an unknown option among spaCy-style config overrides (spaCy's parser raises
 # click's own NoSuchOption, which the click inside typer does not catch)
 EXPECTED = (InputError, EncoderMismatchError, OSError, ConfigValidationError, ClickUsageError)
+# confection's advice before the reason a config file does not parse (the reason is the line worth showing)
+CONFIG_ADVICE = "Make sure the sections and values are formatted correctly."
 
 
 def one_line(error: BaseException) -> str:
-    """The first non-empty line of an error's message (OSErrors name the file)."""
+    """The first non-empty line of an error's message (OSErrors name the file; a config error its settings, or
+    the reason a file does not parse)."""
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"{error.strerror}: {error.filename}"
     if isinstance(error, ConfigValidationError) and error.errors:  # e.g. an override of a section that does not exist
         where = "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}" for e in error.errors)
         return f"{error.title or 'invalid config'}: {where}"
+    if isinstance(error, ConfigValidationError):  # a file that does not parse: the reason, after confection's advice
+        why = next((ln.strip() for ln in (error.desc or "").splitlines() if ln.strip() not in ("", CONFIG_ADVICE)), "")
+        return f"{error.title or 'invalid config'}: {why}" if why else error.title or "invalid config"
     if isinstance(error, ClickUsageError):
         return f"{error.format_message()} (see --help)"
     text = str(error).strip()

@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
-from confection import Config
+from confection import Config, ConfigValidationError
 
-from ..files import InputError, atomic_write, file_digest, folder_digest
+from ..files import InputError, LineError, atomic_write, file_digest, folder_digest, read_lines
 from ..retrieval.index import is_name_index
 
 T = TypeVar("T")
@@ -35,8 +35,24 @@ RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eva
 
 
 def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Config:
-    """The confection config at ``path`` with ``overrides`` (``{"training.max_steps": 10}``) applied."""
-    return Config().from_disk(path, overrides=dict(overrides or {}))
+    """The confection config at ``path`` with ``overrides`` (``{"training.max_steps": 10}``) applied.
+
+    A UTF-8 byte order mark is read as if it were not there (as by every reader of the package); a file that
+    is not UTF-8 is refused as ``FILE:LINE: not UTF-8 text (byte 0xe9 at column N)`` (:class:`InputError`),
+    and one that does not parse as a config raises confection's error with the file's name in its title."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read
+    except UnicodeDecodeError:
+        for _ in read_lines(path, LineError):  # raises at the first line that is not UTF-8, naming it
+            pass
+        raise
+    try:
+        return Config().from_str(text, overrides=dict(overrides or {}))
+    except ConfigValidationError as err:
+        if err.errors:  # a setting named (an override of a section that does not exist): said as it is
+            raise
+        raise ConfigValidationError(title=f"{path}: not a valid config", desc=err.desc, show_config=False) from err
 
 
 def run_settings(raw: Mapping[str, Any]) -> Dict[str, Any]:
