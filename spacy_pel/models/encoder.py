@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -151,15 +152,19 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(p._version for p in model.parameters())
 
 
+_COPYING = threading.RLock()  # runtime copies are made one at a time in a process (ONNX export is process-wide)
+
+
 def versioned_copy(cache: Dict, key, model: torch.nn.Module, make: Callable[[torch.nn.Module], object]):
     """``cache[key]``'s copy of ``model``, made by ``make(model)`` on first use and again whenever the
     weights have changed since (:func:`weights_version`); the stale copy is dropped before the new one
-    is made (``quantize_dynamic`` deep-copies the module it is given, cache included)."""
+    is made (``quantize_dynamic`` deep-copies the module it is given, cache included), one at a time."""
     version = weights_version(model)
-    made = cache.get(key)
-    if made is None or made[0] != version:
-        cache.pop(key, None)
-        made = cache[key] = (version, make(model))
+    with _COPYING:
+        made = cache.get(key)
+        if made is None or made[0] != version:
+            cache.pop(key, None)
+            made = cache[key] = (version, make(model))
     return made[1]
 
 
@@ -180,6 +185,10 @@ class BiEncoder(torch.nn.Module):
         # inference copies of the towers (ONNX Runtime's, or torch's int8): (tower id, kind) -> (weights version, copy)
         self._runtime: Dict[Tuple[int, str], Tuple[int, object]] = {}
         self.eval()  # inference unless a trainer says otherwise
+
+    def __getstate__(self) -> dict:
+        """Pickled (deepcopy, ``n_process`` with spawn) without its ONNX Runtime copies: each process makes its own."""
+        return {**super().__getstate__(), "_runtime": {}}
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -246,9 +255,9 @@ class BiEncoder(torch.nn.Module):
         precision = self.resolved_precision
         if precision in TORCH_INT8_PRECISIONS:
             kind, make = "int8_rows", quantize_rows
-        elif precision in ONNX_QUANTIZATIONS:
-            kind = ONNX_QUANTIZATIONS[precision]
-            make = functools.partial(OnnxTower, quantization=kind)
+        elif precision in ONNX_QUANTIZATIONS:  # a session per torch thread setting: the user's setting holds for it
+            kind = f"{ONNX_QUANTIZATIONS[precision]}@{torch.get_num_threads()}"
+            make = functools.partial(OnnxTower, quantization=ONNX_QUANTIZATIONS[precision])
         else:
             return model
         for other in [key for key in self._runtime if key[0] == id(model) and key[1] != kind]:

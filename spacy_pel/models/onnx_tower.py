@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,6 +49,9 @@ class _LastHidden(torch.nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
+_EXPORTING = threading.Lock()  # torch.onnx.export holds process-wide state: one export at a time
+
+
 def export_tower(model: torch.nn.Module, folder: Path, quantization: str = "blockwise") -> Path:
     """``model`` exported to ONNX (batch and length dynamic) in ``folder``, quantised to int8 unless
     ``quantization`` is ``"none"``."""
@@ -58,7 +62,7 @@ def export_tower(model: torch.nn.Module, folder: Path, quantization: str = "bloc
     was_training = model.training
     model.eval()
     try:
-        with warnings.catch_warnings(), torch.no_grad():
+        with _EXPORTING, warnings.catch_warnings(), torch.no_grad():
             # the TorchScript exporter is deprecated in favour of torch.export's, which needs onnxscript
             # and is slower on these models; its notices are not for our users
             warnings.simplefilter("ignore")
