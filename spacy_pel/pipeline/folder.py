@@ -1,13 +1,17 @@
 """The folder of a ``pel_linker`` in a saved pipeline: ``encoder/``, ``kb/``, the parts' files and
 ``sources.json`` (the configured path each resource came from), written and read by the component's
 ``to_disk``/``from_disk`` (and their bytes forms). A resource whose configured path differs from the
-one it was saved from is not read: it loads from the config's path on first use."""
+one it was saved from is not read: it loads from the config's path on first use — as does one named in
+:func:`resources_from_paths` while a pipeline loads (``retarget``: a KB grown in place, at the path the saved
+copy came from, is read from its folder)."""
 from __future__ import annotations
 
 import sys
 import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Collection, Dict, Iterator, Mapping, Optional
 
 import srsly
 
@@ -47,6 +51,22 @@ def _changed_since(configured: str, copy: Path) -> Optional[str]:
     if all(digests):  # recorded by both (KBs built since session 70): names and synonyms compared, not sizes
         return None if digests[0] == digests[1] else "other entities, names or synonyms"
     return None if all(sizes) else "other entities"
+
+
+# per component name, the resources (``kb``, ``encoder``, a part's key) read from their configured paths while loading
+_FROM_PATHS: ContextVar[Mapping[str, frozenset]] = ContextVar("pel_resources_from_paths", default={})
+
+
+@contextmanager
+def resources_from_paths(name: str, keys: Collection[str]) -> Iterator[None]:
+    """While the block loads a pipeline, the pel_linker ``name`` takes the resources ``keys`` (``kb``, ``encoder``,
+    ``rules.<rule>``) from the paths its config names, not the copies saved with it — even where a copy was saved
+    from that very path (a KB grown there by ``build-kb --add`` since)."""
+    token = _FROM_PATHS.set({**_FROM_PATHS.get(), name: frozenset(keys)})
+    try:
+        yield
+    finally:
+        _FROM_PATHS.reset(token)
 
 
 def caller_level() -> int:
@@ -93,8 +113,10 @@ class LinkerFolder:
         if self.cfg.threshold is None:
             warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=caller_level())
 
+        from_paths = _FROM_PATHS.get().get(self.name, frozenset())
+
         def wanted(key: str, folder: Path, configured: Optional[str], data_name: str, null_keeps: bool = True) -> bool:
-            return (folder.exists() and data_name not in exclude
+            return (folder.exists() and data_name not in exclude and key not in from_paths
                     and (configured == saved.get(key) or (configured is None and null_keeps)))
 
         encoder = index = None

@@ -24,6 +24,7 @@ from ..files import InputError, PathLike, atomic_dir, check_output_folder
 from ..retrieval.build import check_encoder_source
 from ..retrieval.encoder_record import recorded_encoder
 from ..retrieval.index import EntityIndex
+from .folder import resources_from_paths
 from .linker import find_linker
 from .rules.name_rows import NAME as NAME_ROWS
 
@@ -118,7 +119,11 @@ def retarget(pipeline: PathLike, kb: PathLike, output: PathLike, names: Optional
     is neither empty nor a pipeline, is refused before anything is read (:func:`check_output`)."""
     check_output(output)
     overrides = linker_overrides(pipeline, kb, names, encoder, linker)
-    nlp = spacy.load(pipeline, config=overrides)
+    name = saved_linker(pipeline, linker)[0]
+    keys = [key.split(".", 2)[2] for key in overrides]  # kb, encoder, rules.<rule>.names
+    keys = [key[: -len(".names")] if key.endswith(".names") else key for key in keys]
+    with resources_from_paths(name, keys):  # the folders given, even a KB grown in place since the copy was saved
+        nlp = spacy.load(pipeline, config=overrides)
     find_linker(nlp, linker)[1].ensure_loaded()
     with atomic_dir(output) as tmp:
         nlp.to_disk(tmp)
