@@ -35,6 +35,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import registry
 
 from ..corpora import gold_ids, gold_spans
+from ..files import InputError
 from ..models.doc_encoder import (
     MAX_SPAN_LEN,
     blank_tokens,
@@ -237,6 +238,10 @@ class SpanFinder(DocSpans, LinkerPart):
     def setup(self, encoder: BiEncoder, index: EntityIndex) -> None:
         if self.lexicon is None and self.lexicon_source:
             self.lexicon = read_lexicon(self.lexicon_source)
+        report = Path(self.scorer_file).parent / REPORT_FILE  # a train_e2e model is whole with it (γ, labels)
+        if self.model_source and self.configured_threshold is None and self.scorer is None and not report.exists():
+            raise InputError(f"span model {self.model_source} has no {REPORT_FILE} (γ, label map): an unfinished "
+                             "train-e2e run? Run it again to finish it, or give the span finder a `threshold`")
         if self.scorer is None:
             self.scorer = load_span_scorer(self.scorer_file, device=str(encoder.device_))
             self._read_report(Path(self.scorer_file))

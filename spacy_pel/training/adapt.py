@@ -48,13 +48,14 @@ from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
 from .config import PathLike
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
-from .run_config import load_config
+from .run_config import load_config, stamp_changes
 
 log = logging.getLogger(__name__)
 WORK_SUFFIX = ".work"
 STAMP_FILE = "inputs.json"
 LOG_FILE = "adapt_log.json"
 POOL_FILE = "name_pool.safetensors"  # in the checkpoint: the hard-name pool of the last refresh
+UNSTAMPED = ("max_minutes", "resume", "device", "eval_every")  # settings that do not change what a resumed run computes
 
 
 # ------------------------------------------------------------------ the KB's names
@@ -315,10 +316,11 @@ def start_encoder_identity(base: str, output: Path) -> Dict[str, str]:
 
 
 def inputs_stamp(cfg: AdaptConfig, output: Path) -> Dict[str, Any]:
-    """What a work folder was made from: the settings, the KB files' content hash and the start encoder."""
+    """What a work folder was made from: the settings, the KB files' content hash and the start encoder (the KB's
+    and the encoder's paths are no settings: their contents count, so they may be spelled otherwise)."""
     settings = asdict(cfg)
-    for key in ("max_minutes", "resume", "device", "eval_every"):
-        settings["training"].pop(key, None)
+    for section, key in (("kb", "path"), ("encoder", "base"), *(("training", key) for key in UNSTAMPED)):
+        settings[section].pop(key, None)
     return {**kb_stamp(cfg.kb.path, cfg.kb.format, settings),
             "start_encoder": start_encoder_identity(cfg.encoder.base, output)}
 
@@ -328,8 +330,8 @@ def kb_stamp(kb: PathLike, format: str, settings: Dict[str, Any]) -> Dict[str, A
     return {"kb_sha256": file_digest(*kb_files(kb, format)), "settings": settings}
 
 
-STAMPED = {"kb_sha256": "KB file", "settings": "settings", "train_sha256": "training corpus",
-           "start_encoder": "start encoder"}
+STAMPED = {"kb_sha256": "another KB file", "settings": "other settings", "train_sha256": "another training corpus",
+           "dev_sha256": "another dev corpus", "start_encoder": "another start encoder"}
 
 
 def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:
@@ -338,10 +340,9 @@ def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:
     path = work / STAMP_FILE
     if work.exists():
         old = json.loads(path.read_text(encoding="utf8")) if path.is_file() else {}
-        changed = [STAMPED.get(k, k) + ("" if k in old else " (not recorded there)")
-                   for k in sorted({*old, *stamp}) if old.get(k) != stamp.get(k)]
+        changed = stamp_changes(old, stamp, STAMPED)
         if changed or not resume:
-            why = ("not stamped with its inputs" if not old else f"made from another {', '.join(changed)}" if changed
+            why = ("not stamped with its inputs" if not old else f"made from {', '.join(changed)}" if changed
                    else "there and resume is off")
             log.warning("adapt: %s was %s: starting over", work, why)
             shutil.rmtree(work)

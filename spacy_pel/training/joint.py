@@ -18,8 +18,10 @@ The entity tower stays frozen, as in the retriever's CPU default, so the KB buil
 encoder stays valid. The loop (:mod:`spacy_pel.training.loop`) evaluates the strict end-to-end F1
 (span + id) on ``eval_docs`` dev documents every ``eval_every`` steps and keeps the best model
 (``DIR/best``: encoder folder with ``span_scorer.safetensors``); ``DIR/last`` is a resumable
-checkpoint. At the end the span threshold γ with the best span F1 on those dev documents is
-written to ``DIR/best/span_report.json``.
+checkpoint. Each time a model is kept, the span threshold γ with the best span F1 on those dev documents
+(from the evaluation that chose it) and the label → KB-type map learned from the training corpus go with it,
+in ``DIR/best/span_report.json``: ``DIR/best`` is replaced as one folder, so after an interruption it is
+still a whole span model, report included.
 
 With ``seeds`` N > 1 (:func:`train_e2e_seeds`), N span models are trained one after the other,
 ``training.seed`` + k for the k-th (k ≥ 1) into ``DIR/seeds/<k>``, each resumable on its own; the
@@ -39,13 +41,14 @@ import torch
 import torch.nn.functional as F
 
 from ..corpora import read_docbin, require_gold_spans
-from ..evaluation.evaluators import DocExample, EndToEndModel, JointEvaluator
+from ..evaluation.evaluators import DocExample, EndToEndModel, JointEvaluator, Metrics
+from ..files import atomic_write
 from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
 from ..models.span_scorer import SCORER_FILE, SpanScorer, bio_targets, load_span_scorer, save_span_scorer
-from ..pipeline.mentions import learn_labels
+from ..pipeline.mentions import REPORT_FILE, learn_labels
 from ..pipeline.span_ensemble import write_models_file
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
@@ -62,6 +65,21 @@ def require_linkable(source: PathLike, docs: Sequence, index: EntityIndex) -> No
     (:func:`~spacy_pel.pipeline.updating.check_linkable`)."""
     found, _, skipped = linkable_mentions((g for doc in docs for g in doc_gold_mentions(doc)), index.lookup)
     check_linkable(str(source), len(found), skipped, len(index))
+
+
+class SelectingEvaluator(JointEvaluator):
+    """The joint evaluator keeping the predictions of the model it scored last: the model saved as ``DIR/best``
+    right after gets its γ from them, with no second pass over the dev documents."""
+
+    last: Optional[List[dict]] = None
+
+    def predictions(self, model: EndToEndModel) -> List[dict]:
+        self.last = super().predictions(model)
+        return self.last
+
+    def choose_last(self) -> Metrics:
+        """:meth:`choose_threshold` for the model scored last."""
+        return max((self.scores(self.last, t) for t in self.thresholds), key=lambda r: r["span"]["f"])
 
 
 class JointTask(Task):
@@ -105,7 +123,8 @@ class JointTask(Task):
             if t.select == "strict":  # else every model's strict F1 would be 0
                 require_linkable(p.dev, dev, self.index)
         dev_docs = [DocExample(d, self.index, self.max_len, self.encoder.tokenizer) for d in dev[: t.eval_docs or len(dev)]]
-        self.evaluator = JointEvaluator(dev_docs, self.index, primary_metric=f"{t.select}.f")
+        self.evaluator = SelectingEvaluator(dev_docs, self.index, primary_metric=f"{t.select}.f")
+        self.done, self.labels = 0, None  # the steps done (the step a saved model is of); the learned label map
         self.per_epoch = math.ceil(len(self.train_docs) / t.batch_docs)
         self.total_steps = t.max_steps or int(t.epochs * self.per_epoch)
 
@@ -134,33 +153,49 @@ class JointTask(Task):
             order = np.random.default_rng(self.seed + 1000 * epoch).permutation(len(self.train_docs))
             yield [self.train_docs[i] for i in order[offset * bd : (offset + 1) * bd]]
 
+    def start(self, step: int) -> None:
+        self.done = step
+
+    def before_step(self, step: int, batch: Any) -> None:
+        self.done = step + 1
+
     def step(self, batch: Sequence[DocExample]) -> StepOutput:
         loss, link, span, label = self.losses(batch)
         return StepOutput(loss, {"link_loss": float(link.detach()), "span_loss": float(span.detach()),
                                  "label_loss": float(label.detach())})
 
     def save(self, folder: Path) -> None:
+        """The model just evaluated, with its span report (:meth:`span_report`), into ``folder`` (``DIR/best``)."""
         self.encoder.save(folder)
         save_span_scorer(self.scorer, folder / SCORER_FILE)
+        report = self.span_report(self.evaluator.choose_last() if self.evaluator.docs else None)
+        (folder / REPORT_FILE).write_text(json.dumps(report, indent=2), encoding="utf8")
 
     def save_checkpoint(self, folder: Path) -> None:
         self.encoder.save(folder / "encoder")
         save_span_scorer(self.scorer, folder / SCORER_FILE)
 
+    def span_report(self, chosen: Optional[Metrics]) -> Dict[str, Any]:
+        """The report of the model of step ``self.done``: γ with the best strict span F1 on the dev docs
+        (``chosen``: its scores; None with no dev docs: no γ, the span finder's default) and the label map."""
+        if self.labels is None:
+            self.labels = learn_labels([b.doc for b in self.train_docs], self.index)
+        dev = {"threshold": chosen["threshold"], "dev": chosen} if chosen is not None else {}
+        return {**dev, "dev_docs": len(self.evaluator.docs), "max_len": self.max_len, "best_step": self.done,
+                "labels": self.labels}
+
     def finish(self, output: Path, state: Dict[str, Any]) -> None:
-        """γ with the best strict span F1 on the dev docs, for the best model; written beside it."""
-        state["span_report"] = None
-        if not self.evaluator.docs:
-            return
+        """The best model's span report (γ: None with no dev docs) as ``state["span_report"]``; one saved before
+        reports went with ``DIR/best`` gets its report now, written atomically."""
         best = output / "best"
-        self.encoder = BiEncoder.from_pretrained(best).to_device(str(self.device))
-        self.scorer = load_span_scorer(best / SCORER_FILE, device=str(self.device))
-        chosen = self.evaluator.choose_threshold(self.model)
-        report = {"threshold": chosen["threshold"], "dev_docs": len(self.evaluator.docs), "dev": chosen,
-                  "max_len": self.max_len, "best_step": state["best_step"],
-                  "labels": learn_labels([b.doc for b in self.train_docs], self.index)}
-        (best / "span_report.json").write_text(json.dumps(report, indent=2), encoding="utf8")
-        state["span_report"] = report
+        if not (best / REPORT_FILE).exists():
+            self.encoder = BiEncoder.from_pretrained(best).to_device(str(self.device))
+            self.scorer = load_span_scorer(best / SCORER_FILE, device=str(self.device))
+            self.done = state["best_step"]
+            report = self.span_report(self.evaluator.choose_threshold(self.model) if self.evaluator.docs else None)
+            atomic_write(best / REPORT_FILE, lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
+        report = json.loads((best / REPORT_FILE).read_text(encoding="utf8"))
+        state["span_report"] = report if self.evaluator.docs else None
 
     # -------------------------------------------------------------- the losses
     def losses(self, batch: Sequence[DocExample]):

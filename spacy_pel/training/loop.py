@@ -219,6 +219,7 @@ class TrainingLoop:
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.warm = max(1, int(settings.warmup * task.total_steps))
         self.state: Dict[str, Any] = {"step": 0, "best": -1.0, "best_step": 0, "history": [], "train_seconds": 0.0}
+        self.resumed = checkpoint is not None
         if checkpoint is not None:
             self.state.update(load_checkpoint(checkpoint, self.optimizer, task))
         # a best model of an earlier run counts only when this run continues it
@@ -237,7 +238,8 @@ class TrainingLoop:
     def run(self, progress: bool = True) -> Dict[str, Any]:
         task, state, total = self.task, self.state, self.task.total_steps
         eval_every, clip = self.settings.eval_every, self.settings.grad_clip
-        start_run(self.output)  # the task has read and checked its inputs: a stale checkpoint goes now
+        # the task has read and checked its inputs: a stale checkpoint, or an earlier run's outputs, go now
+        start_run(self.output, resumed=self.resumed)
         task.train_mode()
         task.start(state["step"])
         bar = tqdm(total=total, initial=state["step"], desc=task.description, disable=not progress)

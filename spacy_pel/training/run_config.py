@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
@@ -29,6 +30,13 @@ CHECKPOINT_DIR = "last"  # a run's resumable checkpoint, inside its output folde
 CONFIG_FILE = "config.cfg"  # the resolved config of the run, beside it
 INPUTS_FILE = "inputs.json"  # SHA-256 of the files and folders the run read (input_digests), beside it
 PENDING_FILE = "pending_run.json"  # a run recorded but not started yet (save_run_config → start_run), beside it
+# what a run writes into its output folder besides its config: the checkpoint, the best model and the log of every
+# trainer, the retriever's stage snapshots (after_synonyms), train-spans' scorer and report, train-reranker's report.
+# A run that starts over (no checkpoint resumed) sets the earlier run's aside before its config is written, so no
+# output is ever read as the model of a config that did not make it.
+RUN_OUTPUTS = (CHECKPOINT_DIR, "best", "train_log.json", "after_*", "span_scorer.safetensors", "span_report.json",
+               "rerank_report.json")
+DISCARDED = ".discarded-"  # prefix of an earlier run's output renamed aside and not yet removed (a kill in between)
 # settings a run may change and still resume its checkpoint (none changes what a step computes; the time
 # budget counts over resumed runs, so a run stopped by it is continued with a longer one)
 RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"), ("training", "max_minutes"))
@@ -61,6 +69,30 @@ def run_settings(raw: Mapping[str, Any]) -> Dict[str, Any]:
     for section, key in RESUME_FREE:
         if isinstance(out.get(section), dict):
             out[section].pop(key, None)
+    return out
+
+
+def changed_settings(before: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
+    """The settings that differ between two runs' settings (sections of key → value), as ``section.key``."""
+    out = []
+    for section in sorted({*before, *now}):
+        old, new = before.get(section), now.get(section)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            out += [f"{section}.{key}" for key in sorted({*old, *new}) if old.get(key) != new.get(key)]
+        elif old != new:
+            out.append(section)
+    return out
+
+
+def stamp_changes(old: Mapping[str, Any], new: Mapping[str, Any], names: Mapping[str, str]) -> List[str]:
+    """What differs between two stamps of a work folder's inputs (``names``: how to say each entry: "another KB
+    file"), the changed settings of a ``settings`` entry named: ``["other settings (training.lr)"]``."""
+    out = []
+    for key in sorted(k for k in {*old, *new} if old.get(k) != new.get(k)):
+        what = names.get(key, key)
+        if isinstance(old.get(key), Mapping) and isinstance(new.get(key), Mapping):
+            what += f" ({', '.join(changed_settings(old[key], new[key]))})"
+        out.append(what + ("" if key in old else " (not recorded there)"))
     return out
 
 
@@ -171,11 +203,14 @@ def stale_checkpoint(output: PathLike, run: Optional[Dict[str, Any]] = None) -> 
     return None
 
 
-def start_run(output: PathLike) -> None:
+def start_run(output: PathLike, resumed: bool = False) -> None:
     """Start the run :func:`save_run_config` recorded in ``output`` (called as its training begins, its
-    inputs read and checked): remove ``output/last`` with a warning when :func:`stale_checkpoint` says
-    it is not this run's, and write its config as ``output/config.cfg`` and its inputs' digests as
-    ``output/inputs.json``, atomically. Nothing when no run is recorded there."""
+    inputs read and checked): unless it ``resumed`` the checkpoint there, set the earlier run's outputs
+    (:data:`RUN_OUTPUTS`: ``last``, ``best``, ``train_log.json`` …) aside and remove them — with a warning
+    when :func:`stale_checkpoint` says the checkpoint was not this run's — and then write its config as
+    ``output/config.cfg`` and its inputs' digests as ``output/inputs.json``, atomically. Each output is
+    renamed aside in one step before the config is written, so a kill at any point never leaves the new
+    config beside an earlier run's model or log. Nothing when no run is recorded there."""
     output = Path(output)
     run, last = pending_run(output), output / CHECKPOINT_DIR
     if run is None:
@@ -183,8 +218,28 @@ def start_run(output: PathLike) -> None:
     why = stale_checkpoint(output, run)
     if why:
         log.warning("%s was left by %s: starting over", last, why)
-        shutil.rmtree(last)
+    if why or not resumed:
+        discard_outputs(output)
     inputs = json.dumps(run["inputs"], indent=1)
     atomic_write(output / CONFIG_FILE, lambda tmp: Path(tmp).write_text(run["config"], encoding="utf8"))
     atomic_write(output / INPUTS_FILE, lambda tmp: Path(tmp).write_text(inputs, encoding="utf8"))
     (output / PENDING_FILE).unlink()
+
+
+def discard_outputs(output: Path) -> List[str]:
+    """Rename every earlier run's output (:data:`RUN_OUTPUTS`) in ``output`` aside, checkpoint first, then remove
+    them (and those a killed run left aside); returns their names."""
+    _remove_aside(output)
+    found = sorted({p for pattern in RUN_OUTPUTS for p in output.glob(pattern)},
+                   key=lambda p: (p.name != CHECKPOINT_DIR, p.name))
+    for path in found:
+        os.replace(path, output / f"{DISCARDED}{path.name}")
+    _remove_aside(output)
+    if found:
+        log.info("%s: the earlier run's %s removed (this run starts over)", output, ", ".join(p.name for p in found))
+    return [p.name for p in found]
+
+
+def _remove_aside(output: Path) -> None:
+    for path in output.glob(f"{DISCARDED}*"):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()

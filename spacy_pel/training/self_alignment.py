@@ -35,7 +35,17 @@ from confection import Config
 
 from ..files import atomic_dir, file_digest
 from ..models.encoder import CONFIG_FILE, BiEncoder
-from .adapt import LOG_FILE, check_output, kb_stamp, nested, prepare_work, publish, start_encoder_identity, work_folder
+from .adapt import (
+    LOG_FILE,
+    UNSTAMPED,
+    check_output,
+    kb_stamp,
+    nested,
+    prepare_work,
+    publish,
+    start_encoder_identity,
+    work_folder,
+)
 from .config import ConfigError, PathLike, RetrieverConfig, TrainingSection
 from .retriever import run_retriever
 from .run_config import load_config
@@ -54,8 +64,6 @@ DEFAULTS: Dict[str, Any] = {
 }
 # the input settings a saved start encoder keeps (unless the command line sets them)
 KEPT = ("mention_max_length", "entity_max_length", "mention_pooling", "entity_text")
-# settings that do not change what a resumed run computes
-UNSTAMPED = ("max_minutes", "resume", "device", "eval_every")
 
 
 def retriever_adapt_config(config: Optional[PathLike], overrides: Optional[Mapping[str, Any]] = None) -> Config:
@@ -119,14 +127,24 @@ def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Opt
         return write_start_encoder(base, output, raw, given)
     cfg = RetrieverConfig.from_config(raw, str(config or "adapt settings"))
     work = work_folder(output)
-    settings = {section: dict(values) for section, values in raw.items()}
-    for key in UNSTAMPED:
-        settings.get("training", {}).pop(key, None)
-    stamp = {**kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings), "start_encoder": start_encoder_identity(base, output)}
-    if cfg.paths.train and Path(cfg.paths.train).is_file():  # a replayed corpus (synonyms.replay) or a mention stage: its content counts too
-        stamp["train_sha256"] = file_digest(cfg.paths.train)
-    prepare_work(work, stamp, cfg.training.resume)
+    prepare_work(work, inputs_stamp(raw, cfg, base, output), cfg.training.resume)
     raw.to_disk(work / "config.cfg")
     state = run_retriever(cfg, work, progress)
     publish(work, output, state)
     return state
+
+
+def inputs_stamp(raw: Config, cfg: RetrieverConfig, base: str, output: Path) -> Dict[str, Any]:
+    """What a work folder was made from: the settings, the KB file's content, the corpora's (a replayed corpus
+    or a mention stage's) and the start encoder. The paths of these inputs are left out of the settings, as
+    ``train`` does: their contents count, so they may be spelled otherwise (./kb.jsonl, absolute, another
+    working folder)."""
+    corpora = {name: getattr(cfg.paths, name) for name in ("train", "dev")}
+    corpora = {name: path for name, path in corpora.items() if path and Path(path).is_file()}
+    settings = {section: dict(values) for section, values in raw.items()}
+    paths = ("kb", *corpora)
+    for section, key in (("encoder", "base"), *(("paths", k) for k in paths), *(("training", k) for k in UNSTAMPED)):
+        settings.get(section, {}).pop(key, None)
+    stamp = {**kb_stamp(cfg.paths.kb, cfg.paths.kb_format, settings), "start_encoder": start_encoder_identity(base, output)}
+    stamp.update({f"{name}_sha256": file_digest(path) for name, path in corpora.items()})
+    return stamp
