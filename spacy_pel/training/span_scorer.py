@@ -25,6 +25,7 @@ import torch
 
 from ..corpora import gold_spans
 from ..evaluation.evaluators import SpanEvaluator, SpanExample, detect
+from ..files import atomic_write
 from ..models.doc_encoder import MAX_SPAN_LEN, blank_tokens, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
@@ -103,14 +104,17 @@ class SpanScorerTask(Task):
         save_span_scorer(self.scorer, folder / SCORER_FILE)
 
     def finish(self, output: Path, state: Dict[str, Any]) -> None:
-        """The best scorer and its threshold γ (best span F1 on dev) go to ``output`` itself."""
+        """The best scorer and its threshold γ (best span F1 on dev) go to ``output`` itself: the report first,
+        both atomically, so a scorer file is never there without its γ (a kill in between leaves the report
+        alone, and loading the missing scorer fails; the run's next start clears both)."""
         self.scorer = load_span_scorer(output / "best" / SCORER_FILE, device=str(self.device))
         best = self.evaluator(self.scorer)
-        save_span_scorer(self.scorer, output / SCORER_FILE)
         self.report = {"threshold": best["threshold"], "dev_span_strict": best["span"], "train": self.train_counts,
                        "dev": self.dev_counts, "max_len": self.max_len, "encode_s": round(self.encode_s, 1),
                        "total_s": round(time.perf_counter() - self.t0, 1)}
-        (output / "span_report.json").write_text(json.dumps(self.report, indent=2), encoding="utf8")
+        report = json.dumps(self.report, indent=2)
+        atomic_write(output / "span_report.json", lambda tmp: tmp.write_text(report, encoding="utf8"))
+        save_span_scorer(self.scorer, output / SCORER_FILE)
 
 
 def train_span_scorer(
