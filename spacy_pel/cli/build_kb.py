@@ -30,7 +30,7 @@ def main(
     kb: Path = typer.Option(None, "--kb", help="KB file (for --format mesh: the folder with both MeSH TSVs; umls: the META folder or its MRCONSO.RRF)"),
     output: Path = typer.Option(..., "--output", "-o", help="KB folder to write (or extend, with --add)"),
     format: str = typer.Option("jsonl", "--format", "-f", help=f"KB format: {', '.join(READERS)}"),
-    encoder: str = typer.Option(DEFAULT_ENCODER, "--encoder", help="Encoder folder or Hugging Face name/path"),
+    encoder: Optional[str] = typer.Option(None, "--encoder", help=f"Encoder folder or Hugging Face name/path (default: with --add or --reuse, the encoder that built that KB, its meta.json; else {DEFAULT_ENCODER})"),
     index: str = typer.Option("flat", "--index", help=f"{', '.join(INDEX_KINDS)}: flat = exact (torch, bf16 where the CPU has it; up to ~1M entities), "
                                                             "hnsw = FAISS graph over float32 vectors, ivfpq = compressed codes in memory "
                                                             "+ exact rescoring from disk (millions of entities in ~d/4 bytes each)"),
@@ -43,7 +43,7 @@ def main(
     ),
     chunk_size: int = typer.Option(CHUNK, "--chunk-size", help="Entities per resumable chunk of OUTPUT.partial/"),
     force: bool = typer.Option(False, "--force", help="Replace a KB at --output that was built from another KB file, format or encoder"),
-    reuse: Optional[Path] = typer.Option(None, "--reuse", help="An earlier KB folder: copied when built from this same KB file and entity encoder (e.g. the KB before a training run that froze the entity tower); when built by this entity encoder at this precision from another release of the KB, its vectors are taken for the entities whose text is unchanged and only the others are encoded; otherwise the KB is encoded as usual"),
+    reuse: Optional[Path] = typer.Option(None, "--reuse", help="An earlier KB folder: copied when built from this same KB file and entity encoder (e.g. the KB before a training run that froze the entity tower); when built by this entity encoder at this precision from another release of the KB, its vectors are taken for the entities whose text is unchanged and only the others are encoded; otherwise the KB is encoded as usual, with a warning. Without --encoder, encoded by the encoder that built it"),
     ray: bool = typer.Option(False, "--ray", help="Encode the chunks on Ray Data (pip install 'spacy_pel\\[ray]'); same output as a local build"),
     address: Optional[str] = typer.Option(None, "--address", help="With --ray: a Ray cluster (auto, ray://HEAD:10001); default: Ray on this machine"),
     workers: Optional[int] = typer.Option(None, "--workers", help="With --ray: encoder actors (default: CPUs / --cpus-per-worker)"),

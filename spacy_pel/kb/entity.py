@@ -2,11 +2,13 @@
 
 :func:`normalize` is the lookup key of a name; :class:`KBFormatError` the error every reader raises
 (``FILE:LINE: reason``); :class:`Collector` keeps a reader's entities in file order and refuses an empty
-id or name, an id holding ``|``, ``,`` or ``+`` or spelling NIL (``-1``, ``-``, ``NIL``), a NUL character and a duplicate id; :func:`nonblank_lines`, :func:`unique` and
+id or name, an id holding ``|``, ``,`` or ``+`` or spelling NIL (``-1``, ``-``, ``NIL``), a NUL character and a duplicate id,
+and warns of an alternative id listed by two entities; :func:`nonblank_lines`, :func:`unique` and
 :func:`split` are the small text helpers the readers use.
 """
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
@@ -21,6 +23,7 @@ _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 ID_SEP = "|"  # joins the ids of a composite mention in a corpus (corpora.ID_SEP): never in a KB id
 ID_SEPARATORS = "|,+"  # what corpus readers split an id column on (BioRED writes A,B and NCBI A+B): none in a KB id
 NIL_IDS = ("-1", "-", "NIL")  # what corpora and the linker write for "no entry" (corpora.NO_ID, corpora.NIL): no KB id
+log = logging.getLogger(__name__)
 
 
 def normalize(text: str) -> str:
@@ -119,7 +122,9 @@ def nonblank_lines(path: Path, bad_lines: Optional[files.BadLines]) -> Iterator[
 
 class Collector:
     """Keeps entities in file order and refuses a duplicate id, naming both lines; strips the id and name
-    (a duplicate is one after stripping) and refuses an id holding one of :data:`ID_SEPARATORS`.
+    (a duplicate is one after stripping) and refuses an id holding one of :data:`ID_SEPARATORS`. An
+    alternative id listed by two entities (an old id split in two) is not refused: it resolves to the first
+    in file order, and :meth:`result` warns once, naming both lines of the first few.
 
     With ``bad_lines`` a refused entity is recorded there and left out; without, it raises.
     """
@@ -128,6 +133,8 @@ class Collector:
         self.entities: Dict[str, Entity] = {}
         self.where: Dict[str, str] = {}
         self.bad_lines = bad_lines
+        self.alt_owner: Dict[str, str] = {}  # alternative id → the first entity listing it
+        self.alt_conflicts: List[str] = []
 
     def fail(self, path: PathLike, line: int, message: str) -> None:
         files.reject(KBFormatError(path, line, message), self.bad_lines)
@@ -149,10 +156,19 @@ class Collector:
             return self.fail(
                 path, line, f"duplicate entity id {entity.id!r} (first seen at {self.where[entity.id]})"
             )
+        for alt in entity.extra.get("alt_ids") or []:
+            first = self.alt_owner.setdefault(alt, entity.id)
+            if first != entity.id:
+                self.alt_conflicts.append(f"{alt} of {first} ({self.where[first]}) and of {entity.id} ({path}:{line})")
         self.entities[entity.id] = entity
         self.where[entity.id] = f"{path}:{line}"
 
     def result(self) -> List[Entity]:
+        if self.alt_conflicts:
+            shown = self.alt_conflicts[:3]
+            more = f" (first {len(shown)} shown)" if len(self.alt_conflicts) > len(shown) else ""
+            log.warning("%d alternative id(s) listed by two entities, each resolving to the first listed%s: %s",
+                        len(self.alt_conflicts), more, "; ".join(shown))
         return list(self.entities.values())
 
 

@@ -7,7 +7,7 @@ settings (format, ``skip_bad_lines``), a hash of the entity texts, the entity en
 the precision and the chunk size. A partial build made from anything else is discarded and the build
 starts clean; the returned report (``resume``) and the ``spacy_pel`` logger say which happened.
 
-Every option is checked before any heavy work (reading the KB, loading the encoder, encoding).
+Every option is checked before any heavy work (reading the KB, loading the encoder, encoding: :mod:`.build_checks`).
 
 ``reuse``: a KB folder whose stamp equals the one this build would write (same KB file content,
 reader settings, entity texts, entity encoder fingerprint and precision) is copied instead of
@@ -26,128 +26,32 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..files import (
-    BadLines,
-    InputError,
-    atomic_dir,
-    atomic_write,
-    check_output_folder,
-    file_digest,
-    link_or_copy,
-    output_lock,
+from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, link_or_copy, output_lock
+from ..kb import kb_files, read_kb
+from ..models.encoder import DEFAULT_ENCODER
+from ..retrieval.index import EntityIndex, KeptNames
+from .build_checks import (
+    check_added,
+    check_device,
+    check_encoder_source,
+    check_index_size,
+    check_options,
+    chosen_encoder,
+    load_encoder,
 )
-from ..kb import READERS, kb_files, read_kb
-from ..models.encoder import (
-    CONFIG_FILE,
-    DEFAULT_ENCODER,
-    DEFAULT_ENCODER_NAMES,
-    BiEncoder,
-    EncoderConfig,
-    looks_like_a_path,
-)
-from ..models.precision import device_problem, index_precision, pick_device
-from ..retrieval.index import INDEX_KINDS, MIN_IVFPQ, EntityIndex, KeptNames
 from .chunks import CHUNK, STAMP_FILE, encode_resumable, entity_texts_digest, read_stamp
 from .digests import name_inputs_digest
 from .encoder_record import RELATIVE_KEY, encoder_location, relative_record
 from .ray_build import RayOptions, encode_on_ray
 from .reuse import earlier_entities, encode_reusing
 
-__all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_replace", "encode_resumable", "load_encoder", "reusable"]
+# the checks live in :mod:`.build_checks`; named here too, where the other commands import them from
+__all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_device", "check_encoder_source", "check_replace", "encode_resumable",
+           "load_encoder", "reusable"]
 log = logging.getLogger(__name__)
 # what a KB folder records of its input (its stamp.json), in words: another value refuses a rebuild without force
 RECORDED = {"input_sha256": "KB file content", "format": "KB format", "encoder_fingerprint": "entity encoder",
             "kb": "KB file"}
-
-
-# ---------------------------------------------------------------------------- checks before work
-
-
-def check_encoder_source(source: str) -> None:
-    """Refuse an ``--encoder`` that can only fail: a path that does not exist, a folder that is not a model."""
-    if source in DEFAULT_ENCODER_NAMES:
-        return
-    path = Path(source).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise InputError(f"encoder {source} is a file; give a folder (a saved encoder or a Hugging Face model)")
-        if not (path / CONFIG_FILE).exists() and not (path / "config.json").exists():
-            raise InputError(
-                f"encoder folder {source} has neither {CONFIG_FILE} (a spacy_pel encoder) nor config.json (a Hugging Face model)"
-            )
-    elif looks_like_a_path(source):
-        raise InputError(f"encoder folder not found: {source}")
-
-
-def load_encoder(source: str, precision: str = "auto", device: str = "auto", rows: str = "entities") -> BiEncoder:
-    """:meth:`BiEncoder.from_pretrained` for encoding a KB's entity rows or its name rows (``rows``:
-    ``"entities"`` or ``"names"``; ``"auto"`` precision as :func:`index_precision` resolves it for them),
-    with a failure to load told in one line (:class:`InputError`)."""
-    check_encoder_source(source)
-    precision = index_precision(precision, pick_device(device), rows)
-    try:
-        encoder = BiEncoder.from_pretrained(source, precision=precision)
-    except (OSError, ValueError) as err:
-        if isinstance(err, InputError):
-            raise
-        first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
-        if not Path(source).expanduser().exists():  # neither a folder nor a model the offline hub cache holds
-            raise InputError(f"encoder not found: {source} (no such folder, and no Hugging Face model of that name "
-                             f"available offline: {first})") from err
-        raise InputError(f"cannot load encoder {source!r}: {first}") from err
-    return encoder.to_device(device)
-
-
-def check_device(device: str) -> None:
-    problem = device_problem(device)
-    if problem is not None:
-        raise InputError(f"--device: {problem}")
-
-
-def check_options(
-    kb: Optional[Path],
-    output: Path,
-    format: str,
-    encoder: str,
-    index: str,
-    add: Optional[Path],
-    batch_size: int,
-    precision: str,
-    device: str,
-    chunk_size: int,
-) -> None:
-    """Every reason :func:`build_kb` would fail that can be known before reading or encoding anything."""
-    if format not in READERS:
-        raise InputError(f"unknown KB format {format!r}; choose one of {', '.join(READERS)}")
-    if index not in INDEX_KINDS:
-        raise InputError(f"unknown index kind {index!r}; choose one of {', '.join(INDEX_KINDS)}")
-    try:
-        EncoderConfig(precision=precision)
-    except ValueError as err:
-        raise InputError(f"--precision: {err}") from None
-    if batch_size < 1 or chunk_size < 1:
-        raise InputError("batch size and chunk size must be at least 1")
-    check_device(device)
-    if add is None and kb is None:
-        raise InputError("give a KB file to build from (--kb FILE), or --add FILE to extend an existing KB")
-    if add is not None and kb is not None:
-        raise InputError("give --kb (build a new KB) or --add (extend the KB at --output), not both")
-    kb_files(add if add is not None else kb, format)
-    output = Path(output)
-    if add is not None:
-        if not (output / "meta.json").is_file():
-            raise InputError(f"--add extends an existing KB, but {output} is not a KB folder (no meta.json)")
-    else:
-        check_output_folder(output, "KB", lambda folder: (folder / "meta.json").is_file())
-    if add is None or encoder != DEFAULT_ENCODER:
-        check_encoder_source(encoder)
-
-
-def check_index_size(index: str, entities: int) -> None:
-    """Refuse an index kind the KB is too small for (``ivfpq``: :data:`MIN_IVFPQ` entities), before encoding."""
-    if index == "ivfpq" and entities < MIN_IVFPQ:
-        raise InputError(f"--index ivfpq needs at least {MIN_IVFPQ:,} entities to train its codebooks, and this KB "
-                         f"has {entities:,}; use --index flat (exact, and small at this size) or hnsw")
 
 
 # ---------------------------------------------------------------------------- what may be replaced
@@ -215,7 +119,7 @@ def build_kb(
     kb: Optional[Path],
     output: Path,
     format: str = "jsonl",
-    encoder: str = DEFAULT_ENCODER,
+    encoder: Optional[str] = None,
     index: str = "flat",
     add: Optional[Path] = None,
     batch_size: int = 128,
@@ -233,7 +137,8 @@ def build_kb(
     ``output`` is locked while it is built (a second build into it fails at once, naming the first's
     pid); a KB already there that was built from other input (another KB file content, format or
     encoder) is replaced only with ``force``. ``ray``: the entities are encoded on Ray
-    (:mod:`.ray_build`), into the same resumable chunks and output as a local build.
+    (:mod:`.ray_build`), into the same resumable chunks and output as a local build. ``encoder`` not
+    given (None): with ``add`` the KB's own, with ``reuse`` the one that built it (:func:`chosen_encoder`).
 
     ``reuse``: a KB folder to copy instead of encoding, when it was built from exactly this input and
     entity encoder (:func:`reusable`); else, when it was encoded by this entity encoder at this precision,
@@ -255,6 +160,8 @@ def build_kb(
         raise InputError("--reuse copies a finished KB into a new one; it does not go with --add")
     if reuse is not None and Path(reuse).resolve() == output.resolve():
         raise InputError(f"--reuse {reuse} is the output folder itself; give the KB to copy from")
+    if add is None:
+        encoder = chosen_encoder(encoder, reuse)
     with output_lock(output):
         return _build(kb, output, format, encoder, index, add, batch_size, precision, device, progress,
                       skip_bad_lines, chunk_size, force, ray, t0, reuse)
@@ -276,15 +183,13 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         stamp["added"] = [*stamp.get("added", []), {"kb": str(add), "format": format,
                                                      "input_sha256": file_digest(*kb_files(add, format))}]
         new = read_kb(add, format, bad_lines)
-        clash = [e.id for e in new if e.id in existing.row]
-        if clash:
-            raise InputError(
-                f"{add}: {len(clash)} entity id(s) already in the KB at {output}, e.g. {', '.join(clash[:5])}; "
-                "--add only appends new ids"
-            )
-        source = existing.encoder_source if encoder == DEFAULT_ENCODER else encoder
+        check_added(existing, new, add, output)
+        source = existing.encoder_source if encoder in (None, DEFAULT_ENCODER) else encoder
         enc = load_encoder(source, precision, device)
         existing.check_encoder(enc)
+        # what --reuse needs to take the added rows' vectors (.reuse.earlier_entities): their texts and precision
+        stamp["added"][-1].update(entities=len(new), entities_sha256=entity_texts_digest(new, enc.config.entity_text),
+                                  encoder_fingerprint=enc.fingerprint(), precision=enc.resolved_precision)
         t_enc = time.perf_counter()
         existing.add(new, enc, batch_size=batch_size, progress=progress)
         encoded, index_obj = len(new), existing
@@ -320,6 +225,8 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
                          lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
             return report
         earlier = earlier_entities(reuse, entities, enc) if reuse is not None else None
+        if earlier is not None and earlier.reason:
+            log.warning("--reuse %s: nothing reused (%s); every entity is encoded", reuse, earlier.reason)
 
         def encode(todo):  # the entities to encode, in chunks stamped with their own texts (see .reuse)
             sub = stamp if len(todo) == len(entities) else {

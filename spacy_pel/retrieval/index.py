@@ -222,7 +222,7 @@ class EntityIndex:
     def add(self, entities: Sequence[Entity], encoder: BiEncoder, batch_size: int = 128, progress: bool = False):
         """Append new entities, encoding only them (the existing vectors are kept as they are)."""
         self.check_encoder(encoder)
-        clash = [e.id for e in entities if e.id in self.row]
+        clash = [e.id for e in entities if e.id in self.lookup]  # an alternative id too: a corpus's id would change meaning
         seen = set()
         clash += [e.id for e in entities if e.id in seen or seen.add(e.id)]
         if clash:

@@ -12,7 +12,9 @@ entity again writes, up to the rounding that depends on which entities share its
 
 The earlier KB's inputs are rebuilt from its entity table under the ``entity_text`` choice whose texts
 digest is its stamp's ``entities_sha256`` (a KB built before that choice existed, or with the other choice,
-is read as it was encoded); a folder whose stamp matches neither reuses nothing.
+is read as it was encoded); a folder whose stamp matches neither reuses nothing. A KB grown with
+``build-kb --add`` is read the same way, each added file's rows by the texts digest and precision its
+``added`` entry records (a KB extended before they were recorded reuses nothing).
 
 The records still to encode go through the build's usual resumable chunks, stamped with their own
 texts, so a resumed update never mixes chunks of another update or of a full build.
@@ -72,21 +74,28 @@ def earlier_entities(folder, entities: Sequence[Entity], encoder: BiEncoder) -> 
     settings = meta.get("encoder_entity_settings")
     if meta.get("encoder_fingerprint") != encoder.fingerprint() or (settings and settings != encoder.entity_settings()):
         return _none(folder, len(entities), "built by another entity encoder")
-    if stamp.get("added"):
-        return _none(folder, len(entities), "extended with --add (the added rows' precision is not recorded)")
-    if stamp.get("precision") != encoder.resolved_precision:
-        return _none(folder, len(entities), f"encoded at precision {stamp.get('precision') or 'unrecorded'}, "
-                                            f"not {encoder.resolved_precision}")
+    added = stamp.get("added") or []
+    if any(not isinstance(a, dict) or not {"entities", "entities_sha256", "precision"} <= set(a) for a in added):
+        return _none(folder, len(entities), "extended with --add before the added rows' texts and precision were recorded")
+    for part in (stamp, *added):  # the build's rows, then each --add's
+        if part.get("precision") != encoder.resolved_precision:
+            return _none(folder, len(entities), f"{'rows added with --add ' if part is not stamp else ''}encoded at "
+                                                f"precision {part.get('precision') or 'unrecorded'}, not {encoder.resolved_precision}")
     # the entity table and the vector file only (not the KB's search matrix)
     table, file = EntityTable.read(folder), VectorFile(folder / "embeddings.npy")
     if len(table) != len(file) or meta.get("entities") != len(table):
         return _none(folder, len(entities), "its entity table and vectors disagree on the entity count")
     old = table[0 : len(table)]
-    # the earlier rows' inputs under each entity_text choice in turn, kept for the one its stamp's digest proves
-    candidates = ([entity_text_fields(e, choice) for e in old] for choice in ENTITY_TEXTS)
-    encoded = next((fields for fields in candidates if texts_digest(fields) == stamp.get("entities_sha256")), None)
-    if encoded is None:
-        return _none(folder, len(entities), "its stamp does not record the texts its rows encode")
+    sizes = [int(a.get("entities", 0)) for a in added]
+    sizes.insert(0, len(old) - sum(sizes))  # the build's own rows come first, then each --add's
+    encoded: list = []
+    for part, start, end in zip((stamp, *added), np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
+        # the rows' inputs under each entity_text choice in turn, kept for the one their digest proves
+        candidates = ([entity_text_fields(e, choice) for e in old[start:end]] for choice in ENTITY_TEXTS)
+        fields = next((f for f in candidates if sizes[0] >= 0 and texts_digest(f) == part.get("entities_sha256")), None)
+        if fields is None:
+            return _none(folder, len(entities), "its stamp does not record the texts its rows encode")
+        encoded += fields
     earlier: Dict[Tuple[str, ...], int] = {}
     for row, fields in enumerate(encoded):
         earlier.setdefault(fields, row)

@@ -11,14 +11,17 @@ score (:func:`.name_rows.merge_candidates`, ``mode = "max"``). So ``decreased re
 ``Renal Insufficiency`` through a training mention ``renal dysfunction`` although no KB name is near it.
 
 The surface forms and their vectors are saved with the pipeline (``alias_rows/``); the vectors are
-encoded again when the linker's entity encoder or KB is not the one they were made with. Write the rule
+encoded again when the linker's entity encoder or KB is not the one they were made with: another entity
+encoder, other ids, or forms that resolve to other entities (a release with the same ids but other
+alternative ids: ``lithium citrate``, annotated with the withdrawn ``C1``, gains a row once ``C1`` is an
+alternative id of ``D1``). Write the rule
 before ``alias_table.v1`` so that the alias table keeps the last word on the texts it knows. With
 ``aliases = null`` (no annotated text) the rule does nothing, as the alias table then has KB names only.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from spacy.util import registry
@@ -35,14 +38,26 @@ FOLDER = "alias_rows"
 ALIASES_FILE, VECTORS_FOLDER = "aliases.json", "vectors"
 
 
-def alias_name_index(counts: Dict[str, Dict[str, int]], encoder: BiEncoder, index: EntityIndex) -> NameIndex:
-    """The name index of the surface forms in ``counts``: one row per (form, entity the KB has)."""
+def form_rows(counts: Dict[str, Dict[str, int]], index: EntityIndex) -> Tuple[List[str], List[int]]:
+    """The (form, KB row) pairs of ``counts``: each form's ids resolved by ``index`` (ids and alternative ids)."""
     forms, rows = [], []
     lookup = index.lookup
     for form, ids in counts.items():
         for row in sorted({lookup[i] for i in ids if i in lookup}):
             forms.append(form)
             rows.append(row)
+    return forms, rows
+
+
+def same_rows(names: NameIndex, counts: Dict[str, Dict[str, int]], index: EntityIndex) -> bool:
+    """True when the saved rows ``names`` are the (form, row) pairs ``counts`` resolve to in ``index`` (in any order)."""
+    forms, rows = form_rows(counts, index)
+    return len(forms) == len(names) and set(zip(forms, rows)) == set(zip(names.names, names.entity_rows.tolist()))
+
+
+def alias_name_index(counts: Dict[str, Dict[str, int]], encoder: BiEncoder, index: EntityIndex) -> NameIndex:
+    """The name index of the surface forms in ``counts``: one row per (form, entity the KB has)."""
+    forms, rows = form_rows(counts, index)
     ids = index.entities.ids
     return NameIndex(encode_names(encoder, forms), np.asarray(rows, np.int32), forms, entities=len(ids),
                      ids_sha256=ids_digest(ids), fingerprint=encoder.fingerprint())
@@ -76,6 +91,9 @@ class AliasRowsRule(NameRowsRule):
                 self.names.check(encoder, index.entities.ids)
             except ValueError:  # another encoder or KB: the forms are encoded again
                 self.names = None
+        # the same ids, but forms resolved to other rows (alternative ids added or moved): encoded again too
+        if self.names is not None and not same_rows(self.names, self.counts, index):
+            self.names = None
         if self.names is None:
             self.names = alias_name_index(self.counts, encoder, index)
 
