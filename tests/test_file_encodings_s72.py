@@ -17,19 +17,12 @@ from spacy_pel.id_map import IdMapError, read_id_map
 from spacy_pel.pipeline.aliases import read_aliases
 from spacy_pel.training.run_config import load_config
 
+from .test_build_kb_guard import one_line_error
+
 ROOT = Path(__file__).resolve().parents[1]
 BOM = b"\xef\xbb\xbf"
 PUBTATOR = ("100|t|Lithium toxicity.\n100|a|Lithium carbonate caused tremor.\n100\t0\t7\tLithium\tChemical\tD008094\n\n"
             "200|t|Aspirin\n200|a|Warfarin and aspirin.\n200\t0\t7\tAspirin\tChemical\tD001241\n")
-
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 # ---------------------------------------------------------------------------- bulk: PubTator shards
