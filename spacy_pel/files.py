@@ -1,4 +1,4 @@
-"""Files: atomic writes of files and folders, JSON-lines records, and reading input files line by line.
+"""Files: atomic writes of files and folders, strict JSON and JSON-lines records, and reading input files line by line.
 
 The bottom floor of the package: it imports nothing from spacy_pel. Every writer in the package goes
 through :func:`atomic_write` or :func:`atomic_dir`, so an interrupted job never leaves a half-written
@@ -11,6 +11,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import stat
@@ -105,6 +106,24 @@ def link_or_copy(src: PathLike, dst: PathLike) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def strict_json(data):
+    """``data`` with NaN and infinite floats as ``None`` (strict JSON, RFC 8259: what ``jq``, ``JSON.parse``
+    and ``json.loads`` with strict constants read); tuples become lists."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    return data
+
+
+def json_text(data, **kwargs) -> str:
+    """``json.dumps`` of :func:`strict_json` ``(data)``: the text of every JSON report the package writes
+    (a training log, a checkpoint's state, a calibration record), never a bare ``NaN`` or ``Infinity``."""
+    return json.dumps(strict_json(data), allow_nan=False, **kwargs)
 
 
 def write_jsonl(records: Iterable[dict], path: PathLike) -> None:

@@ -23,7 +23,7 @@ from ..files import InputError, is_stream, written_through
 from ..models.encoder import EncoderMismatchError
 from ..retrieval.build import check_encoder_source
 from ..retrieval.ray_build import RayOptions
-from ._output import library_log_on_stderr
+from ._output import echo_color, library_log_on_stderr
 
 EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
@@ -51,13 +51,27 @@ def one_line(error: BaseException) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
 
 
+def home_expanded(value):
+    """A path argument (or a list of them) with a leading ``~`` expanded, as ``--encoder`` is: no shell expands
+    ``--output=~/kb``, nor a quoted path in a Makefile; other values, and ``~user`` of no such user, as they are."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(home_expanded(v) for v in value)
+    if not isinstance(value, Path) or not str(value).startswith("~"):
+        return value
+    try:
+        return value.expanduser()
+    except RuntimeError:  # no home directory to expand it to
+        return value
+
+
 def fail(message: str) -> None:
     """Stop a command with an expected error (inside a :func:`cli_errors` command)."""
     raise InputError(message)
 
 
 def cli_errors(command: Callable) -> Callable:
-    """Decorate a typer command: expected errors print ``error: …`` and exit 2; ``--verbose`` re-raises."""
+    """Decorate a typer command: expected errors print ``error: …`` and exit 2; ``--verbose`` re-raises; a
+    leading ``~`` of its path arguments is expanded (:func:`home_expanded`)."""
     signature = inspect.signature(command)
     verbose = inspect.Parameter(
         "verbose",
@@ -68,18 +82,19 @@ def cli_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, verbose: bool = False, **kwargs):
+        args, kwargs = [home_expanded(a) for a in args], {k: home_expanded(v) for k, v in kwargs.items()}
         try:
             with library_log_on_stderr():
                 return command(*args, **kwargs)
         except EXPECTED as err:
             if verbose:
                 raise
-            typer.secho(f"error: {one_line(err)}", err=True, fg="red")
+            typer.secho(f"error: {one_line(err)}", err=True, fg="red", color=echo_color())
             raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt:
             if verbose:
                 raise
-            typer.secho("interrupted", err=True, fg="red")
+            typer.secho("interrupted", err=True, fg="red", color=echo_color())
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), verbose])

@@ -10,6 +10,7 @@ import typer
 from ..corpora import gold_spans, read_docbin
 from ..pipeline.aliases import mention_counts, write_aliases
 from ._errors import cli_errors, fail, require_file, require_not_input, require_writable_parent
+from ._output import echo_color
 
 HELP = (
     "Count each gold mention's surface form per entity id, for the linker's alias table.\n\n"
@@ -41,6 +42,6 @@ def main(
         mentions = sum(len(gold_spans(doc)) for doc in docs)
         why = f"its {mentions} gold mentions are all NIL or have no text" if mentions else "no gold mentions"
         typer.secho(f"warning: {', '.join(map(str, corpora))} ({len(docs)} docs): {why}, so the alias table is empty "
-                    "(the alias table rule then matches KB names only)", fg="yellow", err=True)
+                    "(the alias table rule then matches KB names only)", fg="yellow", err=True, color=echo_color())
     write_aliases(counts, output)
     typer.echo(f"{len(counts)} surface forms from {len(docs)} docs → {output}")

@@ -11,7 +11,7 @@ import typer
 from ..corpus_formats import FORMATS, convert_corpora
 from ..id_map import read_id_map
 from ._errors import cli_errors, fail, require_file, require_not_input, require_writable_parent
-from ._output import echo_json, echo_skipped
+from ._output import echo_color, echo_json, echo_skipped
 
 HELP = (
     "Convert annotated corpora into one spaCy .spacy file of linked gold mentions.\n\n"
@@ -90,7 +90,7 @@ def main(
         answers = ", ".join(f"{n} {answer}" for answer, n in sorted(stats["left_out_by_answer"].items()))
         typer.echo(f"left out Prodigy tasks that were not accepted: {answers}", err=True)
     if stats["unaligned"]:
-        typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow", err=True)
+        typer.secho(f"{stats['unaligned']} mention(s) could not be aligned to tokens (listed above)", fg="yellow", err=True, color=echo_color())
 
 
 if __name__ == "__main__":

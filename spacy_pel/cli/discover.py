@@ -20,7 +20,7 @@ from ._errors import (
     require_output_file,
     require_pipeline_or_kb,
 )
-from ._output import echo_json
+from ._output import echo_color, echo_json
 
 HELP = (
     "Cluster a corpus's gold mentions with the KB, giving new NIL:<n> ids to unlinked groups.\n\n"
@@ -123,7 +123,7 @@ def main(
     aside, first_nil = gold_to_cluster(docs, linker.mentions)  # the linker's labels' gold mentions: one per KB
     if not any(gold_spans(doc) for doc in docs):
         typer.secho(f"warning: {corpus} has no gold mentions ({len(docs)} docs): nothing to cluster, the output has no "
-                    "linked mentions", fg="yellow", err=True)
+                    "linked mentions", fg="yellow", err=True, color=echo_color())
     elif not any(doc.spans[DISCOVERED_KEY] for doc in docs):  # as evaluate: another linker's labels only
         fail(f"{corpus}: none of its gold mentions has a label that {linker.name} links "
              f"({', '.join(sorted(getattr(linker.mentions, 'labels', None) or ()))}): nothing to cluster; give --linker "

@@ -22,15 +22,17 @@ from ..evaluation.linking import (
     pipeline_nil_labels,
     pipeline_scope,
 )
-from ..files import atomic_write, write_jsonl
-from ..pipeline.linker import load_pipeline
+from ..files import atomic_write, is_stream, write_jsonl
+from ..pipeline.linker import PELLinker, configure_linker, load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
 from ._errors import (
     PIPELINE_HELP,
     cli_errors,
     fail,
+    one_line,
     pipeline_folder,
     require_file,
+    require_not_input,
     require_pipeline_or_kb,
     require_writable_parent,
 )
@@ -78,11 +80,17 @@ def main(
         fail(f"--threshold must be a finite number, not {threshold}")
     if errors is not None and e2e:
         fail("--errors lists gold mentions linked wrongly: it goes without --e2e")
-    for path in (output, md, errors):
-        if path is not None:
-            if path.is_dir():
-                fail(f"{path} is a folder; give a file name")
-            require_writable_parent(path, "report")
+    if train is not None and e2e:
+        fail("--train adds seen/unseen figures of the gold mentions: it goes without --e2e (found spans are not gold mentions)")
+    written = [(option, path) for option, path in (("--output", output), ("--markdown", md), ("--errors", errors)) if path]
+    for i, (option, path) in enumerate(written):
+        if path.is_dir():
+            fail(f"{path} is a folder; give a file name")
+        require_writable_parent(path, "report")
+        require_not_input(path, [corpus, train], option)
+        same = next((other for other, earlier in written[:i] if earlier.resolve() == path.resolve()), None)
+        if same is not None:
+            fail(f"{same} and {option} are the same file {path}; give each its own")
     if linker_name is not None and pipeline is None:
         fail("--linker names a pel_linker of --pipeline")
     if e2e:
@@ -97,12 +105,19 @@ def main(
         scope = linker_scope(linker) if linker_name is not None else pipeline_scope(nlp)
         if linker_name is not None and not any(scope.keep(gold_spans(d)) for d in docs):
             fail(f"{corpus}: none of its gold mentions has a label the linker {linker_name} links: nothing to evaluate")
+        if threshold is not None:  # every linker scored (--linker: that one), as a config override: nothing saved
+            for name in [linker_name] if linker_name is not None else [n for n, p in nlp.pipeline if isinstance(p, PELLinker)]:
+                try:
+                    configure_linker(nlp, name, threshold=threshold)
+                except ValueError as err:  # outside the range of the linker's confidence
+                    fail(f"--threshold: {one_line(err)}")
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them
         raw = [bare_doc(d, nlp.vocab) if corpus_tokens else nlp.make_doc(d.text) for d in docs]
         t0 = time.perf_counter()
         predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0
-        report = {**e2e_metrics(predicted, docs, scope, pipeline_nil_labels(nlp)), "linker": linker_name, "docs": len(docs),
+        report = {**e2e_metrics(predicted, docs, scope, pipeline_nil_labels(nlp)), "linker": linker_name, "threshold": threshold,
+                  "docs": len(docs),
                   "tokens": "corpus" if corpus_tokens else "pipeline", "seconds": round(seconds, 1),
                   "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
         text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
@@ -129,7 +144,8 @@ def main(
             report["errors"] = summary(found)
             text += summary_markdown(report["errors"]) + f"- the errors, one per line: {errors}\n"
             write_jsonl(found, errors)
-    typer.echo(text)
+    # an output on stdout (/dev/stdout, a pipe) gets its data alone: the table goes to stderr
+    typer.echo(text, err=any(is_stream(path) for _, path in written))
     if output:
         atomic_write(output, lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
     if md:

@@ -27,7 +27,7 @@ from ._errors import (
     require_output_file,
     require_writable_parent,
 )
-from ._output import echo_json
+from ._output import echo_color, echo_json
 
 HELP = (
     "Learn which KB types each span label can link to, for the linker's label_types rule.\n\n"
@@ -119,14 +119,14 @@ def main(
         label_types, report = learn_label_types(docs, EntityIndex.from_disk(kb), coverage, min_share)
         if not any(r["mentions"] for r in report.values()):
             typer.secho(f"warning: no gold mentions in {', '.join(map(str, corpora))} ({len(docs)} docs): nothing to learn "
-                        "from, the map is empty (the rule does nothing)", fg="yellow", err=True)
+                        "from, the map is empty (the rule does nothing)", fg="yellow", err=True, color=echo_color())
         elif not label_types:
             typer.secho("warning: no label has in-KB gold mentions with KB types: the map is empty (the rule does nothing)",
-                        fg="yellow", err=True)
+                        fg="yellow", err=True, color=echo_color())
     atomic_write(output, lambda tmp: tmp.write_text(json.dumps(label_types, indent=2) + "\n", encoding="utf8"))
     echo_json({"label_types": label_types, "report": report})
     if config is not None:
         write_linker_config(config, label_types, config_out)
         typer.echo(f"{config} with this map → {config_out}", err=True)
     if given != LEARN and not label_types:
-        typer.secho(f"warning: --map {given} is empty: the rule does nothing", fg="yellow", err=True)
+        typer.secho(f"warning: --map {given} is empty: the rule does nothing", fg="yellow", err=True, color=echo_color())

@@ -8,6 +8,7 @@ import typer
 
 from ..bulk.linked_formats import OUTPUT_FORMATS
 from ..bulk.local import INPUT_FORMATS, link_file
+from ..files import is_stream, json_text
 from ._errors import (
     PIPELINE_HELP,
     cli_errors,
@@ -51,7 +52,7 @@ def main(
                                         "listed) instead of stopping at the first"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="A progress bar with documents and mentions/s"),
 ):
-    """Link the documents of INPUT and write OUTPUT; prints the counts as JSON."""
+    """Link the documents of INPUT and write OUTPUT; prints the counts as JSON (on stderr when OUTPUT is a stream)."""
     require_file(input, "input")
     require_dir(pipeline, "pipeline", "config.cfg")
     require_writable_parent(output, "output")
@@ -62,7 +63,10 @@ def main(
         fail("--batch-size must be at least 1")
     stats = link_file(input, output, pipeline, format=format, output_format_name=output_format, batch_size=batch_size,
                       skip_bad_lines=skip_bad_lines, progress=progress)
-    echo_json(stats)
+    if is_stream(output):  # OUTPUT is stdout (/dev/stdout, a pipe): the linked documents alone there, the counts on stderr
+        typer.echo(json_text(stats, indent=2), err=True)
+    else:
+        echo_json(stats)
     echo_skipped(stats)
     if stats["left_out_by_answer"]:
         answers = ", ".join(f"{n} {answer}" for answer, n in sorted(stats["left_out_by_answer"].items()))

@@ -16,6 +16,7 @@ from ._errors import (
     fail,
     pipeline_folder,
     require_file,
+    require_not_input,
     require_output_file,
     require_pipeline_or_kb,
 )
@@ -51,6 +52,7 @@ def main(
         fail(f"--limit must be at least 1, not {limit}")
     check_url_template(url_template)
     require_output_file(output, "output")
+    require_not_input(output, [corpus])
     nlp, _ = load_pipeline(pipeline, kb)
     docs, not_drawn = link_docs(nlp, read_docbin(nlp, corpus)[:limit])
     html = render(docs, url_template, not_drawn)

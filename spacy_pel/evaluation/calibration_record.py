@@ -5,12 +5,11 @@ one linker carries the other linkers' records over from the pipeline calibrated,
 the other keeps every record."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import List, Optional
 
-from ..files import atomic_dir
+from ..files import atomic_dir, json_text
 from ..pipeline.linker import PELLinker
 
 RECORD = "nil_calibration.json"
@@ -38,4 +37,4 @@ def save_calibrated(nlp, name: str, pipeline: Optional[Path], output: Path, reco
         for file in others:
             if pipeline is not None and (Path(pipeline) / file).is_file():
                 shutil.copyfile(Path(pipeline) / file, tmp / file)
-        (tmp / record_name(nlp, name)).write_text(json.dumps({"linker": name, **record}, indent=2), encoding="utf8")
+        (tmp / record_name(nlp, name)).write_text(json_text({"linker": name, **record}, indent=2), encoding="utf8")

@@ -11,7 +11,6 @@ read and checked before anything is written, and the output folder (``kb/``, the
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
@@ -19,7 +18,7 @@ import spacy
 from spacy.tokens import Span
 
 from ..corpora import GOLD_KEY, ID_SEP, NIL, gold_ids, read_docbin, write_docbin
-from ..files import InputError, atomic_dir
+from ..files import InputError, atomic_dir, json_text
 from ..kb import Entity
 from ..retrieval.index import EntityIndex
 
@@ -153,5 +152,5 @@ def make_okb(kb: Path, branches: Sequence[str], corpora: Sequence[Path], output:
         index.subset(keep).to_disk(tmp / KB_FOLDER)
         for path, docs in loaded:
             write_docbin(docs, tmp / path.name)
-        (tmp / REPORT).write_text(json.dumps(report, indent=2), encoding="utf8")
+        (tmp / REPORT).write_text(json_text(report, indent=2), encoding="utf8")
     return report

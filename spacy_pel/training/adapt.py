@@ -41,7 +41,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_dir, atomic_write, check_output_folder, file_digest, folder_digest
+from ..files import InputError, atomic_dir, atomic_write, check_output_folder, file_digest, folder_digest, json_text
 from ..kb import Entity, kb_files, normalize, read_kb, require_trainable
 from ..models.encoder import CONFIG_FILE, BiEncoder
 from ..retrieval.names import encode_names, entity_names, name_inputs
@@ -378,7 +378,7 @@ def publish(work: Path, output: Path, state: Dict[str, Any]) -> None:
     with atomic_dir(output) as tmp:
         for item in (work / "best").iterdir():
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
-        (tmp / LOG_FILE).write_text(json.dumps(state, indent=2), encoding="utf8")
+        (tmp / LOG_FILE).write_text(json_text(state, indent=2), encoding="utf8")
 
 
 def nested(overrides: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

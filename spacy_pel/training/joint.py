@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from ..corpora import read_docbin, require_gold_spans
 from ..evaluation.evaluators import DocExample, EndToEndModel, JointEvaluator, Metrics
-from ..files import atomic_write
+from ..files import atomic_write, json_text
 from ..models.doc_encoder import encode_docs, span_means
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss
@@ -169,7 +169,7 @@ class JointTask(Task):
         self.encoder.save(folder)
         save_span_scorer(self.scorer, folder / SCORER_FILE)
         report = self.span_report(self.evaluator.choose_last() if self.evaluator.docs else None)
-        (folder / REPORT_FILE).write_text(json.dumps(report, indent=2), encoding="utf8")
+        (folder / REPORT_FILE).write_text(json_text(report, indent=2), encoding="utf8")
 
     def save_checkpoint(self, folder: Path) -> None:
         self.encoder.save(folder / "encoder")
@@ -193,7 +193,7 @@ class JointTask(Task):
             self.scorer = load_span_scorer(best / SCORER_FILE, device=str(self.device))
             self.done = state["best_step"]
             report = self.span_report(self.evaluator.choose_threshold(self.model) if self.evaluator.docs else None)
-            atomic_write(best / REPORT_FILE, lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
+            atomic_write(best / REPORT_FILE, lambda tmp: tmp.write_text(json_text(report, indent=2), encoding="utf8"))
         report = json.loads((best / REPORT_FILE).read_text(encoding="utf8"))
         state["span_report"] = report if self.evaluator.docs else None
 

@@ -38,7 +38,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_dir, atomic_write
+from ..files import InputError, atomic_dir, atomic_write, json_text
 from ..models.precision import resolve_precision
 from .config import LoopSettings
 from .run_config import CHECKPOINT_DIR, stale_checkpoint, start_run
@@ -177,7 +177,7 @@ def save_checkpoint(path: Path, task: Task, optimizer: torch.optim.Optimizer, st
         tensors = {f"{i}.{k}": v.contiguous() for i, s in opt["state"].items() for k, v in s.items()}
         save_file(tensors, str(tmp / OPTIMIZER_FILE))
         saved = {**state, "param_groups": opt["param_groups"], RANDOM_KEY: random_state(task)}
-        (tmp / STATE_FILE).write_text(json.dumps(saved), encoding="utf8")
+        (tmp / STATE_FILE).write_text(json_text(saved), encoding="utf8")
 
 
 def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer, task: Optional[Task] = None) -> dict:
@@ -220,6 +220,7 @@ class TrainingLoop:
         self.warm = max(1, int(settings.warmup * task.total_steps))
         self.state: Dict[str, Any] = {"step": 0, "best": -1.0, "best_step": 0, "history": [], "train_seconds": 0.0}
         self.resumed = checkpoint is not None
+        self.warned_not_finite = False
         if checkpoint is not None:
             self.state.update(load_checkpoint(checkpoint, self.optimizer, task))
         # a best model of an earlier run counts only when this run continues it
@@ -271,6 +272,7 @@ class TrainingLoop:
                 self.save_model(self.output / name)
             if (eval_every and done % eval_every == 0) or done == total:
                 means = {k: float(np.mean(parts[k][-eval_every:])) for k in task.loss_parts}
+                self.warn_not_finite(means)
                 self.evaluate_and_save(means, time.perf_counter() - t0)
                 t0, evaluated = time.perf_counter(), done
                 if state.get("stopped_early"):
@@ -278,12 +280,23 @@ class TrainingLoop:
         bar.close()
         if state["step"] != evaluated:  # the task's batches ended early (a time budget): evaluate where it stopped
             tail = state["step"] - evaluated
-            self.evaluate_and_save({k: float(np.mean(parts[k][-tail:])) for k in task.loss_parts}, time.perf_counter() - t0)
+            means = {k: float(np.mean(parts[k][-tail:])) for k in task.loss_parts}
+            self.warn_not_finite(means)
+            self.evaluate_and_save(means, time.perf_counter() - t0)
         elif not self.has_best or self.stale_latest():  # no step ran (e.g. 0 steps): the start (resumed) is the best
             self.evaluate_and_save({k: float("nan") for k in task.loss_parts}, 0.0)
         task.finish(self.output, state)
         self.write_log()
         return state
+
+    def warn_not_finite(self, losses: Dict[str, float]) -> None:
+        """Warn, once a run, when a training loss is NaN or infinite (a diverging run, e.g. too high a learning
+        rate): the log records it as ``null``, and the run goes on to its end."""
+        bad = sorted(k for k, v in losses.items() if not math.isfinite(v))
+        if bad and not self.warned_not_finite:
+            self.warned_not_finite = True
+            log.warning("the training loss (%s) is not finite at step %d: the run diverged (too high a "
+                        "learning rate?); train_log.json records it as null", ", ".join(bad), self.state["step"])
 
     def stale_latest(self) -> bool:
         """No dev metric chose ``DIR/best`` and it is not the model of the last step (a checkpoint of a
@@ -308,7 +321,7 @@ class TrainingLoop:
             self.task.save(tmp)
 
     def write_log(self) -> None:
-        text = json.dumps({**self.state, **self.task.log_extra()}, indent=2)
+        text = json_text({**self.state, **self.task.log_extra()}, indent=2)
         atomic_write(self.output / "train_log.json", lambda tmp: tmp.write_text(text, encoding="utf8"))
 
     def evaluate_and_save(self, losses: Dict[str, float], seconds: float) -> None:

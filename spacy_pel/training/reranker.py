@@ -32,7 +32,7 @@ import torch
 
 from ..corpora import gold_spans, read_docbin
 from ..evaluation.evaluators import Evaluator
-from ..files import InputError, atomic_write, file_digest, folder_digest
+from ..files import InputError, atomic_write, file_digest, folder_digest, json_text
 from ..models.cross_encoder import CrossEncoder
 from ..models.encoder import DEFAULT_ENCODER, BiEncoder, Mention
 from ..pipeline.updating import check_linkable, linkable_mentions
@@ -326,6 +326,6 @@ def train_reranker(cfg: RerankerConfig, encoder: PathLike, kb: PathLike, train: 
               "train_mentions": len(task.train_idx), "hard_train_mentions": len(task.hard),
               "mined_now": mined_now, "mining_s": round(mine_s, 1), "train_s": round(state["train_seconds"], 1),
               "steps": state["step"], "best_step": state["best_step"], "held_out": state.get("held_out", {})}
-    text = json.dumps(report, indent=2)
+    text = json_text(report, indent=2)
     atomic_write(output / REPORT_FILE, lambda tmp: tmp.write_text(text, encoding="utf8"))
     return report

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
 from confection import Config, ConfigValidationError
 
-from ..files import InputError, LineError, atomic_write, file_digest, folder_digest, read_lines
+from ..files import InputError, LineError, atomic_write, file_digest, folder_digest, json_text, read_lines
 from ..retrieval.index import is_name_index
 
 T = TypeVar("T")
@@ -163,7 +163,7 @@ def save_run_config(raw: Mapping[str, Any], output: PathLike) -> None:
     check_apart(raw, output)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"config": Config(raw).to_str(), "inputs": input_digests(raw)}, indent=1)
+    text = json_text({"config": Config(raw).to_str(), "inputs": input_digests(raw)}, indent=1)
     atomic_write(output / PENDING_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf8"))
 
 
@@ -220,7 +220,7 @@ def start_run(output: PathLike, resumed: bool = False) -> None:
         log.warning("%s was left by %s: starting over", last, why)
     if why or not resumed:
         discard_outputs(output)
-    inputs = json.dumps(run["inputs"], indent=1)
+    inputs = json_text(run["inputs"], indent=1)
     atomic_write(output / CONFIG_FILE, lambda tmp: Path(tmp).write_text(run["config"], encoding="utf8"))
     atomic_write(output / INPUTS_FILE, lambda tmp: Path(tmp).write_text(inputs, encoding="utf8"))
     (output / PENDING_FILE).unlink()

@@ -33,7 +33,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from confection import Config
 
-from ..files import atomic_dir, file_digest
+from ..files import atomic_dir, file_digest, json_text
 from ..models.encoder import CONFIG_FILE, BiEncoder
 from .adapt import (
     LOG_FILE,
@@ -107,7 +107,7 @@ def write_start_encoder(base: str, output: Path, raw: Config, overrides: Mapping
             settings = {k: v for k, v in raw["encoder"].items() if k != "base"}
             BiEncoder.from_pretrained(base, **settings).save(tmp)
         state = {"step": 0, "train_seconds": 0.0, "unchanged": str(base)}
-        (tmp / LOG_FILE).write_text(json.dumps(state, indent=2), encoding="utf8")
+        (tmp / LOG_FILE).write_text(json_text(state, indent=2), encoding="utf8")
     return state
 
 

@@ -15,7 +15,6 @@ and ``OUTPUT/span_report.json``, where ``pel_linker`` reads them.
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -25,7 +24,7 @@ import torch
 
 from ..corpora import gold_spans
 from ..evaluation.evaluators import SpanEvaluator, SpanExample, detect
-from ..files import atomic_write
+from ..files import atomic_write, json_text
 from ..models.doc_encoder import MAX_SPAN_LEN, blank_tokens, encode_docs, enumerate_doc_spans
 from ..models.encoder import BiEncoder
 from ..models.span_scorer import SCORER_FILE, SpanScorer, load_span_scorer, save_span_scorer
@@ -112,7 +111,7 @@ class SpanScorerTask(Task):
         self.report = {"threshold": best["threshold"], "dev_span_strict": best["span"], "train": self.train_counts,
                        "dev": self.dev_counts, "max_len": self.max_len, "encode_s": round(self.encode_s, 1),
                        "total_s": round(time.perf_counter() - self.t0, 1)}
-        report = json.dumps(self.report, indent=2)
+        report = json_text(self.report, indent=2)
         atomic_write(output / "span_report.json", lambda tmp: tmp.write_text(report, encoding="utf8"))
         save_span_scorer(self.scorer, output / SCORER_FILE)
 
