@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 import spacy
-import torch
 import typer
 from spacy.tokens import DocBin, Span
 
 from spacy_pel.cli._errors import cli_errors
 from spacy_pel.cli._output import echo_json, library_log_on_stderr
 from spacy_pel.evaluation.calibration_record import save_calibrated
-from spacy_pel.evaluation.evaluators import Evaluator
 from spacy_pel.files import InputError
 from spacy_pel.training.config import LoopSettings
-from spacy_pel.training.loop import StepOutput, Task, TrainingLoop
+from spacy_pel.training.loop import StepOutput, TrainingLoop
+
+from .test_early_stopping import Linear
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,36 +34,15 @@ def strict_load(text: str):
 
 
 # ------------------------------------------------------------------ bug06: strict JSON in report files
-class NoDev(Evaluator):
-    primary_metric = "dev"
-
-    def __call__(self, model):
-        return {"dev": float("inf")}
-
-
-class Diverging(Task):
-    """A task whose logged loss is NaN (as a run with too high a learning rate)."""
+class Diverging(Linear):
+    """A task whose logged loss is NaN (as a run with too high a learning rate), its dev score infinite."""
     total_steps = 4
 
     def __init__(self):
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.evaluator = NoDev()
-
-    @property
-    def model(self):
-        return self.weight
-
-    def optimizer(self):
-        return torch.optim.SGD([self.weight], lr=0.1)
-
-    def batches(self, start):
-        return range(start, self.total_steps)
+        super().__init__([float("inf")])
 
     def step(self, batch):
         return StepOutput((self.weight - 1.0).pow(2).sum(), {"loss": float("nan")})
-
-    def save(self, folder: Path):
-        (folder / "weight.txt").write_text(str(float(self.weight.detach())))
 
     def log_extra(self):
         return {"extra": [float("-inf"), 1.0]}
@@ -133,13 +112,19 @@ class Terminal(io.StringIO):
         return True
 
 
-def warning_line(monkeypatch, **env) -> str:
+def terminal_stderr(monkeypatch, **env) -> "Terminal":
+    """A terminal as stderr, with only ``env`` of NO_COLOR and TERM set."""
     for name in ("NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
+    return err
+
+
+def warning_line(monkeypatch, **env) -> str:
+    err = terminal_stderr(monkeypatch, **env)
     with library_log_on_stderr():
         logging.getLogger("spacy_pel.test").warning("starting over")
     return err.getvalue()
@@ -153,12 +138,7 @@ def test_warnings_have_no_colour_codes_under_no_color_or_a_dumb_terminal(monkeyp
 
 def error_line(monkeypatch, **env) -> str:
     """What a command's expected error prints on a terminal's stderr under ``env``."""
-    for name in ("NO_COLOR", "TERM"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    err = Terminal()
-    monkeypatch.setattr(sys, "stderr", err)
+    err = terminal_stderr(monkeypatch, **env)
 
     @cli_errors
     def command():
