@@ -67,14 +67,10 @@ def _documents_xml(path: Path) -> Iterator[Tuple[Optional[bioc.BioCDocument], st
 
 def _documents_json(path: Path) -> Iterator[Tuple[Optional[bioc.BioCDocument], str, Optional[Exception]]]:
     """(document, place, error) per document of a BioC JSON collection; JSON syntax errors raise FILE:LINE."""
-    data = path.read_bytes()
     try:
-        # a UTF-8 BOM is allowed, as in every other reader (and by the XML parser); lines end at \n only
-        obj = json.loads(data.decode("utf-8-sig"))
-    except UnicodeDecodeError:  # FILE:LINE: … at column N, as files.read_lines says it (which raises it)
-        for _ in files.read_lines(path, lambda p, line, why: BioCFormatError(p, "", why, line=line)):
-            pass
-        raise
+        # a UTF-8 BOM is allowed, as in every other reader (and by the XML parser); lines end at \n only;
+        # a byte that is not UTF-8 is FILE:LINE: … at column N, as files.read_lines says it
+        obj = json.loads(files.read_text(path, lambda p, line, why: BioCFormatError(p, "", why, line=line)))
     except json.JSONDecodeError as err:
         raise BioCFormatError(path, "", f"not valid JSON ({err.msg}, column {err.colno})", line=err.lineno) from err
     except RecursionError as err:

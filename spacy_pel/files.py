@@ -226,6 +226,18 @@ def read_lines(
             yield lineno, text
 
 
+def read_text(path: PathLike, error: Callable[[PathLike, int, str], LineError] = LineError) -> str:
+    """The whole of a UTF-8 text file, a byte-order mark removed; one that is not UTF-8 is refused as
+    ``error(path, line, reason)`` at its first such line, as :func:`read_lines` words it (byte and column)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        for _ in read_lines(path, error):  # raises at the first line that is not UTF-8
+            pass
+        raise
+
+
 def file_digest(*paths: PathLike) -> str:
     """SHA-256 of the files' contents (and their order), to tell whether an input changed."""
     h = hashlib.sha256()

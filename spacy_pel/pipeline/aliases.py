@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 import numpy as np
 
 from ..corpora import gold_ids, gold_spans
-from ..files import InputError, LineError, atomic_write, read_lines
+from ..files import InputError, LineError, atomic_write, read_text
 from ..kb import normalize
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import compact_key
@@ -144,17 +144,12 @@ def read_aliases(path: PathLike) -> Dict[str, Dict[str, int]]:
     that is missing, not UTF-8, not JSON or not of that shape is refused in one line (:class:`InputError`)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise InputError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
-    except UnicodeDecodeError:
-        try:
-            for _ in read_lines(path, LineError):  # raises FILE:LINE: not UTF-8 text (byte 0x.. at column N)
-                pass
-        except LineError as err:
-            raise InputError(f"{err} (alias counts, an alias rule's `aliases`: UTF-8 JSON, as "
-                             "`python -m spacy_pel aliases` writes them)") from None
-        raise
+    except LineError as err:  # FILE:LINE: not UTF-8 text (byte 0x.. at column N)
+        raise InputError(f"{err} (alias counts, an alias rule's `aliases`: UTF-8 JSON, as "
+                         "`python -m spacy_pel aliases` writes them)") from None
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         raise InputError(f"alias counts {path} not found (an alias rule's `aliases`): make them with "
                          "`python -m spacy_pel aliases TRAIN.spacy --output FILE`, or set `aliases` to null") from None

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
 from confection import Config, ConfigValidationError
 
-from ..files import InputError, LineError, atomic_write, file_digest, folder_digest, json_text, read_lines
+from ..files import InputError, atomic_write, file_digest, folder_digest, json_text, read_text
 from ..retrieval.index import is_name_index
 
 T = TypeVar("T")
@@ -48,13 +48,7 @@ def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -
     A UTF-8 byte order mark is read as if it were not there (as by every reader of the package); a file that
     is not UTF-8 is refused as ``FILE:LINE: not UTF-8 text (byte 0xe9 at column N)`` (:class:`InputError`),
     and one that does not parse as a config raises confection's error with the file's name in its title."""
-    data = Path(path).read_bytes()
-    try:
-        text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read
-    except UnicodeDecodeError:
-        for _ in read_lines(path, LineError):  # raises at the first line that is not UTF-8, naming it
-            pass
-        raise
+    text = read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read
     try:
         return Config().from_str(text, overrides=dict(overrides or {}))
     except ConfigValidationError as err:
