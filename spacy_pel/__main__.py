@@ -1,4 +1,4 @@
 """``python -m spacy_pel <command>``: every command of the package (see ``--help``)."""
-from .cli import app
+from .cli import app, run
 
-app()
+run(app)

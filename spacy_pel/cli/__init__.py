@@ -30,6 +30,7 @@ from . import (
     train_spans,
     visualize,
 )
+from ._errors import run as run  # the entry points' runner
 
 COMMANDS = {
     "convert": convert,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 import spacy
 import typer
@@ -30,6 +31,8 @@ EXIT_INTERRUPTED = 130
 # a bad config value: one line too; an unknown option among spaCy-style config overrides (spaCy's parser raises
 # click's own NoSuchOption, which the click inside typer does not catch)
 EXPECTED = (InputError, EncoderMismatchError, OSError, ConfigValidationError, ClickUsageError)
+# the usage errors of the click typer runs (typer >= 0.24 bundles its own click; before, click's) and of click itself
+USAGE_ERRORS = tuple({ClickUsageError, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")})
 # confection's advice before the reason a config file does not parse (the reason is the line worth showing)
 CONFIG_ADVICE = "Make sure the sections and values are formatted correctly."
 
@@ -45,10 +48,31 @@ def one_line(error: BaseException) -> str:
     if isinstance(error, ConfigValidationError):  # a file that does not parse: the reason, after confection's advice
         why = next((ln.strip() for ln in (error.desc or "").splitlines() if ln.strip() not in ("", CONFIG_ADVICE)), "")
         return f"{error.title or 'invalid config'}: {why}" if why else error.title or "invalid config"
-    if isinstance(error, ClickUsageError):
+    if isinstance(error, USAGE_ERRORS):
         return f"{error.format_message()} (see --help)"
     text = str(error).strip()
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
+
+
+def run(app: typer.Typer, args: Optional[Sequence[str]] = None) -> None:
+    """Run ``app`` as a program (``python -m spacy_pel …`` and the old ``python -m spacy_pel.<command>`` entry
+    points): a usage error — a mistyped or missing option, a value of the wrong type — is one ``error: …`` line
+    on stderr and exit status 2, like every other expected error, not typer's usage box; ``--help`` and a
+    command given no arguments show the help as before."""
+    try:
+        code = app(args=args, standalone_mode=False)
+    except USAGE_ERRORS as err:
+        if type(err).__name__ == "NoArgsIsHelpError":  # the help, shown as typer does (rich prints it on creation)
+            message = err.format_message()
+            if message and message != "None":
+                typer.echo(message, err=True)
+        else:
+            typer.secho(f"error: {one_line(err)}", err=True, fg="red", color=echo_color())
+        sys.exit(EXIT_USAGE)
+    except typer.Abort:  # click's end of a prompt on EOF
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def home_expanded(value):

@@ -10,7 +10,7 @@ import typer
 
 from ..corpus_formats import FORMATS, convert_corpora
 from ..id_map import read_id_map
-from ._errors import cli_errors, fail, require_file, require_not_input, require_writable_parent
+from ._errors import cli_errors, fail, require_file, require_not_input, require_writable_parent, run
 from ._output import echo_color, echo_json, echo_skipped
 
 HELP = (
@@ -94,4 +94,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run(app)

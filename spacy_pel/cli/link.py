@@ -18,6 +18,7 @@ from ._errors import (
     require_file,
     require_not_input,
     require_writable_parent,
+    run,
 )
 from ._output import echo_json, echo_not_linked, echo_skipped
 
@@ -75,4 +76,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run(app)

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 
 from ..corpus_split import split_corpus
-from ._errors import cli_errors, fail, require_file, require_output_file
+from ._errors import cli_errors, fail, require_file, require_output_file, run
 from ._output import echo_json
 
 HELP = (
@@ -45,4 +45,4 @@ def main(
 
 
 if __name__ == "__main__":
-    app()
+    run(app)
