@@ -176,8 +176,9 @@ def cli_error(args) -> str:
     return errors[0]
 
 
-def test_a_corpus_without_gold_mentions_is_refused(kb_dir, tmp_path):
-    """No gold mention: nothing to evaluate, not an accuracy of 0.000 with exit status 0."""
+def test_a_corpus_without_gold_mentions_is_refused(kb_dir, tmp_path, monkeypatch):
+    """No gold mention: nothing to evaluate, not an accuracy of 0.000 with exit status 0. A linker of other labels'
+    mentions only is refused before any linking, naming the linker and its labels."""
     nlp = spacy.blank("en")
     write_docbin([gold_doc(nlp, [])], tmp_path / "none.spacy")
     assert "nothing to evaluate" in cli_error([tmp_path / "none.spacy", "--kb", kb_dir])
@@ -187,8 +188,10 @@ def test_a_corpus_without_gold_mentions_is_refused(kb_dir, tmp_path):
                                                                         "labels": ["Chemical"]}})
     nlp.to_disk(tmp_path / "chemicals")
     write_docbin([gold_doc(nlp, [(0, 2, "D1")])], tmp_path / "x.spacy")  # labelled X
+    monkeypatch.setattr("spacy_pel.cli.evaluate.mention_table", lambda *a, **k: pytest.fail("linked before refusing"))
     message = cli_error([tmp_path / "x.spacy", "--pipeline", tmp_path / "chemicals", "--output", tmp_path / "m.json"])
-    assert "none of its gold mentions has a label the linker links" in message and not (tmp_path / "m.json").exists()
+    assert "none of its gold mentions has a label the linker pel_linker links (Chemical)" in message
+    assert "give --linker" in message and not (tmp_path / "m.json").exists()
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

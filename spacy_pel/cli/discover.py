@@ -11,6 +11,7 @@ from ..corpora import gold_spans, read_docbin, write_docbin
 from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
 from ..discovery.gold_corpus import gold_to_cluster, put_back
 from ..pipeline.linker import load_pipeline
+from ..pipeline.updating import require_linked_gold
 from ._errors import (
     PIPELINE_HELP,
     cli_errors,
@@ -120,14 +121,11 @@ def main(
         fail(str(err))
     check_options_used(resolved, given, auto=linking == "auto")
     docs = read_docbin(nlp, corpus)
+    require_linked_gold(corpus, docs, linker.mentions, linker.name, "cluster")
     aside, first_nil = gold_to_cluster(docs, linker.mentions)  # the linker's labels' gold mentions: one per KB
     if not any(gold_spans(doc) for doc in docs):
         typer.secho(f"warning: {corpus} has no gold mentions ({len(docs)} docs): nothing to cluster, the output has no "
                     "linked mentions", fg="yellow", err=True, color=echo_color())
-    elif not any(doc.spans[DISCOVERED_KEY] for doc in docs):  # as evaluate: another linker's labels only
-        fail(f"{corpus}: none of its gold mentions has a label that {linker.name} links "
-             f"({', '.join(sorted(getattr(linker.mentions, 'labels', None) or ()))}): nothing to cluster; give --linker "
-             "the pel_linker of their labels")
     report: Dict[str, object] = dict(discover(linker, docs, k, DISCOVERED_KEY, threshold, mention_threshold, mention_margin,
                                               resolved, first_nil))
     report.update({"linker": linker.name, "k": k, "linking": resolved})

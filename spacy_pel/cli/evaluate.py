@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from tqdm.auto import tqdm
 
-from ..corpora import bare_doc, corpus_ids, gold_spans, read_docbin, require_gold_spans
+from ..corpora import bare_doc, corpus_ids, read_docbin, require_gold_spans
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import (
     canonical_ids,
@@ -25,6 +25,7 @@ from ..evaluation.linking import (
 from ..files import atomic_write, is_stream, write_jsonl
 from ..pipeline.linker import PELLinker, configure_linker, load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
+from ..pipeline.updating import require_linked_gold
 from ._errors import (
     PIPELINE_HELP,
     cli_errors,
@@ -100,11 +101,11 @@ def main(
     nlp, linker = load_pipeline(pipeline, kb, encoder, linker_name)
     docs = read_docbin(nlp, corpus)
     require_gold_spans(corpus, docs, "nothing to evaluate")
+    if linker_name is not None or not e2e:  # e2e without --linker scores every linker's labels
+        require_linked_gold(corpus, docs, linker.mentions, linker.name, "evaluate")
     if e2e:
         # one linker's labels (--linker), or every linker's, each mention's ids spelt by its label's KB
         scope = linker_scope(linker) if linker_name is not None else pipeline_scope(nlp)
-        if linker_name is not None and not any(scope.keep(gold_spans(d)) for d in docs):
-            fail(f"{corpus}: none of its gold mentions has a label the linker {linker_name} links: nothing to evaluate")
         if threshold is not None:  # every linker scored (--linker: that one), as a config override: nothing saved
             for name in [linker_name] if linker_name is not None else [n for n, p in nlp.pipeline if isinstance(p, PELLinker)]:
                 try:
@@ -133,8 +134,6 @@ def main(
             train_ids = canonical_ids(linker, corpus_ids(train_docs))
             training = surface_ids(train_docs, linker.index.canonical)
         rows, seconds = mention_table(linker, docs, progress=True)
-        if not rows:  # a linker of some labels only (one per KB), none of which the corpus's mentions have
-            fail(f"{corpus}: none of its gold mentions has a label the linker links: nothing to evaluate")
         threshold = linker.threshold if threshold is None else threshold
         report = metrics(rows, seconds, linker.index.row, train_ids, threshold)
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})

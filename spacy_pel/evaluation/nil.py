@@ -31,7 +31,7 @@ from ..pipeline.linker import configure_linker, find_linker
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
 from ..pipeline.retarget import check_output
 from ..pipeline.span_data import CONFIDENCE_ATTR
-from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
+from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions, require_linked_gold
 from ..retrieval.index import EntityIndex
 from .calibration_record import save_calibrated
 from .linking import Canonical, exact_hits, linked_mentions, linker_scope, mention_table, pipeline_nil_labels
@@ -351,9 +351,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     gold_docs = read_docbin(nlp, corpus)
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]
+    require_linked_gold(corpus, gold_docs, linker.mentions, name, "calibrate")
     gold = [g for doc in gold_docs for g in doc_gold_mentions(doc, linker.mentions)]
-    if not gold and any(gold_spans(d) for d in gold_docs):  # a linker of some labels only (one per KB), none here
-        raise InputError(f"{corpus}: none of its gold mentions has a label the linker {name} links: nothing to calibrate")
     linker.ensure_loaded()
     if e2e:
         return calibrate_e2e(nlp, name, linker, gold_docs, corpus, output, plot, nil=nil, pipeline=pipeline)

@@ -128,6 +128,17 @@ def check_linkable(source: str, linkable: int, skipped: Dict[str, int], kb_entit
                     f"linkable; {hint}")
 
 
+def require_linked_gold(path, docs: Sequence[Doc], source, name: str, purpose: str) -> None:
+    """Refuse (``InputError``) a corpus with gold mentions none of which has a label that the pel_linker ``name``
+    links (its mention ``source``: one linker per KB, of some labels only), before any linking: ``purpose`` says
+    what there is then nothing to do. A corpus with no gold mention at all is left to its command."""
+    if not any(gold_spans(doc) for doc in docs) or any(linked_gold(source, doc) for doc in docs):
+        return
+    labels = ", ".join(sorted(getattr(source, "labels", None) or ())) or "none"
+    raise InputError(f"{path}: none of its gold mentions has a label the linker {name} links ({labels}): nothing to "
+                     f"{purpose}; give --linker the pel_linker of their labels")
+
+
 def doc_gold_mentions(doc: Doc, source=None) -> List[Gold]:
     """``(doc text, start, end, gold id)`` of every gold mention of ``doc`` (with a mention ``source``: of those
     it links, :func:`~spacy_pel.pipeline.mentions.linked_gold`)."""
