@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import hashlib
 import json
 import math
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -45,6 +47,41 @@ def written_through(target: PathLike) -> Path:
     return Path(os.path.realpath(target)) if target.is_symlink() else target
 
 
+def _scratch_prefix(target: Path, kind: str) -> str:
+    """The name of a scratch file or folder beside ``target`` (``.NAME.tmp-HOST-PID-``, ``.NAME.old-HOST-PID``):
+    dot-hidden, and naming the process that made it, so that one left by a killed job can be told from one
+    another job is still writing (:func:`_sweep_scratch`)."""
+    return f".{target.name}.{kind}-{socket.gethostname()}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _sweep_scratch(target: Path) -> None:
+    """Remove the scratch files and folders beside ``target`` that a killed job left (made on this host by a
+    process that is gone): a job killed mid-write leaves a hidden copy of its whole output each time, which
+    nothing else ever removes. Another host's scratch (a shared file system) and a live process's are kept;
+    on Windows, where a process cannot be probed without a handle, nothing is removed."""
+    if os.name == "nt" or not target.parent.is_dir():
+        return
+    host = socket.gethostname()
+    for kind in ("tmp", "old"):
+        for path in target.parent.glob(f".{glob.escape(target.name)}.{kind}-{glob.escape(host)}-*"):
+            pid = path.name[len(f".{target.name}.{kind}-{host}-"):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+
+
 def atomic_write(target: PathLike, write) -> None:
     """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded (through a symlink:
     onto the file it points to). A stream (``/dev/stdout``, a named pipe) is written to directly: there is
@@ -53,7 +90,8 @@ def atomic_write(target: PathLike, write) -> None:
         return write(Path(target))
     target = written_through(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    _sweep_scratch(target)
+    fd, tmp = tempfile.mkstemp(prefix=_scratch_prefix(target, "tmp") + "-", dir=target.parent)
     os.close(fd)
     try:
         write(Path(tmp))
@@ -79,7 +117,8 @@ class _AtomicDir:
 
     def __enter__(self) -> Path:
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=self.target.parent))
+        _sweep_scratch(self.target)
+        self.tmp = Path(tempfile.mkdtemp(prefix=_scratch_prefix(self.target, "tmp") + "-", dir=self.target.parent))
         self.tmp.chmod(0o755)
         return self.tmp
 
@@ -89,7 +128,7 @@ class _AtomicDir:
             return False
         old = None
         if self.target.exists():
-            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+            old = self.target.with_name(_scratch_prefix(self.target, "old"))
             os.replace(self.target, old)
         os.replace(self.tmp, self.target)
         if old is not None:
