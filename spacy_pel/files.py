@@ -67,7 +67,8 @@ def _alive(pid: int) -> bool:
 def _sweep_scratch(target: Path) -> None:
     """Remove the scratch files and folders beside ``target`` that a killed job left (made on this host by a
     process that is gone): a job killed mid-write leaves a hidden copy of its whole output each time, which
-    nothing else ever removes. Another host's scratch (a shared file system) and a live process's are kept;
+    nothing else ever removes. An old output set aside by a job killed before its new one took its place is
+    put back instead. Another host's scratch (a shared file system) and a live process's are kept;
     on Windows, where a process cannot be probed without a handle, nothing is removed."""
     if os.name == "nt" or not target.parent.is_dir():
         return
@@ -76,7 +77,9 @@ def _sweep_scratch(target: Path) -> None:
         for path in target.parent.glob(f".{glob.escape(target.name)}.{kind}-{glob.escape(host)}-*"):
             pid = path.name[len(f".{target.name}.{kind}-{host}-"):].split("-", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                if path.is_dir() and not path.is_symlink():
+                if kind == "old" and not os.path.lexists(target):  # killed between its two renames: the old output back
+                    os.replace(path, target)
+                elif path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)

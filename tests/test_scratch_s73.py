@@ -44,3 +44,18 @@ def test_a_name_with_glob_characters_sweeps_only_its_own(tmp_path):
     with atomic_dir(tmp_path / "k[1]") as out:
         (out / "x").write_text("x", encoding="utf8")
     assert not mine.exists() and other.exists()
+
+
+def test_an_old_output_set_aside_by_a_job_killed_between_its_renames_is_put_back(tmp_path):
+    host, dead = socket.gethostname(), _dead_pid()
+    aside = tmp_path / f".kb.old-{host}-{dead}"
+    aside.mkdir()
+    (aside / "meta.json").write_text("the old KB", encoding="utf8")
+    atomic_write(tmp_path / "kb.json", lambda p: p.write_text("{}", encoding="utf8"))  # another output's write
+    assert aside.exists()
+    try:
+        with atomic_dir(tmp_path / "kb"):
+            raise RuntimeError("killed again")
+    except RuntimeError:
+        pass
+    assert (tmp_path / "kb" / "meta.json").read_text(encoding="utf8") == "the old KB" and not aside.exists()
