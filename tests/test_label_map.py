@@ -115,3 +115,22 @@ def test_a_map_written_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "map.json"  # Windows Notepad's UTF-8 begins with one, as the KB and corpus readers accept
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"Disease": ["Diseases"]}).encode())
     assert read_label_types(path) == {"Disease": ["Diseases"]}
+
+
+@pytest.mark.parametrize("head, fragment", [(b"# a comment\n# caf\xe9 (cp1252)\n", ":2: not UTF-8"),
+                                            (b"\xef\xbb\xbf", None)])
+def test_a_config_from_a_windows_editor(typed_kb, corpus, tmp_path, head, fragment):
+    """--config with a cp1252 byte names its line (not "byte 0xe9 in position …"); one with a byte-order mark is
+    read (session 72 left this alone)."""
+    config = tmp_path / "rules.cfg"
+    config.write_bytes(head + open("configs/linker_rules.cfg", "rb").read())
+    out, cfg_out = tmp_path / "lt.json", tmp_path / "linker.cfg"
+    result = CliRunner().invoke(app, [str(corpus[0]), "--kb", str(typed_kb), "-o", str(out), "--config", str(config),
+                                      "--config-out", str(cfg_out)])
+    if fragment is None:
+        assert result.exit_code == 0, result.output
+        assert load_config(cfg_out, interpolate=False)["components"]["pel_linker"]["rules"]["label_types"]["label_types"]
+    else:
+        errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+        assert result.exit_code == 2 and len(errors) == 1 and f"{config}{fragment}" in errors[0], result.output
+        assert not out.exists() and not cfg_out.exists()

@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from confection import Config
 from spacy.tokens import Doc
-from spacy.util import load_config
 
 from .. import files
 from ..corpora import gold_ids, gold_spans
@@ -97,7 +97,8 @@ def write_linker_config(config: files.PathLike, label_types: LabelTypes,
                         output: files.PathLike, component: Optional[str] = None) -> str:
     """Copy the pipeline config ``config`` to ``output`` with ``label_types`` as the map of its
     ``label_types`` rule (replacing the one it had); returns the component's name."""
-    cfg = load_config(config, interpolate=False)
+    # read as every config of the package: a byte-order mark skipped, a byte that is not UTF-8 named by line
+    cfg = Config().from_str(files.read_text(config).replace("\r\n", "\n").replace("\r", "\n"), interpolate=False)
     names = [n for n, c in cfg.get("components", {}).items()
              if c.get("factory") == "pel_linker" and "label_types" in c.get("rules", {})]
     if component is not None:
