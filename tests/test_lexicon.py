@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
+from spacy_pel.files import InputError
 from spacy_pel.kb import normalize
 from spacy_pel.pipeline.lexicon import lexicon_extensions, lexicon_spans, make_lexicon, read_lexicon
 
@@ -95,3 +96,13 @@ def test_matches_are_every_ngram_whose_text_is_a_form(words, spaces, forms):
             taken[i:j] = [True] * (j - i)
             want.append((i, j))
     assert found == sorted(want)
+
+
+def test_a_lexicon_that_cannot_be_read_names_the_setting(tmp_path):
+    """A missing or non-UTF-8 lexicon was said to be "an alias rule's `aliases`" (session 72 left this alone)."""
+    with pytest.raises(InputError, match="span finder's `lexicon`") as missing:
+        read_lexicon(tmp_path / "missing.json")
+    assert "alias rule" not in str(missing.value)
+    (tmp_path / "cp1252.json").write_bytes(b'{"caf\xe9": {"D1": 1}}')
+    with pytest.raises(InputError, match=r"cp1252.json:1: .*span finder's `lexicon`"):
+        read_lexicon(tmp_path / "cp1252.json")

@@ -139,19 +139,20 @@ def write_aliases(counts: Dict[str, Dict[str, int]], path: PathLike) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf8"))
 
 
-def read_aliases(path: PathLike) -> Dict[str, Dict[str, int]]:
+def read_aliases(path: PathLike, setting: str = "an alias rule's `aliases`") -> Dict[str, Dict[str, int]]:
     """The ``{surface: {entity id: count}}`` of :func:`write_aliases` (a UTF-8 byte order mark is fine); a file
-    that is missing, not UTF-8, not JSON or not of that shape is refused in one line (:class:`InputError`)."""
+    that is missing, not UTF-8, not JSON or not of that shape is refused in one line (:class:`InputError`)
+    naming the ``setting`` that gave it."""
     path = Path(path)
     try:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise InputError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
     except LineError as err:  # FILE:LINE: not UTF-8 text (byte 0x.. at column N)
-        raise InputError(f"{err} (alias counts, an alias rule's `aliases`: UTF-8 JSON, as "
+        raise InputError(f"{err} (alias counts, {setting}: UTF-8 JSON, as "
                          "`python -m spacy_pel aliases` writes them)") from None
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        raise InputError(f"alias counts {path} not found (an alias rule's `aliases`): make them with "
+        raise InputError(f"alias counts {path} not found ({setting}): make them with "
                          "`python -m spacy_pel aliases TRAIN.spacy --output FILE`, or set `aliases` to null") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise InputError(f"{path}: expected {{surface: {{entity id: count}}}}")

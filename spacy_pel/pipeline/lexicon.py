@@ -58,7 +58,7 @@ def make_lexicon(forms: Iterable[str]) -> Lexicon:
 
 def read_lexicon(path: Union[str, Path]) -> Lexicon:
     """The surface forms of an aliases JSON file (``python -m spacy_pel aliases``)."""
-    return make_lexicon(read_aliases(path))
+    return make_lexicon(read_aliases(path, "the span finder's `lexicon`"))
 
 
 def _matches(doc: Doc, lexicon: Lexicon, max_len: int, support: Callable[[int, int], float], floor: float,
