@@ -9,8 +9,10 @@ import srsly
 import torch
 from confection import Config
 
+import spacy_pel.training.joint as joint
 from spacy_pel.models.span_scorer import SpanScorer, load_span_scorer, save_span_scorer
 from spacy_pel.pipeline import mentions as mentions_module
+from spacy_pel.pipeline.span_ensemble import listed_models
 from spacy_pel.training.joint import train_e2e_seeds
 from tests.test_span_model import TEXTS, corpus, finder_pipeline, found, recorded_probabilities, settings, span_model  # noqa: F401 (corpus, span_model: fixtures)
 from tests.test_train_e2e import CONFIG_DEFAULT
@@ -51,6 +53,28 @@ def test_seeds_train_distinct_models_that_the_finder_averages_from_one_folder(co
     train_e2e_seeds(CONFIG_DEFAULT, run, 1, ov, progress=False)
     assert srsly.read_json(run / "span_models.json") == ["best"]
     assert pipeline(str(run)).get_pipe("pel_linker").mentions.member_sources == []
+
+
+def test_a_rerun_killed_midway_does_not_leave_the_earlier_runs_list(corpus, kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):  # noqa: F811
+    """Two models trained; the run again with other settings, killed in its second model: the folder stood for the
+    new first model and the earlier run's second, trained with the old settings (session 72 left this alone)."""
+    run = tmp_path / "run"
+    train_e2e_seeds(CONFIG_DEFAULT, run, 2, settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 2}),
+                    progress=False)
+    assert srsly.read_json(run / "span_models.json") == ["best", "seeds/1/best"]
+    trained, real = [], joint.train_e2e
+
+    def killed_in_the_second(config, folder, overrides, progress):
+        if trained:
+            raise KeyboardInterrupt
+        trained.append(folder)
+        return real(config, folder, overrides, progress)
+
+    monkeypatch.setattr(joint, "train_e2e", killed_in_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        train_e2e_seeds(CONFIG_DEFAULT, run, 2, settings(corpus, kb_dir, tiny_encoder_dir, **{"training.max_steps": 3}),
+                        progress=False)
+    assert listed_models(str(run)) == [str(run / "best")]
 
 
 def test_a_bad_model_list_is_refused_naming_its_file(tmp_path):

@@ -49,7 +49,7 @@ from ..models.linking import LinkingLoss
 from ..models.negatives import HardNegativeMiner
 from ..models.span_scorer import SCORER_FILE, SpanScorer, bio_targets, load_span_scorer, save_span_scorer
 from ..pipeline.mentions import REPORT_FILE, learn_labels
-from ..pipeline.span_ensemble import write_models_file
+from ..pipeline.span_ensemble import MODELS_FILE, write_models_file
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike
@@ -253,12 +253,15 @@ def train_e2e_seeds(config: PathLike, output: PathLike, seeds: int = 1, override
                     progress: bool = True) -> List[Dict[str, Any]]:
     """Train ``seeds`` span models into ``output`` (the first as :func:`train_e2e` does, the k-th with
     ``training.seed`` + k in ``output/seeds/<k>``) and list their ``best`` folders in
-    ``output/span_models.json``; a model whose run finished resumes at its end. Returns each run's state."""
+    ``output/span_models.json``; a model whose run finished resumes at its end. Returns each run's state.
+    The list is removed first and written once all have trained: a run killed midway leaves ``output``
+    standing for its ``best`` alone, never for an earlier run's further models."""
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
         raise ValueError(f"seeds must be an integer ≥ 1, not {seeds!r}")
     overrides, output = dict(overrides or {}), Path(output)
     base = JointConfig.from_config(load_config(config, overrides), str(config)).training.seed
     folders = [output] + [output / SEEDS_DIR / str(k) for k in range(1, seeds)]
+    (output / MODELS_FILE).unlink(missing_ok=True)
     states = [train_e2e(config, folder, {**overrides, **({"training.seed": base + k} if k else {})}, progress)
               for k, folder in enumerate(folders)]
     write_models_file(output, [folder / "best" for folder in folders])
