@@ -3,6 +3,7 @@
 Run a script from the repository root, ``python benchmarks/x.py``: Python puts the script's folder
 first on ``sys.path``, so ``from _common import machine`` needs no ``sys.path`` insert.
 """
+import hashlib
 import json
 import os
 import platform
@@ -31,8 +32,10 @@ BUDGET = {
     "encoder.mention_max_length": 64,
     "negatives.count": 32,
 }
+# /proc/cpuinfo's lines that tell CPUs apart → machine()'s keys
+CPUINFO_FIELDS = {"vendor_id": "vendor", "cpu family": "cpu_family", "model": "cpu_model", "stepping": "stepping"}
 
-__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_seconds", "evaluate_figures", "lscpu_model", "machine", "machine_line", "invocation", "median_cell", "others_busy", "report_footer", "run_timed", "spacy_pel", "steal_seconds"]
+__all__ = ["BUDGET", "HERE", "RETRIEVER_CONFIG", "ROOT", "SHARED", "cpu_id", "cpu_seconds", "evaluate_figures", "lscpu_model", "machine", "machine_line", "invocation", "linked_r1", "median_cell", "others_busy", "report_footer", "run_timed", "spacy_pel", "steal_seconds", "with_gold_ents"]
 
 
 def lscpu_model() -> str:
@@ -45,23 +48,74 @@ def lscpu_model() -> str:
 
 
 def machine() -> dict:
-    flags = set()
+    """The CPU and software a report ran on. ``cpu`` is /proc/cpuinfo's model name, which a hypervisor may
+    mask (a Zen 4 and a Zen 5 both read "AMD EPYC"): ``vendor``, ``cpu_family``, ``cpu_model`` and
+    ``stepping`` tell CPUs apart (AMD family 25 = Zen 3/4, 26 = Zen 5), ``flags`` lists the ones that
+    choose kernels and ``flags_sha1`` fingerprints the whole flag set."""
+    flags, info = set(), {}
     model = platform.processor()
     if Path("/proc/cpuinfo").exists():
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key == "processor" and info:  # the first CPU's lines are enough
+                break
+            if key == "model name":
+                model = value
+            elif key == "flags":
+                flags = set(value.split())
+            elif key in CPUINFO_FIELDS:
+                info[CPUINFO_FIELDS[key]] = int(value) if value.isdigit() else value
     wanted = ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
-    return {"cpu": model, "flags": [f for f in wanted if f in flags], "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version()}
+    return {"cpu": model, **info, "flags": [f for f in wanted if f in flags],
+            "flags_sha1": hashlib.sha1(" ".join(sorted(flags)).encode()).hexdigest()[:12],
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def cpu_id(m: dict) -> str:
+    """A :func:`machine` dict's CPU identity, "family 26 model 2 stepping 1" ("" where not recorded: reports
+    written before session 73)."""
+    return " ".join(f"{word} {m[key]}" for word, key in (("family", "cpu_family"), ("model", "cpu_model"), ("stepping", "stepping"))
+                    if key in m)
 
 
 def machine_line(m: dict) -> str:
     """A report's "Machine: …" sentence from a :func:`machine` dict (with ``lscpu_model`` where recorded)."""
-    return (f"Machine: {m.get('lscpu_model') or m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, "
-            f"{m['torch_threads']} threads")
+    facts = ([cpu_id(m)] if cpu_id(m) else []) + [", ".join(m["flags"])]
+    return f"Machine: {m.get('lscpu_model') or m['cpu']} ({'; '.join(facts)}), torch {m['torch']}, {m['torch_threads']} threads"
+
+
+def with_gold_ents(docs) -> list:
+    """Copies of ``docs`` without annotation whose ``doc.ents`` are their gold spans (mention linking)."""
+    from spacy.tokens import Span
+
+    from spacy_pel.corpora import bare_doc, gold_spans
+
+    out = []
+    for doc in docs:
+        copy = bare_doc(doc)
+        copy.ents = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
+        out.append(copy)
+    return out
+
+
+def linked_r1(linker, gold_docs, linked_docs, train_ids: Optional[set] = None) -> dict:
+    """R@1 of the mentions ``nlp.pipe`` linked (``linked_docs``: the gold spans of ``gold_docs`` set as
+    ``doc.ents``, paired by position) with evaluate's definitions (:func:`spacy_pel.evaluation.linking.metrics`):
+    alternative ids in the gold (and ``train_ids``) count as their entity's primary id, ``in_kb`` is every
+    mention with a gold id in the KB, seen / unseen split it by ``train_ids``. A group without a mention
+    has R@1 None (not a division by zero)."""
+    from spacy_pel.corpora import gold_ids, gold_spans
+    from spacy_pel.evaluation.linking import canonical_ids, metrics
+
+    rows = [([linker.index.canonical(i) for i in gold_ids(g.kb_id_)], [p.kb_id_], [0.0])
+            for gold_doc, doc in zip(gold_docs, linked_docs) for g, p in zip(gold_spans(gold_doc), doc.ents)]
+    m = metrics(rows, 0.0, linker.index.row, canonical_ids(linker, train_ids))
+    out = {"in_kb": m["counts"]["in_kb"], "R@1": m["recall_in_kb"].get("R@1")}
+    if train_ids is not None:
+        out.update({"seen": m["counts"]["seen"], "R@1_seen": m["recall_seen"].get("R@1"),
+                    "unseen": m["counts"]["unseen"], "R@1_unseen": m["recall_unseen"].get("R@1")})
+    return out
 
 
 def cpu_ticks() -> List[int]:

@@ -5,8 +5,11 @@
 Each step is ``python -m spacy project run STEP . <the preset's --vars lines>`` (what
 ``xargs -a PRESET python -m spacy project run all .`` runs, one step at a time so that each is timed;
 weasel skips a step whose deps and outputs are unchanged, so the times are those of this run). The
-figures are read from the evaluation reports the workflows write (``metrics<subdir>/<corpus>_dev.json``
-and ``…_dev_e2e.json``). Writes ``benchmarks/<preset>_workflow.{json,md}``.
+figures are read from the evaluation reports the workflows write (``metrics<subdir>/<corpus>_dev.json``,
+``…_dev_e2e.json``, ``…_dev_transfer.json``, ``…_dev_kb_only.json``), each only when the step that writes
+it (:data:`FIGURE_STEPS`) ran in this invocation and succeeded: a file an earlier run left is never
+reported as this run's. Writes ``benchmarks/<preset>_workflow.{json,md}``; a failed step makes the script
+exit 1 (after writing the report, whose step table shows it).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Dict, List
 import srsly
 import typer
 
-from _common import ROOT, machine
+from _common import ROOT, machine, machine_line
 
 
 def preset_vars(args: List[str]) -> Dict[str, str]:
@@ -32,18 +35,25 @@ def preset_vars(args: List[str]) -> Dict[str, str]:
     return {k: str(v) for k, v in values.items()}
 
 
-def figures(values: Dict[str, str]) -> dict:
-    """The evaluation reports' headline figures, where the workflows wrote them."""
+# the project.yml steps that write an evaluation report → (its name in the figures, its file's suffix)
+FIGURE_STEPS = {"evaluate": ("linking", ""), "evaluate_e2e": ("e2e", "_e2e"), "evaluate_transfer": ("transfer", "_transfer"),
+                "evaluate_kb_only": ("kb_only", "_kb_only")}
+
+
+def figures(values: Dict[str, str], steps: List[dict]) -> dict:
+    """The headline figures of the evaluation reports that this run's ``steps`` wrote (exit status 0)."""
     out = {}
     base = ROOT / f"metrics{values['subdir']}" / f"{values['corpus']}_dev"
-    for name, path in (("linking", base.with_suffix(".json")), ("e2e", Path(f"{base}_e2e.json")),
-                       ("transfer", Path(f"{base}_transfer.json"))):
-        if path.exists():
-            out[name] = json.loads(path.read_text())
+    for step in steps:
+        if step["step"] in FIGURE_STEPS and step["rc"] == 0:
+            name, suffix = FIGURE_STEPS[step["step"]]
+            path = Path(f"{base}{suffix}.json")
+            if path.exists():
+                out[name] = json.loads(path.read_text())
     return out
 
 
-def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (configs/datasets/*.args)"),
+def main(args: Path = typer.Option(..., exists=True, dir_okay=False, help="A dataset preset: --vars lines (configs/datasets/*.args)"),
          workflow: List[str] = typer.Option(["all"], help="Workflows of project.yml to run, in order"),
          notes: str = typer.Option("", help="A line about the run conditions"),
          output: str = typer.Option("", help="report name in benchmarks/ (default: <preset>_workflow)"),
@@ -52,6 +62,9 @@ def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (co
     preset = shlex.split(args.read_text()) + shlex.split(extra)
     values = preset_vars(preset)
     workflows = srsly.read_yaml(ROOT / "project.yml")["workflows"]
+    unknown = [w for w in workflow if w not in workflows]
+    if unknown:  # refused before any step runs (a typo must not cost the 45 minutes of `all` first)
+        raise typer.BadParameter(f"unknown workflow(s) {', '.join(unknown)}; project.yml has {', '.join(sorted(workflows))}")
     out = ROOT / "benchmarks" / (output or f"{args.stem}_workflow")
     report = {"machine": machine(), "preset": str(args), "extra": extra, "notes": notes, "output": output, "steps": []}
     for name in workflow:
@@ -62,9 +75,12 @@ def main(args: Path = typer.Option(..., help="A dataset preset: --vars lines (co
             out.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
             if rc:  # the workflow's later steps need this one; the next workflow is still tried
                 break
-    report["figures"] = figures(values)
+    report["figures"] = figures(values, report["steps"])
     out.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
     out.with_suffix(".md").write_text(markdown(report, values), encoding="utf8")
+    failed = [f"{s['workflow']}/{s['step']} (exit {s['rc']})" for s in report["steps"] if s["rc"]]
+    if failed:
+        raise SystemExit(f"dataset_workflow.py: step {', '.join(failed)} failed; {out.with_suffix('.md')} has no figure of the steps it stopped")
 
 
 def gold_mention_table(e: dict, title: str) -> List[str]:
@@ -82,7 +98,7 @@ def gold_mention_table(e: dict, title: str) -> List[str]:
 def markdown(r: dict, values: Dict[str, str]) -> str:
     m = r["machine"]
     lines = [f"# The workflows on {values['corpus_title']} + {values['kb_title']} (preset `{r['preset']}`)", "",
-             f"Machine: {m['cpu']} ({', '.join(m['flags'])}), torch {m['torch']}, {m['torch_threads']} threads.",
+             machine_line(m) + ".",
              f"Reproduce: `python benchmarks/dataset_workflow.py --args {r['preset']} "
              + " ".join(f"--workflow {w}" for w in dict.fromkeys(s["workflow"] for s in r["steps"]))
              + (f" --output {r['output']}" if r.get("output") else "")
@@ -92,7 +108,8 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
     f = r.get("figures", {})
     built = next((s["workflow"] for s in r["steps"] if s["workflow"].startswith("all")), "all")
     for key, title in (("linking", f"the calibrated pipeline of `{built}`"),
-                       ("transfer", f"the pipeline of `transfer`: {values['transfer_from']} retargeted")):
+                       ("transfer", f"the pipeline of `transfer`: {values['transfer_from']} retargeted"),
+                       ("kb_only", "the pipeline of `kb_only`: the encoder taught the KB alone, no annotated text")):
         if key in f:
             lines += gold_mention_table(f[key], title)
     if "e2e" in f:
@@ -102,6 +119,9 @@ def markdown(r: dict, values: Dict[str, str]) -> str:
     lines += ["## Step times", "", "| workflow | step | minutes | exit |", "|---|---|---:|---:|"]
     lines += [f"| {s['workflow']} | {s['step']} | {s['minutes']} | {s['rc']} |" for s in r["steps"]]
     lines += [f"| | **total** | **{total:.1f}** | |", ""]
+    if any(s["rc"] for s in r["steps"]):
+        lines += ["**A step failed** (exit ≠ 0 above): its workflow stopped there; only the evaluation reports that this run's "
+                  "steps wrote are shown.", ""]
     if r.get("notes"):
         lines += [r["notes"], ""]
     return "\n".join(lines)

@@ -46,10 +46,11 @@ import spacy
 import typer
 from spacy.tokens import Span
 
-from _common import SHARED, cpu_seconds, machine, others_busy
-from spacy_pel.corpora import GOLD_KEY, bare_doc, corpus_ids, gold_ids, gold_spans, read_docbin
+from _common import SHARED, cpu_id, cpu_seconds, linked_r1, machine, others_busy, with_gold_ents
+from spacy_pel.corpora import GOLD_KEY, bare_doc, corpus_ids, gold_ids, gold_spans, read_docbin  # noqa: F401 (bare_doc: label_names imports it from here)
 from spacy_pel.kb import read_kb
 from spacy_pel.pipeline.aliases import mention_counts, write_aliases
+from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.retrieval.build import build_kb
 from spacy_pel.retrieval.names import build_names
 
@@ -90,18 +91,9 @@ def linker_config(kb: Path, encoder: Path, aliases: Optional[Path], precision: s
     }
 
 
-def with_gold_ents(docs):
-    out = []
-    for doc in docs:
-        copy = bare_doc(doc)
-        copy.ents = [Span(copy, s.start, s.end, label=s.label_) for s in gold_spans(doc)]
-        out.append(copy)
-    return out
-
-
 def run_pipeline(nlp, docs, kb_ids, train_ids, passes: int = 1) -> dict:
     """Link with ``nlp.pipe`` (timed: linking only, the KB already loaded, after an untimed warm-up on
-    the first documents; the median of ``passes`` timed passes) and score R@1."""
+    the first documents; the median of ``passes`` timed passes) and score R@1 as evaluate does (``linked_r1``)."""
     list(nlp.pipe(with_gold_ents(docs[:WARMUP_DOCS]), batch_size=128))
     times, others = [], []
     for _ in range(passes):
@@ -111,18 +103,11 @@ def run_pipeline(nlp, docs, kb_ids, train_ids, passes: int = 1) -> dict:
         times.append(time.perf_counter() - t0)
         others.append(others_busy(c0, cpu_seconds(), times[-1]))
     seconds = statistics.median(times)
-    hits = {"all": [], "seen": [], "unseen": []}
-    for gold_doc, doc in zip(docs, linked):
-        for g, p in zip(gold_spans(gold_doc), doc.ents):
-            ids = gold_ids(g.kb_id_)
-            if not any(i in kb_ids for i in ids):
-                continue
-            ok = p.kb_id_ in ids
-            hits["all"].append(ok)
-            hits["seen" if any(i in train_ids for i in ids) else "unseen"].append(ok)
+    r1 = linked_r1(find_linker(nlp)[1], docs, linked, set(train_ids))  # evaluate's definitions; None for an empty group
     n = sum(len(d.ents) for d in linked)
     return {"mentions": n, "seconds": round(seconds, 2), "mentions_per_s": round(n / seconds, 1),
-            "other_processes_cores": max(others), "in_kb": len(hits["all"]), **{f"R@1_{k}": round(sum(v) / len(v), 4) for k, v in hits.items()}}
+            "other_processes_cores": max(others), "in_kb": r1["in_kb"], "R@1_all": r1["R@1"],
+            "R@1_seen": r1["R@1_seen"], "R@1_unseen": r1["R@1_unseen"]}
 
 
 def batching_changes(nlp, linker, docs) -> int:
@@ -147,7 +132,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import spacy, spacy_pel
 from spacy.tokens import Span
-from spacy_pel.corpora import bare_doc, read_docbin, gold_spans, gold_ids
+from spacy_pel.corpora import bare_doc, read_docbin, gold_spans
 config = {"components": {"pel_linker": {"kb": sys.argv[3]}}} if len(sys.argv) > 3 else {}
 nlp = spacy.load(sys.argv[1], config=config)
 linker = nlp.get_pipe("pel_linker")
@@ -162,11 +147,12 @@ for d in docs:
 t0 = time.perf_counter()
 out = list(nlp.pipe(fresh))
 seconds = time.perf_counter() - t0
-hits = [p.kb_id_ in gold_ids(g.kb_id_) for d, o in zip(docs, out) for g, p in zip(gold_spans(d), o.ents)
-        if any(i in linker.index.row for i in gold_ids(g.kb_id_))]
+sys.path.insert(0, BENCHMARKS)
+from _common import linked_r1
+r1 = linked_r1(linker, docs, out)["R@1"]  # evaluate's definitions (alternative ids as primary); None: no in-KB mention
 # VmHWM: this process's own peak (ru_maxrss would include the parent's memory at fork, kept across exec)
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
-print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1), "R@1": round(sum(hits) / len(hits), 4),
+print(json.dumps({"load_seconds": round(load, 2), "peak_rss_mb": round(peak, 1), "R@1": r1,
                   "mentions_per_s": round(sum(len(o.ents) for o in out) / seconds, 1), "kb_entities": len(linker.index)}))
 """
 
@@ -285,7 +271,8 @@ def measure_load(pipeline: Path, dev: Path, kb: Optional[Path] = None) -> dict:
     """spacy.load (with ``kb`` instead of the pipeline's own KB, if given) + linking all dev gold spans
     in a fresh process: load seconds, that process's peak RSS, R@1, mentions/s."""
     args = [str(pipeline), str(dev)] + ([str(kb)] if kb else [])
-    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, *args], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", LOAD_SCRIPT.replace("BENCHMARKS", repr(str(HERE))), *args],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -344,9 +331,9 @@ def only_label(docs, label: str):
     return out
 
 
-
 def markdown(r: dict) -> str:
     m, runs = r["machine"], r.get("runs", {})
+    dash = lambda value: "–" if value is None else value  # noqa: E731  (an R@1 without mentions to measure)
 
     def ran(section: str) -> list:
         if section not in runs:
@@ -357,7 +344,7 @@ def markdown(r: dict) -> str:
     lines = ["# Speed on a CPU: BC5CDR dev through the whole pipeline, MeSH KB build, scispaCy side by side", "",
              "Reproduce: `python benchmarks/speed.py --encoder training/retriever/best --kb kbs/mesh --names kbs/mesh_names --build-kb "
              "--scispacy-python VENV/bin/python` (after `spacy project run convert` and `train`).", "",
-             f"Machine: {m['cpu']}, flags {', '.join(m['flags'])}; torch {m['torch']}, {m['torch_threads']} threads. "
+             f"Machine: {m['cpu']}{f' ({cpu_id(m)})' if cpu_id(m) else ''}, flags {', '.join(m['flags'])}; torch {m['torch']}, {m['torch_threads']} threads. "
              f"{r['note']}. Run: {r.get('run', PREVIOUS_RUN)}"
              + ("; sections marked below come from earlier runs of this script" if runs else "") + ".", "",
              "Timing: linking only (the KB loaded), after an untimed warm-up on 16 documents. Every pipeline has the "
@@ -373,7 +360,7 @@ def markdown(r: dict) -> str:
     lines += ran("pipelines") + ["| pipeline | mentions/s | R@1 | R@1 seen | R@1 unseen | seconds | other processes (cores) "
                                  "| ids changed by batching |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for label, p in r["pipelines"].items():
-        lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {p['R@1_seen']} | {p['R@1_unseen']} | {p['seconds']} | "
+        lines.append(f"| {label} | {p['mentions_per_s']} | {dash(p['R@1_all'])} | {dash(p['R@1_seen'])} | {dash(p['R@1_unseen'])} | {p['seconds']} | "
                      f"{p.get('other_processes_cores', '–')} | {p.get('ids_changed_by_batching', '–')} |")
     lines += ["", "Ids changed by batching: mentions whose kb_id differs when the same documents are linked in "
               "small batches (7 documents per call, 8 mentions per forward pass) instead of the timed ones. "
@@ -390,7 +377,7 @@ def markdown(r: dict) -> str:
     for label, _, _ in MEDIC_ROWS:
         if label in md:
             p = md[label]
-            lines.append(f"| {label} | {p['mentions_per_s']} | {p['R@1_all']} | {md['spacy_pel_kb_build_seconds']} s | "
+            lines.append(f"| {label} | {p['mentions_per_s']} | {dash(p['R@1_all'])} | {md['spacy_pel_kb_build_seconds']} s | "
                          f"{p.get('other_processes_cores', '–')} |")
     if "scispacy" in md:
         s = md["scispacy"]

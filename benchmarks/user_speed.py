@@ -4,8 +4,9 @@ Each measurement runs in its own fresh Python process: ``spacy.load(PIPELINE)`` 
 untimed warm-up on the first 20 documents, then ONE timed pass of ``nlp.pipe`` over the other 480
 documents (never linked before in that process) with spaCy's default batch size, ``n_process`` 1 or 2.
 The gold spans are set as ``doc.ents`` first (mention linking, as issue 28 and the maintainers measure);
-R@1 is over the in-KB mentions of those documents. With ``n_process=2`` the kb_ids must equal the
-one-process run's (issue 32): the report says how many differ. ``--small-batches`` links the same
+R@1 is over the in-KB mentions of those documents, as evaluate counts them (an alternative id as its
+entity's). With ``n_process=2`` the kb_ids must equal the one-process run's (issue 32): the report says
+how many differ. ``--small-batches`` links the same
 documents again with ``batch_size`` 4 and 1 (untimed) and counts the kb_ids that differ from the timed
 pass's: answers that depend on batching (dynamic int8).
 
@@ -31,10 +32,19 @@ import spacy
 import torch
 import typer
 
-from _common import ROOT, cpu_seconds, lscpu_model, machine, machine_line, others_busy, steal_seconds
-from spacy_pel.corpora import gold_ids, gold_spans, read_docbin
+from _common import (
+    ROOT,
+    cpu_seconds,
+    linked_r1,
+    lscpu_model,
+    machine,
+    machine_line,
+    others_busy,
+    steal_seconds,
+    with_gold_ents,
+)
+from spacy_pel.corpora import gold_spans, read_docbin
 from spacy_pel.pipeline.linker import find_linker
-from speed import with_gold_ents
 
 WARMUP_DOCS = 20
 app = typer.Typer(add_completion=False)
@@ -74,30 +84,22 @@ def child(pipeline: Path, dev: Path, n_process: int, ids_out: Path, setting: Lis
     c0, s0, t0 = cpu_seconds(), steal_seconds(), time.perf_counter()
     linked = list(nlp.pipe(fresh, n_process=n_process))
     seconds = time.perf_counter() - t0
-    steal = round((steal_seconds() - s0) / seconds, 2)
+    c1, steal = cpu_seconds(), round((steal_seconds() - s0) / seconds, 2)  # the timed pass's, before any warm pass
     warm = []
     for _ in range(warm_passes):  # speed.md's way: the same documents again, batch_size 128, this process's caches warm
         t1 = time.perf_counter()
         list(nlp.pipe(with_gold_ents(timed), batch_size=128))
         warm.append(time.perf_counter() - t1)
-    c1 = cpu_seconds()
     busy = others_busy(c0, c1, seconds)  # with n_process > 1 the workers are not this process's
     own = round((c1[1] - c0[1]) / seconds, 2)  # cores this process kept busy: < 2 while it waited
-    kb = find_linker(nlp)[1].index.entities.ids
-    kb_ids = {str(i) for i in kb}
-    hits, ids = [], []
-    for gold_doc, doc in zip(timed, linked):
-        for g, p in zip(gold_spans(gold_doc), doc.ents):
-            ids.append(p.kb_id_)
-            gold = gold_ids(g.kb_id_)
-            if any(i in kb_ids for i in gold):
-                hits.append(p.kb_id_ in gold)
+    r1 = linked_r1(find_linker(nlp)[1], timed, linked)  # evaluate's definitions; R@1 None without an in-KB mention
+    ids = [p.kb_id_ for gold_doc, doc in zip(timed, linked) for _, p in zip(gold_spans(gold_doc), doc.ents)]
     ids_out.write_text(json.dumps(ids), encoding="utf8")
     result = {"n_process": n_process, "load_seconds": round(load_seconds, 1), "warmup_seconds": round(warmup_seconds, 1),
               "docs": len(timed), "mentions": len(ids),
               "seconds": round(seconds, 2), "mentions_per_s": round(len(ids) / seconds, 1), "steal_cores": steal,
               "host_gflops": gflops,
-              "R@1": round(sum(hits) / len(hits), 4), "in_kb": len(hits),
+              "R@1": r1["R@1"], "in_kb": r1["in_kb"],
               "ids_sha1": hashlib.sha1("\n".join(ids).encode()).hexdigest()[:12]}
     if n_process == 1:
         result["other_processes_cores"] = busy
@@ -130,6 +132,9 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
          small_batches: bool = typer.Option(False, help="with n_process 1: link the documents again at batch_size 4 and 1 "
                                                         "and count the kb_ids that differ from the timed pass's")):
     """Measure every pipeline at every n_process, each in a fresh process, and write the report."""
+    missing = [f"{what} {path}" for what, path in [*(("pipeline", p) for p in pipeline), ("--dev corpus", dev)] if not path.exists()]
+    if missing:
+        raise typer.BadParameter(f"not found: {', '.join(missing)}")
     work.mkdir(parents=True, exist_ok=True)
     old = json.loads(output.with_suffix(".json").read_text()) if append and output.with_suffix(".json").exists() else {}
     report = {"machine": {**machine(), "lscpu_model": lscpu_model()}, "notes": notes or old.get("notes", ""),
@@ -142,8 +147,7 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
             ids_file = work / f"{p.name}_{n}.json"
             if cold:
                 evict(p)
-            out = subprocess.run([sys.executable, __file__, "child", str(p), str(dev), str(n), str(ids_file), *extra],
-                                 check=True, capture_output=True, text=True).stdout
+            out = measure_in_child([str(p), str(dev), str(n), str(ids_file), *extra])
             run = {"pipeline": str(p), **json.loads(out.strip().splitlines()[-1])}
             run["settings"] = [*([label] if label else []), *(["cold page cache"] if cold else []), *run.get("settings", [])]
             ids_by_n[n] = json.loads(ids_file.read_text())
@@ -153,6 +157,17 @@ def run(pipeline: List[Path] = typer.Option(..., help="Pipeline folder(s)"),
             report["runs"].append(run)
     output.with_suffix(".json").write_text(json.dumps(report, indent=2), encoding="utf8")
     output.with_suffix(".md").write_text(markdown(report), encoding="utf8")
+
+
+def measure_in_child(args: List[str]) -> str:
+    """``user_speed.py child ARGS`` in a fresh process: its stdout; a failure ends the run with the child's
+    own last error line (its traceback's), not a CalledProcessError that says only which command failed."""
+    env = {**os.environ, "TYPER_STANDARD_TRACEBACK": "1"}  # a plain traceback: its last line is the whole error
+    done = subprocess.run([sys.executable, __file__, "child", *args], capture_output=True, text=True, env=env)
+    if done.returncode:
+        why = next((ln.strip() for ln in reversed(done.stderr.splitlines()) if ln.strip()), f"exit status {done.returncode}")
+        raise SystemExit(f"user_speed.py: the measurement of {args[0]} at n_process {args[2]} failed: {why}")
+    return done.stdout
 
 
 def evict(folder: Path) -> None:
@@ -187,11 +202,12 @@ def markdown(r: dict) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in r["runs"]:
         warm = f"{run['warm_mentions_per_s']:,.0f}" if "warm_mentions_per_s" in run else "–"
+        r1 = "–" if run["R@1"] is None else f"{run['R@1']:.4f}"  # None: no timed mention had an in-KB gold id
         small = (f"{run['kb_ids_differing_batch_4']} / {run['kb_ids_differing_batch_1']}"
                  if "kb_ids_differing_batch_4" in run else "–")
         lines.append(f"| `{run['pipeline']}` | {', '.join(run.get('settings', [])) or 'as saved'} | {run['n_process']} | "
                      f"{run['load_seconds']} | {run.get('warmup_seconds', '–')} | {run['docs']} | {run['mentions']} | "
-                     f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {run['R@1']:.4f} | "
+                     f"{run['seconds']} | **{run['mentions_per_s']:,.0f}** | {warm} | {r1} | "
                      f"{run.get('kb_ids_differing_from_first', '–')} | {small} | {run.get('other_processes_cores', '–')} | {run.get('own_cores', '–')} | {run.get('steal_cores', '–')} | {run.get('host_gflops', '–')} |")
     lines += ["", "Reproduce: `python benchmarks/user_speed.py run --pipeline P --n-process 1 --n-process 2` (one run a line; "
               "`--set KEY=VALUE` for a setting, `--warm-passes 3`, `--small-batches`, `--cold` to start each run with the pipeline's files out of "
