@@ -18,7 +18,8 @@ span's ``text`` when it has one); its label is the span's ``label`` (``ENTITY`` 
 
 ``link``'s own JSON lines output (``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id, …}]}``,
 a line with ``mentions`` and no ``spans``) is read too: each line one document, its mentions as linked
-(the linker's NIL label, starting with ``NIL``, is ``NIL``); an id seen twice is refused.
+(a mention with ``"nil": true``, whatever the linker's NIL label, or with an id starting with ``NIL``, is ``NIL``);
+an id seen twice is refused.
 
 A malformed line — not JSON, no text, a span outside it or without an id, one mention linked two ways, a
 linked document's id seen before — is refused as :class:`~.corpora.CorpusFormatError` (``FILE:LINE:
@@ -103,8 +104,11 @@ def _linked_record(task: dict) -> PubTatorDoc:
         raise ValueError('a record of linked mentions needs a "text"')
     if not isinstance(mentions, list) or not all(isinstance(m, dict) for m in mentions):
         raise ValueError('"mentions" must be a list of objects')
-    spans = [{"start": m.get("start_char"), "end": m.get("end_char"), "label": m.get("label"), "kb_id": m.get("kb_id"),
-              **({"text": m["text"]} if "text" in m else {})} for m in mentions]
+    if any(not isinstance(m.get("nil", False), bool) for m in mentions):
+        raise ValueError('a mention\'s "nil" must be true or false')
+    # "nil": true — a NIL mention, its kb_id the linker's NIL label (which may be "CUI-less")
+    spans = [{"start": m.get("start_char"), "end": m.get("end_char"), "label": m.get("label"),
+              "kb_id": NIL if m.get("nil") else m.get("kb_id"), **({"text": m["text"]} if "text" in m else {})} for m in mentions]
     return PubTatorDoc(str(doc_id), text, _task_mentions({"text": text, "spans": spans}) if spans else [])
 
 

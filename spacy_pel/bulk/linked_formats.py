@@ -1,7 +1,9 @@
 """Linked documents written as files other tools read: JSON lines, PubTator, BioC XML or BioC JSON, Prodigy tasks.
 
-* ``jsonl``: one document a line, ``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id,
-  score, confidence, candidates: [{id, name, score}]}]}`` — everything the linker set;
+* ``jsonl``: one document a line, ``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id, nil,
+  score, confidence, candidates: [{id, name, score}]}]}`` — everything the linker set; ``nil`` is true for a NIL
+  mention, whose ``kb_id`` is the linker's ``nil_label`` (``NIL``, or one of its own such as ``CUI-less``):
+  ``convert`` reads such a mention back as NIL;
 * ``pubtator``: ``ID|t|title``, ``ID|a|abstract`` and ``ID<TAB>start<TAB>end<TAB>text<TAB>label<TAB>kb_id``
   lines, ``-1`` for NIL (BC5CDR's convention: what its evaluation scripts and ``convert`` read). A document
   whose title is not known (JSON lines input) is written whole as its title, with an empty abstract, so
@@ -71,6 +73,18 @@ NilLabels = Union[str, Collection[str]]  # the NIL label of the pipeline's linke
 def _ids(kb_id: str, nil_label: NilLabels) -> List[str]:
     nils = (nil_label,) if isinstance(nil_label, str) else nil_label
     return [NIL] if kb_id in (NIL, "") or kb_id in nils else [kb_id]
+
+
+def jsonl_mention(row: dict, nil_label: NilLabels) -> dict:
+    """A mention of the ``jsonl`` output: the row as the linker set it, less its ``doc_id``, with ``nil`` (after
+    ``kb_id``) true when its ``kb_id`` is a NIL label."""
+    out: dict = {}
+    for key, value in row.items():
+        if key != "doc_id":
+            out[key] = value
+        if key == "kb_id":
+            out["nil"] = _ids(value, nil_label) == [NIL]
+    return out
 
 
 def _xml_safe(text: str) -> str:
@@ -153,8 +167,8 @@ def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, n
     if format not in OUTPUT_FORMATS:
         raise files.InputError(f"unknown output format {format!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
     if format == "jsonl":
-        files.write_jsonl(({"id": d.doc_id, "text": d.text,
-                            "mentions": [{k: v for k, v in r.items() if k != "doc_id"} for r in d.rows]} for d in docs), path)
+        files.write_jsonl(({"id": d.doc_id, "text": d.text, "mentions": [jsonl_mention(r, nil_label) for r in d.rows]}
+                           for d in docs), path)
         return
     if format == "prodigy":
         files.write_jsonl((task for d in docs for task in prodigy_tasks(d, nil_label)), path)

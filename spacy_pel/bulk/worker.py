@@ -8,7 +8,9 @@ only ``doc.ents``, and the overlapping mentions left out are counted in the work
 ``stats.overlapping``. A mention whose boundary falls inside white space cannot be a span: it is
 counted in ``stats.unaligned`` (with examples), not linked; one of a label no linker links (a Gene mention
 given to a pipeline of chemical and disease linkers) is counted by label in ``stats.left_out_by_label``. Raw text goes through the whole pipeline
-(a PubTator title and abstract as two passages: no found mention crosses from one into the other).
+(a PubTator title and abstract as two passages: no found mention crosses from one into the other). A pipeline whose
+linkers all find their own spans (a span finder) does not use given spans: such a document is built and linked as
+raw text (its tokens not split at the given boundaries, which would leak them into what is found).
 
 A batch that raises is not lost: each of its documents is linked again alone, twice at most, and a
 document that fails both times comes back with ``error`` set (its id and the reason), while the others
@@ -74,18 +76,25 @@ def count_other_labels(doc: Doc, labels: Optional[frozenset], stats: ConversionS
             stats.left_out_by_label[span.label_] = stats.left_out_by_label.get(span.label_, 0) + 1
 
 
-def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None) -> Doc:
-    """The doc of a dataset item: raw text (with a title, ``title_length`` ≥ 0: the abstract's start as a passage
-    start, which no found mention crosses), or its given spans set as the span group ``pel_gold`` (the
-    non-overlapping ones as ``doc.ents`` too); mentions that cannot be spans are counted in ``stats``."""
-    if not item["spans"]:
-        doc = nlp.make_doc(item["text"])
-        if item.get("title_length", NO_TITLE) >= 0:
-            doc.user_data[PASSAGES_KEY] = [item["title_length"] + 1]  # title + " " + abstract
-        return doc
+def reads_given(sources: Sequence[object]) -> bool:
+    """Whether a linker's mention source may read given spans: any that is no span finder (whose found spans take
+    their entity's type, ``label_from_kb``, and ignore the spans a doc has)."""
+    return any(not getattr(source, "label_from_kb", False) for source in sources)
+
+
+def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None, given: bool = True) -> Doc:
+    """The doc of a dataset item: raw text, or (``given``) its given spans set as the span group ``pel_gold`` (the
+    non-overlapping ones as ``doc.ents`` too; mentions that cannot be spans are counted in ``stats``); with a title
+    (``title_length`` ≥ 0), either way, the abstract's start as a passage start, which no found mention crosses."""
     text = item["text"]
-    annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
-    return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations), stats)
+    if item["spans"] and given:
+        annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
+        doc = make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations), stats)
+    else:
+        doc = nlp.make_doc(text)
+    if item.get("title_length", NO_TITLE) >= 0:
+        doc.user_data[PASSAGES_KEY] = [item["title_length"] + 1]  # title + " " + abstract
+    return doc
 
 
 def _failure(err: BaseException) -> str:
@@ -112,6 +121,7 @@ class LinkWorker:
         self.linkers = self.given.linkers
         self.nil_labels = frozenset(linker.cfg.nil_label for linker in self.linkers)
         self.labels = linked_labels(self.given.sources)  # None: every label's given mentions are linked
+        self.uses_given = reads_given(self.given.sources)  # False: span finders only, given spans linked as raw text
         # given mentions not linked (``unaligned``, ``overlapping``, ``left_out_by_label``), over every call
         self.stats = ConversionStats()
         self.load_seconds = time.perf_counter() - started
@@ -131,9 +141,9 @@ class LinkWorker:
     def _link(self, items: Sequence[dict]) -> List[Tuple[List[dict], ConversionStats]]:
         """Mention rows of each item, and its given mentions not linked: ``unaligned`` (with examples) and
         ``overlapping`` (0 when overlapping mentions are linked through ``pel_gold``) and, by label, those of a
-        label no linker links (``left_out_by_label``)."""
-        if not items[0]["spans"]:
-            docs = self.nlp.pipe([build_doc(self.nlp, item) for item in items], batch_size=self.batch_size)
+        label no linker links (``left_out_by_label``). Items with given spans that no linker reads are raw text."""
+        if not items[0]["spans"] or not self.uses_given:
+            docs = self.nlp.pipe([build_doc(self.nlp, item, given=False) for item in items], batch_size=self.batch_size)
             own = [linker.mentions for linker in self.linkers]
             return [(mention_rows(doc, item["doc_id"], own), ConversionStats()) for doc, item in zip(docs, items)]
         counts = [ConversionStats() for _ in items]

@@ -120,7 +120,7 @@ def main(
         report = {**e2e_metrics(predicted, docs, scope, pipeline_nil_labels(nlp)), "linker": linker_name, "threshold": threshold,
                   "docs": len(docs),
                   "tokens": "corpus" if corpus_tokens else "pipeline", "seconds": round(seconds, 1),
-                  "predicted_mentions_per_s": round(sum(len(d.ents) for d in predicted) / max(seconds, 1e-9), 1)}
+                  "predicted_mentions_per_s": round(sum(len(scope.found(d)) for d in predicted) / max(seconds, 1e-9), 1)}
         text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
                 + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "typed", "partial", "span"))
                 + (f"\nthe found and gold spans of the labels {linker_name} links\n" if linker_name else "")

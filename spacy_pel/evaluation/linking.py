@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ..corpora import NIL, gold_ids, gold_spans
 from ..pipeline.depth import deepen
+from ..pipeline.given_mentions import spans_written
 from ..pipeline.linker import PELLinker
 from ..pipeline.mentions import linked_gold
 from .metrics import average_precision, prf
@@ -160,13 +161,20 @@ def _same(entity_id: str) -> str:
     return entity_id
 
 
+def _ents(doc: Doc) -> Sequence[Span]:
+    return doc.ents
+
+
 class Scope(NamedTuple):
     """What the end-to-end measures count and how they spell ids: ``keep`` picks, of a document's spans (found or
     gold), those scored; ``canonical(span)`` maps an id of that mention to its entity's primary id, by the KB of
-    the linker that links the span's label."""
+    the linker that links the span's label; ``found(doc)``: the spans a predicted document's linkers linked, in
+    the mention sources they read and write (``doc.ents``, a span group: :func:`linkers_found`; default
+    ``doc.ents``)."""
 
     keep: Callable[[Sequence[Span]], Sequence[Span]]
     canonical: Callable[[Span], Callable[[str], str]]
+    found: Callable[[Doc], Sequence[Span]] = _ents
 
 
 Canonical = Union[Scope, Callable[[str], str], None]  # a Scope, or one id mapping for every span (None: ids as they are)
@@ -180,17 +188,38 @@ def as_scope(canonical: Canonical) -> Scope:
     return Scope(list, lambda span: same)
 
 
+def linkers_found(linkers: Sequence[PELLinker]) -> Callable[[Doc], Sequence[Span]]:
+    """The spans ``linkers`` linked in a document: those of their mention sources (``doc.ents``, the span group a
+    ``span_group.v1`` source reads, a span finder's), as ``link`` writes them
+    (:func:`~spacy_pel.pipeline.given_mentions.spans_written`); ``doc.ents`` when there is no linker."""
+    if not linkers:
+        return _ents
+    return lambda doc: spans_written(doc, [linker.mentions for linker in linkers])
+
+
+def _and_ents(found: Callable[[Doc], Sequence[Span]]) -> Callable[[Doc], Sequence[Span]]:
+    """``found`` and the rest of ``doc.ents`` (an NER's spans of labels no linker links still count as found spans,
+    as before span groups were read), in document order."""
+    def spans(doc: Doc) -> Sequence[Span]:
+        linked = list(found(doc))
+        seen = {(s.start_char, s.end_char, s.label_) for s in linked}
+        rest = [e for e in doc.ents if (e.start_char, e.end_char, e.label_) not in seen]
+        return sorted(linked + rest, key=lambda s: (s.start_char, s.end_char))
+    return spans
+
+
 def linker_scope(linker: PELLinker) -> Scope:
-    """One pel_linker's share of a pipeline's output (``--linker``): the spans of its labels (every span for a linker
-    of all labels: a mention source without ``of_labels``), their ids spelt by its KB."""
+    """One pel_linker's share of a pipeline's output (``--linker``): the spans it links (of its labels: every span
+    for a linker of all labels, a mention source without ``of_labels``), their ids spelt by its KB."""
     linker.ensure_loaded()
-    return Scope(getattr(linker.mentions, "of_labels", list), lambda span: linker.index.canonical)
+    return Scope(getattr(linker.mentions, "of_labels", list), lambda span: linker.index.canonical, linkers_found([linker]))
 
 
 def pipeline_scope(nlp) -> Scope:
-    """A pipeline's whole output: every span, a mention's ids spelt by the KB of the pel_linker that links its label
-    (with one linker per KB, each label's own; of several that link it, the last, whose ids the span keeps; a label
-    no linker links: its ids as they are)."""
+    """A pipeline's whole output: every span of ``doc.ents`` and every span its pel_linkers link in the span group
+    each reads, a mention's ids spelt by the KB of the pel_linker that links its label (with one linker per KB,
+    each label's own; of several that link it, the last, whose ids the span keeps; a label no linker links: its ids
+    as they are)."""
     linkers = [proc for _, proc in nlp.pipeline if isinstance(proc, PELLinker)]
     by_label: Dict[str, Callable[[str], str]] = {}
 
@@ -202,20 +231,21 @@ def pipeline_scope(nlp) -> Scope:
             by_label[span.label_] = _same if owner is None else owner.index.canonical
         return by_label[span.label_]
 
-    return Scope(list, canonical)
+    return Scope(list, canonical, _and_ents(linkers_found(linkers)))
 
 
 def linked_mentions(pred_doc: Doc, gold_doc: Doc, canonical: Canonical = None,
                     nil_labels: Collection[str] = (NIL,)) -> Tuple[list, list]:
     """What the end-to-end linked measures count in one document: its gold mentions with an id
     ``(start_char, end_char, ids, label)`` and its found spans linked to an entity
-    ``(start_char, end_char, id, label, span)``, of the :class:`Scope` ``canonical`` (an id mapping: every span,
-    ids mapped by it) with ids spelt by it; left out: gold ``NIL`` mentions and found spans whose id is one of
+    ``(start_char, end_char, id, label, span)`` (those its ``found`` gives: the spans the linkers linked), of the
+    :class:`Scope` ``canonical`` (an id mapping: every span of ``doc.ents``, ids mapped by it) with ids spelt by it;
+    left out: gold ``NIL`` mentions and found spans whose id is one of
     ``nil_labels`` (the linkers' NIL, :func:`pipeline_nil_labels`)."""
     scope = as_scope(canonical)
     golds = [(s.start_char, s.end_char, {scope.canonical(s)(i) for i in gold_ids(s.kb_id_)}, s.label_)
              for s in scope.keep(gold_spans(gold_doc)) if s.kb_id_ != NIL]
-    preds = [(s.start_char, s.end_char, scope.canonical(s)(s.kb_id_), s.label_, s) for s in scope.keep(pred_doc.ents)
+    preds = [(s.start_char, s.end_char, scope.canonical(s)(s.kb_id_), s.label_, s) for s in scope.keep(scope.found(pred_doc))
              if s.kb_id_ and s.kb_id_ not in nil_labels]
     return golds, preds
 
@@ -260,7 +290,9 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canoni
     :func:`mention_table` does for gold mentions: a gold alternative id (an OMIM number MEDIC files
     under a MeSH record) is then matched by the entity the linker returns. A :class:`Scope` instead (one
     linker's: :func:`linker_scope`; a pipeline's with one linker per KB: :func:`pipeline_scope`) also picks the
-    spans scored, on both sides and for every measure, and spells each mention's ids by its label's KB."""
+    spans scored, on both sides and for every measure, and spells each mention's ids by its label's KB; its found
+    spans are those the linkers linked (``doc.ents``, or the span group a ``span_group.v1`` source reads), where
+    an id mapping scores ``doc.ents``."""
     scope = as_scope(canonical)
     tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
     span_tp = span_pred = span_gold = 0
@@ -277,7 +309,7 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canoni
                     used.add(g)
                     tp_partial += 1
                     break
-        found = {(s.start_char, s.end_char) for s in scope.keep(pred_doc.ents)}
+        found = {(s.start_char, s.end_char) for s in scope.keep(scope.found(pred_doc))}
         wanted = {(s.start_char, s.end_char) for s in scope.keep(gold_spans(gold_doc))}
         span_tp, span_pred, span_gold = span_tp + len(found & wanted), span_pred + len(found), span_gold + len(wanted)
     return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
