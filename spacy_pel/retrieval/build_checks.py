@@ -1,6 +1,7 @@
 """What a KB build (``build-kb``, :mod:`.build`) checks before any heavy work (reading the KB, loading the
 encoder, encoding): its options, the encoder it loads (given, or the one an earlier KB records), the
-KB's size for its index kind, and the ids ``--add`` may append (not an id or alternative id the KB holds).
+KB's size for its index kind, the ids ``--add`` may append (not an id or alternative id the KB holds), and the
+encoder ``--add`` encodes them with (one that encodes entities, as the KB's rows read: its ``entity_text``).
 """
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from ..models.encoder import (
     looks_like_a_path,
 )
 from ..models.precision import device_problem, index_precision, pick_device
+from ..models.saved_settings import check_encodable
 from .encoder_record import recorded_encoder
 from .index import INDEX_KINDS, MIN_IVFPQ, EntityIndex
+from .reuse import other_entity_text
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +142,18 @@ def check_added(existing: EntityIndex, new: Sequence[Entity], add: Path, output:
     if taken:
         log.warning("%s: %d alternative id(s) of the added entities already name an entity of the KB, which they keep "
                     "naming: %s", add, len(taken), ", ".join(taken[:5]))
+
+
+def check_add_encoder(existing: EntityIndex, encoder: BiEncoder, source: str, output: Path) -> None:
+    """Refuse, before anything is encoded, the encoder ``--add`` would encode with (``source``, loaded: ``encoder``)
+    when it is not the KB's entity encoder (:meth:`EntityIndex.check_encoder`), encodes no entity (a removed setting
+    kept: :func:`check_encodable`), or reads another ``entity_text`` than the KB's rows (its stamp: the towers may
+    be the same, so the fingerprint agrees, yet the grown KB would mix two entity inputs)."""
+    existing.check_encoder(encoder)
+    check_encodable(encoder.config)
+    other = other_entity_text(output, existing.entities, encoder.config.entity_text)
+    if other is not None:
+        raise InputError(f"--add: the rows of the KB at {output} were encoded with entity_text {other}, but the encoder "
+                         f"{source} reads {encoder.config.entity_text}, so the grown KB would mix two entity inputs; "
+                         f"give an encoder saved with entity_text {other}, or build the whole KB file again with this "
+                         f"one (build-kb --kb FILE --reuse {output} encodes only what changed)")

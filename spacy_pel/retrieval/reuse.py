@@ -14,7 +14,8 @@ The earlier KB's inputs are rebuilt from its entity table under the ``entity_tex
 digest is its stamp's ``entities_sha256`` (a KB built before that choice existed, or with the other choice,
 is read as it was encoded); a folder whose stamp matches neither reuses nothing. A KB grown with
 ``build-kb --add`` is read the same way, each added file's rows by the texts digest and precision its
-``added`` entry records (a KB extended before they were recorded reuses nothing).
+``added`` entry records (a KB extended before they were recorded reuses nothing). ``build-kb --add`` reads the
+choice the same way (:func:`other_entity_text`), and refuses to grow a KB whose rows read another.
 
 The records still to encode go through the build's usual resumable chunks, stamped with their own
 texts, so a resumed update never mixes chunks of another update or of a full build.
@@ -31,7 +32,7 @@ import numpy as np
 from ..kb import Entity
 from ..models.encoder import BiEncoder
 from ..models.pieces import ENTITY_TEXTS, entity_text_fields
-from .chunks import STAMP_FILE, read_stamp, texts_digest
+from .chunks import STAMP_FILE, entity_texts_digest, read_stamp, texts_digest
 from .index import EntityIndex
 from .search import VectorFile
 from .table import EntityTable
@@ -100,6 +101,28 @@ def earlier_entities(folder, entities: Sequence[Entity], encoder: BiEncoder) -> 
     for row, fields in enumerate(encoded):
         earlier.setdefault(fields, row)
     return Reuse(str(folder), _match([encoder.entity_text_fields(e) for e in entities], earlier), file.rows)
+
+
+def other_entity_text(folder, entities: Sequence[Entity], entity_text: str) -> Optional[str]:
+    """The ``entity_text`` choice, other than ``entity_text``, that the stamp of the KB folder ``folder`` (its
+    entity table ``entities``) proves rows of it were encoded under: the build's rows, then each ``--add``'s, by
+    the texts digest each records. None when every part agrees with ``entity_text`` or reads the same either way
+    (no entity with both synonyms and a description), and where the stamp cannot tell (a KB built before
+    stamps recorded texts, or a part whose row count is unrecorded: the parts after it are not checked)."""
+    stamp = read_stamp(Path(folder) / STAMP_FILE) or {}
+    start = 0
+    for part in (stamp, *(stamp.get("added") or [])):
+        size = part.get("entities") if isinstance(part, dict) else None
+        if not isinstance(size, int) or start + size > len(entities):
+            return None
+        rows, start = entities[start : start + size], start + size
+        digest = part.get("entities_sha256")
+        if digest is None or entity_texts_digest(rows, entity_text) == digest:
+            continue
+        other = next((c for c in ENTITY_TEXTS if c != entity_text and entity_texts_digest(rows, c) == digest), None)
+        if other is not None:
+            return other
+    return None
 
 
 def earlier_names(folder, names: Sequence[str], encoder: BiEncoder, input: str, max_length: int, index) -> Reuse:
