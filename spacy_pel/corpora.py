@@ -32,6 +32,7 @@ from . import files
 PathLike = Union[str, Path]
 NIL = "NIL"
 GOLD_KEY = "pel_gold"
+PASSAGES_KEY = "pel_passage_starts"  # doc.user_data: the character offsets where a passage (an abstract) begins
 ID_SEP = "|"
 
 
@@ -259,6 +260,8 @@ def make_doc(nlp: Language, pdoc: PubTatorDoc, stats: Optional[ConversionStats] 
     stats.overlapping += len(spans) - len(ents)
     doc.ents = ents
     doc.user_data["pmid"] = pdoc.pmid
+    if pdoc.title_length is not None:  # title + " " + abstract: the abstract a passage of its own
+        doc.user_data[PASSAGES_KEY] = [pdoc.title_length + 1]
     stats.docs += 1
     return doc
 
@@ -310,10 +313,23 @@ def require_gold_spans(path: PathLike, docs: Sequence[Doc], purpose: str) -> Non
                                "with its annotations (convert reads them)")
 
 
+def _with_passages(new: Doc, doc: Doc) -> Doc:
+    if doc.user_data.get(PASSAGES_KEY):
+        new.user_data[PASSAGES_KEY] = list(doc.user_data[PASSAGES_KEY])
+    return new
+
+
 def bare_doc(doc: Doc, vocab=None) -> Doc:
     """A new doc with ``doc``'s tokens and whitespace only (no entities, spans or ids): raw text as a
-    pipeline would see it, with the gold tokenisation so its spans line up with the gold ones."""
-    return Doc(vocab or doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+    pipeline would see it, with the gold tokenisation so its spans line up with the gold ones, and its
+    passages (a PubTator title and abstract: no found mention crosses from one into the other)."""
+    return _with_passages(Doc(vocab or doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc]), doc)
+
+
+def raw_doc(nlp: Language, doc: Doc) -> Doc:
+    """``doc``'s text as a user gives it to ``nlp`` (its tokenizer's tokens), with its passages, as ``link`` reads
+    the PubTator file it came from."""
+    return _with_passages(nlp.make_doc(doc.text), doc)
 
 
 def corpus_ids(docs: Iterable[Doc]) -> set:

@@ -29,8 +29,7 @@ import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import GOLD_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
-from ..models.doc_encoder import PASSAGES_KEY
+from ..corpora import GOLD_KEY, PASSAGES_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
 from ..pipeline.given_mentions import GivenMentions, reads_doc_spans, spans_written
 from ..pipeline.linker import load_pipeline
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR

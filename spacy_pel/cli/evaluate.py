@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from tqdm.auto import tqdm
 
-from ..corpora import bare_doc, corpus_ids, read_docbin, require_gold_spans
+from ..corpora import bare_doc, corpus_ids, raw_doc, read_docbin, require_gold_spans
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import (
     canonical_ids,
@@ -113,7 +113,7 @@ def main(
                 except ValueError as err:  # outside the range of the linker's confidence
                     fail(f"--threshold: {one_line(err)}")
         # the text as a user gives it: the corpus's tokens are split at the gold boundaries, which leaks them
-        raw = [bare_doc(d, nlp.vocab) if corpus_tokens else nlp.make_doc(d.text) for d in docs]
+        raw = [bare_doc(d, nlp.vocab) if corpus_tokens else raw_doc(nlp, d) for d in docs]
         t0 = time.perf_counter()
         predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0

@@ -25,7 +25,7 @@ import spacy
 from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Doc
 
-from ..corpora import NIL, gold_ids, gold_spans, read_docbin
+from ..corpora import NIL, gold_ids, gold_spans, raw_doc, read_docbin
 from ..files import InputError
 from ..pipeline.linker import configure_linker, find_linker
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
@@ -230,7 +230,7 @@ def e2e_evidence(nlp, name: str, linker, gold_docs: Sequence[Doc], batch_size: i
     features, correct, doc_index, n_gold = [], [], [], []
     for i in range(0, len(gold_docs), batch_size):
         part = gold_docs[i : i + batch_size]
-        docs = [nlp.make_doc(d.text) for d in part]  # the text as a user gives it
+        docs = [raw_doc(nlp, d) for d in part]  # the text as a user gives it
         for proc in before:
             docs = [proc(d) for d in docs]
         for j, (doc, gold_doc, (spans, linked)) in enumerate(zip(docs, part, linker.predict(docs))):
@@ -268,7 +268,7 @@ def calibrate_e2e(nlp, name: str, linker, gold_docs: Sequence[Doc], corpus: Path
     summary: dict = {"calibrated": True, "linker": name, "objective": "strict end-to-end F1", "corpus": str(corpus),
                      "docs": len(gold_docs)}
     if nil == "top_score":
-        predicted = list(nlp.pipe(nlp.make_doc(d.text) for d in gold_docs))  # the text as a user gives it
+        predicted = list(nlp.pipe(raw_doc(nlp, d) for d in gold_docs))  # the text as a user gives it
         curve = e2e_curve(predicted, gold_docs, linker_scope(linker), pipeline_nil_labels(nlp))
     else:
         own = linker.nil

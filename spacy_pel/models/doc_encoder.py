@@ -24,6 +24,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from ..corpora import PASSAGES_KEY
 from .encoder import BiEncoder
 
 PathLike = Union[str, Path]
@@ -293,9 +294,6 @@ def enumerate_doc_spans(
     punct = np.fromiter((t.is_punct for t in doc), dtype=bool, count=len(doc))
     keep = ~punct[starts] & ~punct[ends - 1]
     return starts[keep], ends[keep]
-
-
-PASSAGES_KEY = "pel_passage_starts"  # doc.user_data: the character offsets where a passage (an abstract) begins
 
 
 def within_passages(doc, starts, ends) -> np.ndarray:

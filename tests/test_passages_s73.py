@@ -1,0 +1,35 @@
+"""A PubTator title and abstract are two passages all the way: ``convert`` keeps where the abstract begins in
+the .spacy corpus, so that ``evaluate --e2e`` / ``calibrate --e2e`` (the text as a user gives it) and ``link`` of
+the .spacy file see the same boundary ``link`` of the PubTator file does — no found mention crosses it — and a
+.spacy corpus linked into PubTator keeps its title line (session 73: the boundary was lost in conversion)."""
+import spacy
+
+from spacy_pel.bulk.local import link_file
+from spacy_pel.corpora import PASSAGES_KEY, bare_doc, raw_doc, read_docbin, read_pubtator
+from spacy_pel.corpus_formats import convert_corpora
+from spacy_pel.models.doc_encoder import within_passages
+
+from .test_link_files import PUBTATOR, pipelines, write  # noqa: F401 (pipelines: a fixture)
+
+
+def test_convert_keeps_the_abstracts_start_and_raw_docs_carry_it(tmp_path):
+    convert_corpora([write(tmp_path / "in.txt", PUBTATOR)], tmp_path / "in.spacy")
+    nlp = spacy.blank("en")
+    docs = read_docbin(nlp, tmp_path / "in.spacy")
+    titles = [d.title_length for d in read_pubtator(tmp_path / "in.txt")]
+    assert [list(d.user_data.get(PASSAGES_KEY, ())) for d in docs] == [[n + 1] for n in titles]
+    for doc in (raw_doc(nlp, docs[0]), bare_doc(docs[0])):
+        assert doc.user_data[PASSAGES_KEY] == [titles[0] + 1] and not doc.ents
+        # a span from the title's last word into the abstract's first is cut; one inside the title is not
+        last, first = doc.char_span(titles[0] - 8, titles[0]), doc.char_span(titles[0] + 1, titles[0] + 2, alignment_mode="expand")
+        keep = within_passages(doc, [last.start, last.start], [first.end, last.end])
+        assert keep.tolist() == [False, True]
+
+
+def test_a_spacy_corpus_linked_into_pubtator_keeps_its_titles(pipelines, tmp_path):  # noqa: F811
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    convert_corpora([corpus], tmp_path / "in.spacy")
+    link_file(corpus, tmp_path / "a.pubtator", pipelines[1], progress=False)
+    link_file(tmp_path / "in.spacy", tmp_path / "b.pubtator", pipelines[1], progress=False)
+    a, b = ((tmp_path / n).read_text(encoding="utf8") for n in ("a.pubtator", "b.pubtator"))
+    assert a == b and "12|t|Flutter after aspirin." in b
