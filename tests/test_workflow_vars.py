@@ -2,8 +2,9 @@
 BC5CDR + MeSH figures were made with; the NCBI disease + MEDIC set (configs/datasets/ncbi_medic.args)
 reaches every dataset step; and the `all` and `e2e` steps run on the docs' own example — its JSONL KB,
 dev corpus and args file, a small BioC XML training corpus and a tiny random BERT — given the vars as a
-user gives them (`xargs -a ARGS python -m spacy project run …` in a subprocess for the first steps; the
-later steps' commands rendered by weasel with the same vars and run in this process, to stay quick)."""
+user gives them (`{ cat ARGS; echo 'VARS'; } | xargs python -m spacy project run …`, the documented form that puts
+the user's own vars after the preset's, in a subprocess for the first steps; the later steps' commands rendered by
+weasel with the same vars in the same order and run in this process, to stay quick)."""
 import importlib
 import json
 import re
@@ -53,7 +54,8 @@ DATASET_STEPS = ["convert", "build_kb", "label_types", "final_kb", "build_names"
 # the BC5CDR + MeSH commands as they were before the vars (git show f4f8b11:project.yml); since final_kb
 # (issue 28 item 5) the name rows and the pipelines use kbs/mesh_final, the KB of the trained entity tower; the
 # KB and name-index builds pass --force since session 53 (weasel re-runs a step only when its inputs changed, so
-# what it finds at the output is stale: without it, re-running `all` after retraining stopped at build_names)
+# what it finds at the output is stale: without it, re-running `all` after retraining stopped at build_names); train
+# and train_e2e name the corpus they train on since session 73 (the configs' own, corpus/bc5cdr_*.spacy, by default)
 BC5CDR_MESH = {
     "convert": ["python -m spacy_pel.convert assets/bc5cdr/CDR_TrainingSet.PubTator.txt corpus/bc5cdr_train.spacy",
                 "python -m spacy_pel.convert assets/bc5cdr/CDR_DevelopmentSet.PubTator.txt corpus/bc5cdr_dev.spacy"],
@@ -62,7 +64,8 @@ BC5CDR_MESH = {
                  "--output kbs/mesh_final --reuse kbs/mesh --force --device auto"],
     "build_names": ["python -m spacy_pel build-names kbs/mesh_final --output kbs/mesh_names --force --device auto"],
     "train": ["python -m spacy_pel.train configs/train_pb_random.cfg --output training/retriever --training.device auto --encoder.base all-MiniLM-L6-v2 "
-              "--encoder.mention_max_length 32 --paths.kb kbs/mesh --training.epochs 3 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005"],
+              "--encoder.mention_max_length 32 --paths.kb kbs/mesh --paths.train corpus/bc5cdr_train.spacy --paths.dev corpus/bc5cdr_dev.spacy "
+              "--training.epochs 3 --loss.name ce_cosine --negatives.hard_fraction 0.5 --training.lr 0.00005"],
     "aliases": ["python -m spacy_pel.aliases corpus/bc5cdr_train.spacy --output training/aliases.json"],
     "pipeline": ["python -m spacy assemble configs/linker_rules.cfg training/pipeline --paths.kb kbs/mesh_final --paths.encoder "
                  "training/retriever/best --paths.aliases training/aliases.json --paths.names kbs/mesh_names "
@@ -77,7 +80,8 @@ BC5CDR_MESH = {
                  "corpus/bc5cdr_train.spacy --output metrics/bc5cdr_dev.json --markdown metrics/bc5cdr_dev.md "
                  '--title "BC5CDR dev vs MeSH"'],  # its title since session 68
     "train_e2e": ["python -m spacy_pel.train_e2e configs/train_e2e.cfg --output training/e2e --seeds 1 --training.device auto "
-                  "--encoder.base training/retriever/best --paths.kb kbs/mesh_final --training.max_steps 0"],
+                  "--encoder.base training/retriever/best --paths.kb kbs/mesh_final --paths.train corpus/bc5cdr_train.spacy "
+                  "--paths.dev corpus/bc5cdr_dev.spacy --training.max_steps 0"],
     "pipeline_e2e": ["python -m spacy assemble configs/linker_e2e.cfg training/pipeline_e2e --paths.kb kbs/mesh_final --paths.encoder "
                      "training/retriever/best --paths.span_model training/e2e --paths.aliases training/aliases.json "
                      "--paths.names kbs/mesh_names --components.pel_linker.context_window 32"],
@@ -150,7 +154,7 @@ def test_default_vars_render_the_bc5cdr_mesh_commands():
         assert commands[name]["script"] == script, name
     assert commands["train"]["deps"] == ["configs/train_pb_random.cfg", "corpus/bc5cdr_train.spacy", "corpus/bc5cdr_dev.spacy", "kbs/mesh"]
     assert commands["evaluate"]["outputs"] == ["metrics/bc5cdr_dev.json", "metrics/bc5cdr_dev.md"]
-    assert commands["fetch_assets"]["outputs"] == ["assets/bc5cdr", "assets/mesh"]
+    assert commands["fetch_assets"]["outputs"] == ["assets/bc5cdr", "assets/mesh"] and commands["fetch_assets"]["no_skip"]
     assert workflows["all"] == ["fetch_assets", "convert", "build_kb", "label_types", "train", "final_kb", "build_names",
                                 "aliases", "pipeline", "calibrate", "evaluate", "package"]
     assert commands["final_kb"]["deps"] == ["assets/mesh", "kbs/mesh", "training/retriever/best"]
@@ -224,9 +228,9 @@ def test_the_ncbi_medic_set_reaches_every_dataset_step():
     assert commands["build_kb"]["script"] == ["python -m spacy_pel.build_kb --kb assets/ncbi-disease/medic_06Jul2012.txt "
                                               "--format medic --encoder all-MiniLM-L6-v2 --output kbs/medic --force --device auto"]
     data = "--paths.train corpus/ncbi_train.spacy --paths.dev corpus/ncbi_dev.spacy"
-    assert commands["train"]["script"][0].endswith(f"--paths.kb kbs/medic --training.epochs 3 --loss.name ce_cosine "
-                                                   f"--negatives.hard_fraction 0.5 --training.lr 0.00005 {data}")
-    assert commands["train_e2e"]["script"][0].endswith(f"--paths.kb kbs/medic_final --training.max_steps 0 {data}")
+    assert commands["train"]["script"][0].endswith(f"--paths.kb kbs/medic {data} --training.epochs 3 --loss.name ce_cosine "
+                                                   f"--negatives.hard_fraction 0.5 --training.lr 0.00005")
+    assert commands["train_e2e"]["script"][0].endswith(f"--paths.kb kbs/medic_final {data} --training.max_steps 0")
     assert commands["pipeline"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_rules.cfg training/ncbi_medic/pipeline ")
     assert commands["pipeline_e2e"]["script"][0].startswith("python -m spacy assemble training/ncbi_medic/linker_e2e.cfg ")
     assert commands["package"]["script"][-1].endswith("--name pel_ncbi_medic --version 0.1.0 --build wheel --force")
@@ -267,8 +271,8 @@ def test_the_bc5cdr_ncbi_preset_is_the_default_recipe_on_both_training_corpora()
                                                 "assets/ncbi-disease/NCBItrainset_corpus.txt corpus/bc5cdr_ncbi_train.spacy --skip-bad-lines")
     assert commands["fetch_assets"]["script"][0].endswith("--data bc5cdr --data mesh --data ncbi-disease")
     train = commands["train"]["script"][0]
-    assert train == default["train"]["script"][0].replace("training/retriever", "training/bc5cdr_ncbi/retriever") + \
-        " --paths.train corpus/bc5cdr_ncbi_train.spacy --paths.dev corpus/bc5cdr_ncbi_dev.spacy"
+    assert train == default["train"]["script"][0].replace("training/retriever", "training/bc5cdr_ncbi/retriever").replace(
+        "corpus/bc5cdr_", "corpus/bc5cdr_ncbi_")
     assert commands["build_kb"]["script"] == default["build_kb"]["script"]  # MeSH encoded as the default encodes it
 
 
@@ -324,10 +328,13 @@ def docs_project(tmp_path: Path, tiny_encoder_dir) -> tuple:
 
 
 def fetch_and_convert(project: Path, extra: list) -> None:
-    """The documented line, ``xargs -a ARGS python -m spacy project run STEP .``, for the first two steps."""
+    """The documented line for a preset and vars of your own, ``{ cat ARGS; echo 'VARS'; } | xargs python -m spacy
+    project run STEP .`` (the vars after the preset's, so they win, as :func:`render` gives them), for the first two
+    steps."""
+    lines = (project / "configs" / "datasets" / "mine.args").read_text(encoding="utf8").rstrip("\n") + "\n" + shlex.join(extra) + "\n"
     for step in ("fetch_assets", "convert"):
-        run = subprocess.run(["xargs", "-a", "configs/datasets/mine.args", sys.executable, "-m", "spacy", "project", "run",
-                              step, ".", *extra], capture_output=True, text=True, cwd=project, timeout=300)
+        run = subprocess.run(["xargs", sys.executable, "-m", "spacy", "project", "run", step, "."], input=lines,
+                             capture_output=True, text=True, cwd=project, timeout=300)
         assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
 
 

@@ -48,7 +48,7 @@ from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
 from .config import PathLike
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
-from .run_config import load_config, stamp_changes
+from .run_config import load_config, run_lock, stamp_changes
 
 log = logging.getLogger(__name__)
 WORK_SUFFIX = ".work"
@@ -394,6 +394,7 @@ def adapt(config: Optional[PathLike], output: PathLike, overrides: Optional[dict
           progress: bool = True) -> Dict[str, Any]:
     """Self-align as the config file ``config`` (``None``: the defaults of
     :class:`~.adapt_config.AdaptConfig`) with ``overrides`` (``{"kb.path": …}``) says."""
-    raw = load_config(config, overrides) if config is not None else nested(dict(overrides or {}))
-    cfg = AdaptConfig.from_config(raw, str(config or "adapt settings"))
-    return run_adapt(cfg, output, progress=progress)
+    with run_lock(output):  # the output's lock, held throughout
+        raw = load_config(config, overrides) if config is not None else nested(dict(overrides or {}))
+        cfg = AdaptConfig.from_config(raw, str(config or "adapt settings"))
+        return run_adapt(cfg, output, progress=progress)

@@ -25,7 +25,7 @@ from ..models.encoder import BiEncoder
 from ..retrieval.build import load_encoder
 from .config import ConfigError, check, parse_config
 from .reranker import RerankerConfig, train_reranker
-from .run_config import load_config, save_run_config
+from .run_config import load_config, run_lock, save_run_config
 from .span_scorer import train_span_scorer
 
 T = TypeVar("T")
@@ -127,10 +127,11 @@ class RerankerFile:
 def train_reranker_from_config(cfg: RerankerFile, raw: Config, output: PathLike, progress: bool = True,
                                resume: bool = True) -> Dict[str, Any]:
     """:func:`~spacy_pel.training.reranker.train_reranker` with a read config (:func:`read_config`);
-    ``raw`` is saved as ``output/config.cfg``."""
-    save_run_config(raw, output)
-    return train_reranker(cfg.settings(), cfg.paths.encoder, cfg.paths.kb, cfg.paths.train, output,
-                          progress=progress, resume=resume)
+    ``raw`` is saved as ``output/config.cfg``; the output's lock is held throughout (:func:`~.run_config.run_lock`)."""
+    with run_lock(output):
+        save_run_config(raw, output)
+        return train_reranker(cfg.settings(), cfg.paths.encoder, cfg.paths.kb, cfg.paths.train, output,
+                              progress=progress, resume=resume)
 
 
 # ------------------------------------------------------------------ the span scorer
@@ -176,13 +177,14 @@ def train_spans_from_config(cfg: SpanScorerFile, raw: Config, output: PathLike, 
                             resume: bool = False, encoder: Optional[BiEncoder] = None) -> Dict[str, Any]:
     """:func:`~spacy_pel.training.span_scorer.train_span_scorer` with a read config: the encoder
     (fp32, unless given already loaded) and both corpora loaded from ``[paths]``; ``raw`` is saved as
-    ``output/config.cfg``."""
-    nlp = spacy.blank("en")
-    encoder = encoder if encoder is not None else load_encoder(cfg.paths.encoder, precision="fp32")
-    train, dev = read_docbin(nlp, cfg.paths.train), read_docbin(nlp, cfg.paths.dev)
-    require_gold_spans(cfg.paths.train, train, "the span scorer would learn nothing")
-    require_gold_spans(cfg.paths.dev, dev, "the span scorer would pick its threshold on nothing")
-    save_run_config(raw, output)
-    t = cfg.training
-    return train_span_scorer(encoder, train, dev, Path(output), cfg.spans.max_len, t.epochs, t.lr, t.seed,
-                             progress=progress, resume=resume)
+    ``output/config.cfg``; the output's lock is held throughout (:func:`~.run_config.run_lock`)."""
+    with run_lock(output):
+        nlp = spacy.blank("en")
+        encoder = encoder if encoder is not None else load_encoder(cfg.paths.encoder, precision="fp32")
+        train, dev = read_docbin(nlp, cfg.paths.train), read_docbin(nlp, cfg.paths.dev)
+        require_gold_spans(cfg.paths.train, train, "the span scorer would learn nothing")
+        require_gold_spans(cfg.paths.dev, dev, "the span scorer would pick its threshold on nothing")
+        save_run_config(raw, output)
+        t = cfg.training
+        return train_span_scorer(encoder, train, dev, Path(output), cfg.spans.max_len, t.epochs, t.lr, t.seed,
+                                 progress=progress, resume=resume)

@@ -54,7 +54,7 @@ from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_ment
 from ..retrieval.index import EntityIndex
 from .config import JointConfig, PathLike
 from .loop import StepOutput, Task, TrainingLoop, checkpoint_to_resume
-from .run_config import config_for_run, load_config
+from .run_config import config_for_run, load_config, run_lock
 
 __all__ = ["DocExample", "JointTask", "SCORER_FILE", "train_e2e", "train_e2e_seeds"]
 SEEDS_DIR = "seeds"  # train_e2e_seeds: the further span models' folders, inside the output
@@ -244,9 +244,11 @@ def run_joint(cfg: JointConfig, output: Path, progress: bool = True) -> Dict[str
 
 def train_e2e(config: PathLike, output: PathLike, overrides: Optional[dict] = None, progress: bool = True) -> Dict[str, Any]:
     """Train as the config file ``config`` (with ``overrides``) says; the resolved config is saved as
-    ``output/config.cfg``. Returns the final state (steps, best dev strict F1, history, γ report)."""
-    cfg, output = config_for_run(JointConfig, config, output, overrides)
-    return run_joint(cfg, output, progress)
+    ``output/config.cfg``. Returns the final state (steps, best dev strict F1, history, γ report). The
+    output's lock is held throughout (:func:`~.run_config.run_lock`)."""
+    with run_lock(output):
+        cfg, output = config_for_run(JointConfig, config, output, overrides)
+        return run_joint(cfg, output, progress)
 
 
 def train_e2e_seeds(config: PathLike, output: PathLike, seeds: int = 1, overrides: Optional[dict] = None,
@@ -255,14 +257,16 @@ def train_e2e_seeds(config: PathLike, output: PathLike, seeds: int = 1, override
     ``training.seed`` + k in ``output/seeds/<k>``) and list their ``best`` folders in
     ``output/span_models.json``; a model whose run finished resumes at its end. Returns each run's state.
     The list is removed first and written once all have trained: a run killed midway leaves ``output``
-    standing for its ``best`` alone, never for an earlier run's further models."""
+    standing for its ``best`` alone, never for an earlier run's further models. ``output``'s lock is held
+    throughout, over all the models (:func:`~.run_config.run_lock`)."""
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
         raise ValueError(f"seeds must be an integer ≥ 1, not {seeds!r}")
     overrides, output = dict(overrides or {}), Path(output)
-    base = JointConfig.from_config(load_config(config, overrides), str(config)).training.seed
-    folders = [output] + [output / SEEDS_DIR / str(k) for k in range(1, seeds)]
-    (output / MODELS_FILE).unlink(missing_ok=True)
-    states = [train_e2e(config, folder, {**overrides, **({"training.seed": base + k} if k else {})}, progress)
-              for k, folder in enumerate(folders)]
-    write_models_file(output, [folder / "best" for folder in folders])
-    return states
+    with run_lock(output):
+        base = JointConfig.from_config(load_config(config, overrides), str(config)).training.seed
+        folders = [output] + [output / SEEDS_DIR / str(k) for k in range(1, seeds)]
+        (output / MODELS_FILE).unlink(missing_ok=True)
+        states = [train_e2e(config, folder, {**overrides, **({"training.seed": base + k} if k else {})}, progress)
+                  for k, folder in enumerate(folders)]
+        write_models_file(output, [folder / "best" for folder in folders])
+        return states

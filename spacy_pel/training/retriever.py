@@ -67,7 +67,7 @@ from .entity_swaps import entity_swaps
 from .fgsm import FGSM
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
 from .name_pairs import NamePairLoss
-from .run_config import config_for_run
+from .run_config import config_for_run, run_lock
 from .stages import Batch, Examples, Stage, replaying
 from .synonyms import pair_inputs, sample_pairs, split_synonyms
 
@@ -384,6 +384,8 @@ def run_retriever(cfg: RetrieverConfig, output: Path, progress: bool = True) -> 
 
 def train(config: PathLike, output: PathLike, overrides: Optional[dict] = None, progress: bool = True) -> Dict[str, Any]:
     """Train as the config file ``config`` (with ``overrides``) says; the resolved config is saved as
-    ``output/config.cfg``. Returns the final state (step, best dev recall@1, history)."""
-    cfg, output = config_for_run(RetrieverConfig, config, output, overrides)
-    return run_retriever(cfg, output, progress)
+    ``output/config.cfg``. Returns the final state (step, best dev recall@1, history). The output's lock is
+    held throughout (:func:`~.run_config.run_lock`)."""
+    with run_lock(output):
+        cfg, output = config_for_run(RetrieverConfig, config, output, overrides)
+        return run_retriever(cfg, output, progress)

@@ -3,7 +3,8 @@ saving the resolved file beside the run's output, and telling a checkpoint left 
 settings, or by one that read other contents under the same paths (a corpus converted again, a KB
 rebuilt, a retrained encoder), from one this run may resume. A run is recorded before its inputs are
 read and takes effect — a stale checkpoint dropped, the config and digests written — only when its
-training starts (:func:`start_run`): a run refused for a typo costs the previous one nothing.
+training starts (:func:`start_run`): a run refused for a typo costs the previous one nothing. A run
+holds its output's lock from start to end (:func:`run_lock`): one run at a time writes an output.
 
 The typed sections the files become are :mod:`spacy_pel.training.config`'s; this module knows only
 files and folders, so every trainer (the retriever's, the joint model's, adapt) reads its file here.
@@ -14,12 +15,14 @@ import json
 import logging
 import os
 import shutil
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Type, TypeVar, Union
 
 from confection import Config, ConfigValidationError
 
-from ..files import InputError, atomic_write, file_digest, folder_digest, json_text, read_text
+from ..files import InputError, atomic_write, file_digest, folder_digest, json_text, output_lock, read_text
 from ..retrieval.index import is_name_index
 
 T = TypeVar("T")
@@ -37,6 +40,7 @@ PENDING_FILE = "pending_run.json"  # a run recorded but not started yet (save_ru
 RUN_OUTPUTS = (CHECKPOINT_DIR, "best", "train_log.json", "after_*", "span_scorer.safetensors", "span_report.json",
                "rerank_report.json")
 DISCARDED = ".discarded-"  # prefix of an earlier run's output renamed aside and not yet removed (a kill in between)
+_HELD = threading.local()  # the outputs whose run_lock this thread holds (a nested run keeps it)
 # settings a run may change and still resume its checkpoint (none changes what a step computes; the time
 # budget counts over resumed runs, so a run stopped by it is continued with a longer one)
 RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"), ("training", "max_minutes"))
@@ -88,6 +92,28 @@ def stamp_changes(old: Mapping[str, Any], new: Mapping[str, Any], names: Mapping
             what += f" ({', '.join(changed_settings(old[key], new[key]))})"
         out.append(what + ("" if key in old else " (not recorded there)"))
     return out
+
+
+@contextmanager
+def run_lock(output: PathLike) -> Iterator[None]:
+    """The lock every trainer holds on its ``output`` for its whole run (``OUTPUT.lock`` beside it,
+    :class:`~spacy_pel.files.output_lock`, as build-kb's): a second run into the same output, started while
+    this one trains, fails at once with :class:`~spacy_pel.files.OutputBusyError` naming the holder's pid,
+    instead of setting this run's outputs aside (:func:`start_run`) while it still writes them. A run nested
+    in one that holds it (``train_e2e_seeds``' first model, ``train_e2e`` into the same output) keeps it. An
+    output without a name of its own (``.``) is locked by its absolute path."""
+    output = Path(output)
+    output = output if output.name not in ("", "..") else Path(os.path.abspath(output))
+    key, held = os.path.abspath(output), _HELD.__dict__.setdefault("outputs", set())
+    if key in held:
+        yield
+        return
+    with output_lock(output):
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
 
 
 def config_for_run(cls: Type[T], config: PathLike, output: PathLike, overrides: Optional[Mapping[str, Any]] = None):

@@ -48,7 +48,7 @@ from .adapt import (
 )
 from .config import ConfigError, PathLike, RetrieverConfig, TrainingSection
 from .retriever import run_retriever
-from .run_config import load_config
+from .run_config import load_config, run_lock
 
 # the settings of configs/adapt.cfg, for a user without the repository's configs
 DEFAULTS: Dict[str, Any] = {
@@ -116,22 +116,24 @@ def adapt_retriever(config: Optional[PathLike], output: PathLike, overrides: Opt
     """Self-align in the retriever's formats as ``config`` + ``overrides`` say (``paths.kb`` and
     ``paths.kb_format`` name the KB file); write the encoder to ``output``. Returns the loop's state.
     A saved start encoder keeps its input settings unless ``overrides`` set them (see the module doc);
-    with nothing to train it is written as it is (:func:`write_start_encoder`)."""
+    with nothing to train it is written as it is (:func:`write_start_encoder`). The output's lock is held
+    throughout (:func:`~.run_config.run_lock`)."""
     output = Path(output)
-    check_output(output)
-    base = retriever_adapt_config(config, overrides)["encoder"]["base"]
-    given = dict(overrides or {})
-    overrides = {**kept_settings(base), **given}
-    raw = retriever_adapt_config(config, overrides)
-    if nothing_to_train(raw):
-        return write_start_encoder(base, output, raw, given)
-    cfg = RetrieverConfig.from_config(raw, str(config or "adapt settings"))
-    work = work_folder(output)
-    prepare_work(work, inputs_stamp(raw, cfg, base, output), cfg.training.resume)
-    raw.to_disk(work / "config.cfg")
-    state = run_retriever(cfg, work, progress)
-    publish(work, output, state)
-    return state
+    with run_lock(output):
+        check_output(output)
+        base = retriever_adapt_config(config, overrides)["encoder"]["base"]
+        given = dict(overrides or {})
+        overrides = {**kept_settings(base), **given}
+        raw = retriever_adapt_config(config, overrides)
+        if nothing_to_train(raw):
+            return write_start_encoder(base, output, raw, given)
+        cfg = RetrieverConfig.from_config(raw, str(config or "adapt settings"))
+        work = work_folder(output)
+        prepare_work(work, inputs_stamp(raw, cfg, base, output), cfg.training.resume)
+        raw.to_disk(work / "config.cfg")
+        state = run_retriever(cfg, work, progress)
+        publish(work, output, state)
+        return state
 
 
 def inputs_stamp(raw: Config, cfg: RetrieverConfig, base: str, output: Path) -> Dict[str, Any]:
