@@ -135,13 +135,15 @@ def test_prodigy_review_tasks_read_back_as_the_links(pipelines, tmp_path):
     assert [a.ids[0] for d in back for a in d.annotations] == expected
 
 
-def test_a_spacy_corpus_links_as_its_pubtator_source(pipelines, tmp_path):
+@pytest.mark.parametrize("suffix, written", [(".jsonl", '"id": "12"'), (".pubtator", "12|t|Flutter after aspirin.")])
+def test_a_spacy_corpus_links_as_its_pubtator_source(pipelines, tmp_path, suffix, written):
+    """PubTator output of a .spacy corpus keeps its titles: convert keeps where each abstract begins (session 73)."""
     corpus = write(tmp_path / "in.txt", PUBTATOR)
     convert_corpora([corpus], tmp_path / "in.spacy")
-    link_file(corpus, tmp_path / "a.jsonl", pipelines[1], progress=False)
-    link_file(tmp_path / "in.spacy", tmp_path / "b.jsonl", pipelines[1], progress=False)
-    a, b = ((tmp_path / n).read_text(encoding="utf8") for n in ("a.jsonl", "b.jsonl"))
-    assert a == b and '"id": "12"' in b
+    link_file(corpus, tmp_path / f"a{suffix}", pipelines[1], progress=False)
+    link_file(tmp_path / "in.spacy", tmp_path / f"b{suffix}", pipelines[1], progress=False)
+    a, b = ((tmp_path / f"{n}{suffix}").read_text(encoding="utf8") for n in "ab")
+    assert a == b and written in b
 
 
 def test_a_file_without_documents_is_refused_in_one_line_whatever_its_format(pipelines, tmp_path):

@@ -4,12 +4,11 @@ the .spacy file see the same boundary ``link`` of the PubTator file does — no 
 .spacy corpus linked into PubTator keeps its title line (session 73: the boundary was lost in conversion)."""
 import spacy
 
-from spacy_pel.bulk.local import link_file
 from spacy_pel.corpora import PASSAGES_KEY, bare_doc, raw_doc, read_docbin, read_pubtator
 from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.models.doc_encoder import within_passages
 
-from .test_link_files import PUBTATOR, pipelines, write  # noqa: F401 (pipelines: a fixture)
+from .test_link_files import PUBTATOR, write
 
 
 def test_convert_keeps_the_abstracts_start_and_raw_docs_carry_it(tmp_path):
@@ -25,11 +24,3 @@ def test_convert_keeps_the_abstracts_start_and_raw_docs_carry_it(tmp_path):
         keep = within_passages(doc, [last.start, last.start], [first.end, last.end])
         assert keep.tolist() == [False, True]
 
-
-def test_a_spacy_corpus_linked_into_pubtator_keeps_its_titles(pipelines, tmp_path):  # noqa: F811
-    corpus = write(tmp_path / "in.txt", PUBTATOR)
-    convert_corpora([corpus], tmp_path / "in.spacy")
-    link_file(corpus, tmp_path / "a.pubtator", pipelines[1], progress=False)
-    link_file(tmp_path / "in.spacy", tmp_path / "b.pubtator", pipelines[1], progress=False)
-    a, b = ((tmp_path / n).read_text(encoding="utf8") for n in ("a.pubtator", "b.pubtator"))
-    assert a == b and "12|t|Flutter after aspirin." in b
