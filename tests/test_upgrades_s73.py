@@ -12,9 +12,11 @@ from spacy.tokens import Span
 
 from spacy_pel.files import InputError
 from spacy_pel.kb import Entity
+from spacy_pel.models.cross_encoder import CrossEncoder
 from spacy_pel.models.encoder import BiEncoder, EncoderMismatchError
 from spacy_pel.retrieval.build import build_kb
 from spacy_pel.retrieval.index import EntityIndex
+from spacy_pel.training.self_alignment import kept_settings
 
 KB = [
     Entity("D1", "lithium carbonate", ["Li2CO3"], ["Chemical"]),
@@ -209,3 +211,14 @@ def test_a_saved_setting_this_version_does_not_know_is_refused_not_dropped(tiny_
     with pytest.raises(InputError) as err:
         BiEncoder.from_pretrained(str(folder))
     assert "entity_synonyms_max" in one_line(err) and "pel_encoder.json" in one_line(err)
+
+
+def test_a_reranker_and_an_adapt_start_saved_before_entity_text_read_descriptions_first(old_encoder, tiny_bert, tmp_path):
+    """The cross-encoder (a re-ranker saved before b92df64) and adapt's kept settings of a start encoder read a
+    missing entity_text as the encoder did then, not as today's default (session 73's upgrade probe, left alone)."""
+    assert kept_settings(str(old_encoder))["encoder.entity_text"] == "description_or_synonyms"
+    folder = tmp_path / "old_reranker"
+    CrossEncoder.from_pretrained(str(tiny_bert)).save(folder)
+    edit_json(folder / "pel_cross_encoder.json", entity_text=None)
+    assert CrossEncoder.from_pretrained(folder).config.entity_text == "description_or_synonyms"
+    assert CrossEncoder.from_pretrained(folder, entity_text="synonyms_or_description").config.entity_text == "synonyms_or_description"

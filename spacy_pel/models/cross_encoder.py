@@ -47,6 +47,7 @@ from .encoder import (
 from .hub import load_safetensors_model
 from .pieces import ENTITY_TEXTS, Mention, check_entity_text, entity_pieces, entity_text_fields, marked_mentions
 from .precision import pick_device
+from .saved_settings import SAVED_BEFORE
 
 PathLike = Union[str, Path]
 CONFIG_FILE = "pel_cross_encoder.json"
@@ -100,7 +101,8 @@ class CrossEncoder(torch.nn.Module):
         quiet_transformers()
         path = Path(str(name_or_path)).expanduser()
         if (path / CONFIG_FILE).exists():
-            data = json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))
+            # a setting the file lacks reads as what it did when saved (entity_text: descriptions first)
+            data = {**SAVED_BEFORE, **json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))}
             data.update(overrides)
             config = CrossEncoderConfig(**{f.name: data[f.name] for f in fields(CrossEncoderConfig) if f.name in data})
             kw = {"local_files_only": True}

@@ -35,6 +35,7 @@ from confection import Config
 
 from ..files import atomic_dir, file_digest, json_text
 from ..models.encoder import CONFIG_FILE, BiEncoder
+from ..models.saved_settings import SAVED_BEFORE
 from .adapt import (
     LOG_FILE,
     UNSTAMPED,
@@ -78,7 +79,7 @@ def kept_settings(base: str) -> Dict[str, Any]:
     path = Path(str(base)) / CONFIG_FILE
     if not path.exists():
         return {}
-    saved = json.loads(path.read_text(encoding="utf8"))
+    saved = {**SAVED_BEFORE, **json.loads(path.read_text(encoding="utf8"))}  # a setting it lacks: what it did then
     return {f"encoder.{key}": saved[key] for key in KEPT if key in saved}
 
 
