@@ -50,6 +50,8 @@ def main(
     cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="With --ray: CPUs and torch threads per actor"),
 ):
     """Encode every entity of a KB file and write an entity index folder."""
+    if chunk_size < 1:  # 0 is no "default": the build would encode nothing
+        fail(f"--chunk-size must be at least 1, not {chunk_size}")
     if reuse is not None and not (reuse / "meta.json").is_file():
         fail(f"--reuse {reuse} is not a KB folder (no meta.json)")
     try:

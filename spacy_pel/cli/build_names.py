@@ -42,6 +42,8 @@ def main(
     cpus_per_worker: int = typer.Option(1, "--cpus-per-worker", help="With --ray: CPUs and torch threads per actor"),
 ):
     """Encode every name and synonym of a KB folder's entities as its own row (a name-level index)."""
+    if chunk_size < 1:  # 0 is no "default": the build would encode nothing
+        fail(f"--chunk-size must be at least 1, not {chunk_size}")
     if not (kb / "meta.json").is_file():
         fail(f"{kb} is not a KB folder (no meta.json); build one with build-kb")
     require_writable_parent(output or kb / "names", "output")

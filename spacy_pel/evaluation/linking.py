@@ -100,9 +100,15 @@ def row_confidence(row) -> float:
     return float(row[3]) if len(row) > 3 else float(row[2][0]) if len(row[2]) else -np.inf
 
 
+def has_candidate(row) -> bool:
+    """Whether a :func:`mention_table` row has a first candidate: a mention without one (no word character, an
+    empty KB) is NIL whatever the threshold, as ``PELLinker.decide`` makes it."""
+    return bool(row[1]) and row[1][0] is not None
+
+
 def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, threshold: Optional[float] = None) -> dict:
     """Metrics from :func:`mention_table` rows; ``kb_ids`` is the set (or dict) of ids in the KB;
-    NIL is decided on :func:`row_confidence`."""
+    NIL is decided on :func:`row_confidence`, and a mention with no candidate is NIL (:func:`has_candidate`)."""
     groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
     ranks = np.full(len(rows), np.inf)
     top = np.zeros(len(rows))
@@ -130,6 +136,7 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
     linkable = groups["in_kb"] + groups["absent"]
     is_nil = np.array([row[0] == [NIL] for row in rows], dtype=bool)
     pred_nil = top < threshold if threshold is not None else np.zeros(len(rows), bool)
+    pred_nil |= np.array([not has_candidate(row) for row in rows], dtype=bool)  # the linker's NIL whatever the threshold
     correct = np.where(is_nil, pred_nil, (ranks <= 1) & ~pred_nil)
     report = {
         "mentions": len(rows),

@@ -28,88 +28,17 @@ from spacy.tokens import Doc
 from ..corpora import NIL, gold_ids, gold_spans, raw_doc, read_docbin
 from ..files import InputError
 from ..pipeline.linker import configure_linker, find_linker
-from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products
+from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products, threshold_range
 from ..pipeline.retarget import check_output
 from ..pipeline.span_data import CONFIDENCE_ATTR
 from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions, require_linked_gold
 from ..retrieval.index import EntityIndex
 from .calibration_record import save_calibrated
 from .linking import Canonical, exact_hits, linked_mentions, linker_scope, mention_table, pipeline_nil_labels
-from .metrics import average_precision
+from .nil_curve import nil_curve, plot_curve
 
 NIL_STRATEGIES = ("top_score", "classifier", "classifier_pairs")
 TYPE_SHARE = 0.05  # a KB type goes with a label when at least this share of the label's gold entities has it
-
-
-def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.ndarray] = None,
-              max_r1_loss: Optional[float] = None, in_kb: Optional[np.ndarray] = None) -> dict:
-    """Precision/recall/F1 of "NIL if confidence < t" for every useful threshold t; the best one by
-    NIL F1 — among those that turn at most ``max_r1_loss`` of the in-KB mentions from ``correct``
-    (linked right) to NIL, when both are given (``correct``: per mention, its best candidate is gold).
-    ``in_kb`` marks the in-KB mentions, the share's denominator (default: every mention not NIL; give it
-    when some gold ids are absent from the KB: those are no in-KB mentions)."""
-    if not is_nil.any():
-        raise InputError("the corpus has no gold NIL mentions: NIL calibration needs some")
-    order = np.argsort(top_scores, kind="stable")
-    scores, labels = top_scores[order], is_nil[order].astype(float)
-    tp = np.cumsum(labels)
-    n_pred = np.arange(1, len(labels) + 1)
-    precision, recall = tp / n_pred, tp / labels.sum()
-    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
-    # "score < t" with t just above scores[i] predicts NIL for the first i+1 mentions
-    nxt = np.append(scores[1:], scores[-1] + 1e-3)
-    thresholds = (scores + nxt) / 2
-    allowed = np.append(scores[1:] != scores[:-1], True)  # only cut between distinct scores
-    # confidences (cosine, probability) end at 1: a cut above that ("every mention NIL" when the highest is
-    # 1.0, as a decided mention's is) is no threshold a linker can hold
-    allowed &= thresholds <= 1.0
-    loss = np.zeros(len(scores))
-    if correct is not None:
-        in_kb = ~is_nil if in_kb is None else np.asarray(in_kb, dtype=bool)
-        loss = np.cumsum((correct & in_kb)[order].astype(float)) / max(int(in_kb.sum()), 1)
-        if max_r1_loss is not None:
-            allowed &= loss <= max_r1_loss
-    if not allowed.any():
-        raise InputError(f"no threshold keeps the in-KB recall@1 loss within {max_r1_loss}")
-    best = int(np.argmax(np.where(allowed, f1, -1)))
-    return {
-        "threshold": float(thresholds[best]),
-        "p": float(precision[best]),
-        "r": float(recall[best]),
-        "f": float(f1[best]),
-        "in_kb_r1_loss": float(loss[best]),
-        "average_precision": average_precision(is_nil.astype(int), -top_scores),
-        "points": [
-            {"threshold": float(t), "precision": float(p), "recall": float(r), "f1": float(f)}
-            for t, p, r, f, keep in zip(thresholds, precision, recall, f1, allowed)
-            if keep
-        ],
-    }
-
-
-def plot_curve(curve: Optional[dict], path: Path, title: str = "NIL detection") -> None:
-    """The NIL precision-recall curve of :func:`nil_curve` as a PNG; ``None``: a corpus without NIL
-    mentions, an empty plot that says so."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(5, 4))
-    if curve is None:
-        ax.text(0.5, 0.5, "no gold NIL mentions:\nnothing to calibrate", ha="center", va="center")
-    else:
-        recall = [p["recall"] for p in curve["points"]]
-        precision = [p["precision"] for p in curve["points"]]
-        ax.plot(recall, precision, drawstyle="steps-post")
-        ax.scatter([curve["r"]], [curve["p"]], color="red", zorder=3, label=f"threshold {curve['threshold']:.3f} (F1 {curve['f']:.3f})")
-        ax.legend(loc="lower left")
-        title = f"{title} (AP {curve['average_precision']:.3f})"
-    ax.set(xlabel="NIL recall", ylabel="NIL precision", xlim=(0, 1.02), ylim=(0, 1.02), title=title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _save_uncalibrated(nlp, name: str, linker, mentions: int, corpus: Path, pipeline: Path, output: Path,
@@ -377,7 +306,8 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
         confidence = linker.nil(features)
         nlp.get_pipe_config(name)["nil"] = linker.nil.as_config()
         summary["classifier"] = linker.nil.as_config()
-    curve = nil_curve(confidence, is_nil, correct, max_r1_loss, in_kb=in_kb)
+    span = threshold_range(linker.nil, linker.rules.values(), linker.index.metric)  # a classifier's: a probability
+    curve = nil_curve(confidence, is_nil, correct, max_r1_loss, in_kb=in_kb, upper=1.0 if span is None else span[1])
     # settings live in the config: this writes the threshold into config.cfg, which spacy.load reads
     configure_linker(nlp, name, threshold=curve["threshold"])
     summary.update({k: v for k, v in curve.items() if k != "points"} | {"mentions": len(rows), "nil_mentions": int(is_nil.sum())})

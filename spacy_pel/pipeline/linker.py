@@ -17,7 +17,7 @@ a saved pipeline never reaches for the network.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import spacy
@@ -36,6 +36,7 @@ from .batches import link_batch
 from .config import LinkerPart, LinkerSettings, warn_unsaved
 from .contracts import CandidateRule, MentionSource, NilStrategy, VectorStrategy, check_part
 from .folder import LinkerFolder
+from .linked import Linked, per_doc, search_depth
 from .mentions import DocSpans, Found, spans_at
 from .nil import TopScoreNil, nil_features, threshold_range
 from .rules.batch import DECIDED_SCORE, CandidateBatch
@@ -86,16 +87,6 @@ def make_pel_linker(
                               search_precision=search_precision, use_gold_ents=use_gold_ents)
     return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
                      scorer=scorer)
-
-
-class Linked(NamedTuple):
-    """One doc's mentions after the rules: top-k ``scores``/``rows`` (best first, row -1: none), the
-    NIL strategy's ``confidence`` (NIL below the threshold) and its evidence ``features`` (:mod:`.nil`)."""
-
-    scores: np.ndarray
-    rows: np.ndarray
-    confidence: np.ndarray
-    features: np.ndarray
 
 
 def find_linker(nlp: Language, name: Optional[str] = None) -> Tuple[str, "PELLinker"]:
@@ -270,8 +261,11 @@ class PELLinker(LinkerFolder, Pipe):
         """Load the KB (``kb_path``, else the one held, else the config's ``kb``) and the encoder
         (``encoder``, else the one held, else the config's or the KB's). A pipeline that holds its
         resources keeps them when initialize names no other KB; a new KB must match the held
-        encoder's fingerprint unless ``encoder`` is given."""
+        encoder's fingerprint unless ``encoder`` is given. With ``get_examples`` (training), gold mentions that
+        leave no other KB entity to be their negative are refused (:meth:`.updating.Updater.check_examples`)."""
         self._load(str(kb_path) if kb_path else None, str(encoder) if encoder else None)
+        if get_examples is not None:  # spacy train: mentions no negative can be drawn for are refused up front
+            self.updater.check_examples(self, get_examples())
 
     # ------------------------------------------------------------------ linking
     def predict(self, docs: Sequence[Doc], k: Optional[int] = None) -> List[Tuple[list, Linked]]:
@@ -290,7 +284,7 @@ class PELLinker(LinkerFolder, Pipe):
         label)``), after the rules; mentions without a word character get none (row -1). ``span_probs``:
         per doc the span model's probability of each span (the NIL evidence's ``span``; else 1)."""
         self.ensure_loaded()
-        k = k or self.cfg.top_k
+        k = k or self.cfg.top_k  # kept; searched: at least the runner-up too, for the NIL evidence (:mod:`.linked`)
         texts = [d[a:b].text for d, sp in zip(docs, spans) for a, b, _ in sp]
         batch = CandidateBatch(docs, spans, list(texts), None, None, None, self.index)
         for rule in self.rules.values():
@@ -298,7 +292,8 @@ class PELLinker(LinkerFolder, Pipe):
                 rule.prepare(batch)
         wordless = {i for i, text in enumerate(texts) if not any(c.isalnum() for c in text)}
         todo = np.array([i for i in range(len(texts)) if batch.open(i) and i not in wordless], dtype=np.int64)
-        batch.vectors, batch.scores, batch.rows = self._retrieve(docs, spans, todo, len(texts), k, hidden, batch.within)
+        batch.vectors, batch.scores, batch.rows = self._retrieve(docs, spans, todo, len(texts), search_depth(k), hidden,
+                                                                   batch.within)
         for i, row in batch.decided.items():
             batch.rows[i, 0], batch.scores[i, 0] = row, DECIDED_SCORE
         for rule in self.rules.values():
@@ -311,12 +306,7 @@ class PELLinker(LinkerFolder, Pipe):
         features = nil_features(scores, rows, batch.by_rule(), batch.labels, self.index, self.nil.label_types,
                                 texts if getattr(self.nil, "lexical", False) else None, span)
         confidence = np.where(rows[:, :1] < 0, 0.0, np.asarray(self.nil(features), np.float32)[:, None])[:, 0]  # no candidate: 0
-        out, start = [], 0
-        for doc_spans in spans:
-            part = slice(start, start + len(doc_spans))
-            out.append(Linked(scores[part], rows[part], confidence[part], features[part]))
-            start += len(doc_spans)
-        return out
+        return per_doc(spans, k, scores, rows, confidence, features)
 
     def _retrieve(self, docs: Sequence[Doc], spans: Sequence[list], todo: np.ndarray, n: int, k: int,
                   hidden: Optional[list], within: Dict[int, Any]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

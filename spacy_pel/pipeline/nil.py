@@ -5,7 +5,8 @@ The evidence of a mention (:data:`FEATURES`, computed by :func:`nil_features` on
 rules have run):
 
 * ``top`` — the best candidate's score;
-* ``margin`` — its lead over the runner-up (the whole top score when there is none);
+* ``margin`` — its lead over the runner-up (the whole top score when there is none), searched whatever
+  ``top_k`` is (:mod:`.linked`);
 * ``rule`` — 1 when a rule chose the candidates by name (decided by the alias table, an abbreviation
   or a spelling variant, or restricted to the alias table's entities), else 0;
 * ``type`` — 1 when the best entity has a KB type that the span's label goes with (``label_types``,

@@ -128,6 +128,17 @@ def check_linkable(source: str, linkable: int, skipped: Dict[str, int], kb_entit
                     f"linkable; {hint}")
 
 
+def check_negatives(source: str, gold: Sequence[Set[int]], kb_entities: int) -> None:
+    """Refuse (``InputError``) to train on gold mentions whose gold rows (``gold``, :func:`linkable_mentions`'s)
+    are every one of the KB's ``kb_entities`` rows — any mention of a 1-entity KB, a composite mention ``D1|D2``
+    of a 2-entity KB —: their negatives are other entities, and there is none."""
+    whole = sum(len(rows) >= kb_entities for rows in gold)
+    if whole:
+        raise InputError(f"{source}: {whole} of its {len(gold)} linkable gold mentions {'has' if whole == 1 else 'have'} every one of the KB's "
+                         f"{kb_entities} entit{'y' if kb_entities == 1 else 'ies'} as gold ids, leaving no other entity "
+                         "to be their negative; training needs a larger KB (or leave those mentions out)")
+
+
 def require_linked_gold(path, docs: Sequence[Doc], source, name: str, purpose: str) -> None:
     """Refuse (``InputError``) a corpus with gold mentions none of which has a label that the pel_linker ``name``
     links (its mention ``source``: one linker per KB, of some labels only), before any linking: ``purpose`` says
@@ -195,6 +206,12 @@ class Updater:
             self._optimizer = torch.optim.AdamW(params, lr=DEFAULT_LR)
             self._bound = (id(encoder), id(index))
         return self._linking
+
+    def check_examples(self, linker, examples: Iterable[Example]) -> None:
+        """Refuse, before training, examples whose gold mentions leave no negative (:func:`check_negatives`)."""
+        items = [g for eg in examples for g in doc_gold_mentions(eg.reference, linker.mentions)]
+        check_negatives(f"{linker.name}: the training examples", linkable_mentions(items, linker.index.lookup)[1],
+                        len(linker.index))
 
     def mentions(self, linker, examples: Sequence[Example], sample: bool = False) -> Tuple[List[Mention], List[Set[int]]]:
         """The batch's linkable mentions and gold rows; with ``sample``, at most ``max_mentions`` of them."""

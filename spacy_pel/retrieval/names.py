@@ -343,8 +343,8 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
     Returns the report also written to ``output/build_report.json`` (counts, seconds, names/s)."""
     if input not in INPUTS:
         raise InputError(f"unknown name input {input!r}; choose one of {', '.join(INPUTS)}")
-    if not 4 <= max_length <= 512 or batch_size < 1:
-        raise InputError("max length must be in 4..512 word pieces and the batch size at least 1")
+    if not 4 <= max_length <= 512 or batch_size < 1 or (chunk_size is not None and chunk_size < 1):
+        raise InputError("max length must be in 4..512 word pieces, and the batch size and chunk size at least 1")
     kb = Path(kb)
     output = Path(output) if output is not None else kb / NAMES_DIR
     check_output_folder(output, "name index", is_name_index)

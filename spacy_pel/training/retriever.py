@@ -58,7 +58,7 @@ from ..kb import read_kb, require_trainable
 from ..models.encoder import BiEncoder
 from ..models.linking import LinkingLoss, centre_vectors, entity_centre
 from ..models.negatives import HardNegativeMiner
-from ..pipeline.updating import check_linkable, doc_gold_mentions, linkable_mentions
+from ..pipeline.updating import check_linkable, check_negatives, doc_gold_mentions, linkable_mentions
 from ..retrieval.index import EntityIndex
 from .arborescence import ArborescenceLoss, ArborescenceTargets
 from .config import PathLike, RetrieverConfig
@@ -164,12 +164,17 @@ class RetrieverTask(Task):
         # with a frozen entity tower the KB's metric stays; a dot-product loss then scores raw
         # mention vectors against the KB's vectors (normalising a query never changes its ranking)
         self.normalize_mentions = self.loss.kind == "cosine"
+        self.index = kb_records(p.kb, p.kb_format) if p.kb_format else EntityIndex.from_disk(p.kb)
+        nlp = spacy.blank("en")
+        train_docs = read_docbin(nlp, p.train) if p.train else []
+        if p.train:  # before the model loads: each mention needs an entity beyond its gold ones (its negatives)
+            gold = linkable_mentions([g for doc in train_docs for g in doc_gold_mentions(doc)], self.index.lookup)[1]
+            check_negatives(str(p.train), gold, len(self.index))
         source = str(checkpoint / "encoder") if checkpoint else cfg.encoder.base
         self.encoder = BiEncoder.from_pretrained(source, **overrides).to_device(t.device)
         if checkpoint is None:
             self.encoder.config.base = cfg.encoder.base
         self.device = self.encoder.device_
-        self.index = kb_records(p.kb, p.kb_format) if p.kb_format else EntityIndex.from_disk(p.kb)
         if not self.train_entities:
             self.index.check_encoder(self.encoder)
             self.encoder.entity_model.requires_grad_(False)
@@ -180,7 +185,6 @@ class RetrieverTask(Task):
             self.centre = entity_centre(self.index.embeddings)
             self.index = centred_index(self.index, self.centre)
         self.table = torch.from_numpy(self.index.embeddings.astype(np.float32)).to(self.device)
-        nlp = spacy.blank("en")
         self.stages: List[Stage] = []
         held = Examples([], [])
         if cfg.synonyms.steps > 0:
@@ -192,7 +196,7 @@ class RetrieverTask(Task):
             self.stages.append(Stage("synonyms", examples, cfg.synonyms.steps))
         self.skipped: Dict[str, int] = {}
         if p.train:
-            examples, self.skipped = corpus_examples(read_docbin(nlp, p.train), self.index, self.encoder,
+            examples, self.skipped = corpus_examples(train_docs, self.index, self.encoder,
                                                      cfg.augment.entity_swaps, self.seed, source=str(p.train))
             if cfg.synonyms.replay:
                 self.stages[0] = replaying(self.stages[0], examples, cfg.synonyms.replay, t.batch_size)
