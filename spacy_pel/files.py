@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import hashlib
 import json
 import math
@@ -64,25 +63,37 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_SWEPT: set = set()  # the folders this process has swept (once each: a folder of many outputs is listed once)
+
+
 def _sweep_scratch(target: Path) -> None:
-    """Remove the scratch files and folders beside ``target`` that a killed job left (made on this host by a
-    process that is gone): a job killed mid-write leaves a hidden copy of its whole output each time, which
-    nothing else ever removes. An old output set aside by a job killed before its new one took its place is
-    put back instead. Another host's scratch (a shared file system) and a live process's are kept;
-    on Windows, where a process cannot be probed without a handle, nothing is removed."""
-    if os.name == "nt" or not target.parent.is_dir():
+    """Remove the scratch files and folders in ``target``'s folder that killed jobs left (made on this host by a
+    process that is gone), the first time this process writes there: a job killed mid-write leaves a hidden
+    copy of its whole output each time, which nothing else ever removes. An old output set aside by a job
+    killed before its new one took its place is put back instead. Another host's scratch (a shared file
+    system) and a live process's are kept; on Windows, where a process cannot be probed without a handle,
+    nothing is removed."""
+    folder = target.parent
+    if os.name == "nt" or str(folder.resolve()) in _SWEPT or not folder.is_dir():
         return
+    _SWEPT.add(str(folder.resolve()))
     host = socket.gethostname()
-    for kind in ("tmp", "old"):
-        for path in target.parent.glob(f".{glob.escape(target.name)}.{kind}-{glob.escape(host)}-*"):
-            pid = path.name[len(f".{target.name}.{kind}-{host}-"):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                if kind == "old" and not os.path.lexists(target):  # killed between its two renames: the old output back
-                    os.replace(path, target)
-                elif path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+    with os.scandir(folder) as entries:
+        names = [e.name for e in entries if e.name.startswith(".")]
+    for name in names:
+        for kind in ("tmp", "old"):
+            mark = f".{kind}-{host}-"
+            at = name.rfind(mark)
+            pid = name[at + len(mark):].split("-", 1)[0] if at > 0 else ""
+            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            path, own = folder / name, folder / name[1:at]
+            if kind == "old" and not os.path.lexists(own):  # killed between its two renames: the old output back
+                os.replace(path, own)
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def atomic_write(target: PathLike, write) -> None:

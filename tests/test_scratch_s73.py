@@ -1,5 +1,6 @@
 """A job killed mid-write leaves its hidden scratch copy beside the output (``.NAME.tmp-…``, ``.NAME.old-…``): the
-next write of the same output removes those whose process is gone, and keeps a live process's (s72 left alone)."""
+first write into their folder by a process removes those whose process is gone, and keeps a live process's (s72
+left alone)."""
 import os
 import socket
 import subprocess
@@ -36,14 +37,17 @@ def test_a_killed_jobs_scratch_is_swept_and_a_live_ones_kept(tmp_path):
         assert out.name.startswith(f".kb.tmp-{host}-{os.getpid()}-")
 
 
-def test_a_name_with_glob_characters_sweeps_only_its_own(tmp_path):
+def test_a_folder_is_listed_once_per_process_and_names_with_glob_characters_are_read(tmp_path, monkeypatch):
+    """A folder of many outputs (bulk's shards and markers) is listed at the first write only, not at every write."""
     host, dead = socket.gethostname(), _dead_pid()
-    mine, other = tmp_path / f".k[1].tmp-{host}-{dead}-a", tmp_path / f".k1.tmp-{host}-{dead}-a"
-    mine.mkdir()
-    other.mkdir()
-    with atomic_dir(tmp_path / "k[1]") as out:
-        (out / "x").write_text("x", encoding="utf8")
-    assert not mine.exists() and other.exists()
+    left = tmp_path / f".k[1]*.tmp-{host}-{dead}-a"
+    left.mkdir()
+    listed = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or real(path))
+    for n in range(5):
+        atomic_write(tmp_path / f"shard{n}.json", lambda p: p.write_text("{}", encoding="utf8"))
+    assert not left.exists() and listed.count(tmp_path) == 1  # (rmtree lists the removed folder)
 
 
 def test_an_old_output_set_aside_by_a_job_killed_between_its_renames_is_put_back(tmp_path):
@@ -51,8 +55,6 @@ def test_an_old_output_set_aside_by_a_job_killed_between_its_renames_is_put_back
     aside = tmp_path / f".kb.old-{host}-{dead}"
     aside.mkdir()
     (aside / "meta.json").write_text("the old KB", encoding="utf8")
-    atomic_write(tmp_path / "kb.json", lambda p: p.write_text("{}", encoding="utf8"))  # another output's write
-    assert aside.exists()
     try:
         with atomic_dir(tmp_path / "kb"):
             raise RuntimeError("killed again")
