@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from spacy_pel.cli import app
 from spacy_pel.corpora import GOLD_KEY, NIL, bare_doc, write_docbin
 from spacy_pel.evaluation import nil as nil_module
-from spacy_pel.evaluation.linking import metrics
+from spacy_pel.evaluation.errors import mention_errors
+from spacy_pel.evaluation.linking import mention_table, metrics
 from spacy_pel.evaluation.nil import calibrate, nil_curve, plot_curve
 from spacy_pel.files import InputError
 from spacy_pel.models.encoder import BiEncoder
@@ -116,6 +117,13 @@ def test_a_mention_without_candidate_is_counted_as_the_linkers_nil(kb_dir):
     assert nlp(gold(nlp, [(11, 12, "Unit", NIL)])).ents[0].kb_id_ == NIL  # "%": no candidate, the linker's NIL
     scores = nlp.evaluate([Example(bare_doc(doc, nlp.vocab), doc)])
     assert (scores["pel_nil_p"], scores["pel_nil_r"], scores["pel_nil_f"]) == (1.0, 1.0, 1.0)
+
+    # evaluate --errors agrees: a NIL mention the linker left without candidate is no "linked_nil" error
+    linker = nlp.get_pipe("pel_linker")
+    linker.ensure_loaded()
+    only_nil = gold(nlp, [(11, 12, "Unit", NIL)])
+    rows, _ = mention_table(linker, [only_nil])
+    assert mention_errors(rows, [only_nil], linker.index) == []
 
 
 # ---------------------------------------------------------------- bug05 / bug06: the calibrated threshold

@@ -34,7 +34,7 @@ from ..pipeline.aliases import mention_counts
 from ..pipeline.mentions import linked_gold
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import compact_key
-from .linking import row_confidence
+from .linking import has_candidate, row_confidence
 
 KINDS = ("wrong_entity", "called_nil", "linked_nil")
 CAUSES = ("gold_name_unique", "gold_name_shared", "training_alias", "no_name")
@@ -100,7 +100,7 @@ def mention_errors(
     for (n, doc, span), row in zip(spans, rows):
         gold, cands = row[0], row[1]
         confidence = row_confidence(row)
-        called_nil = threshold is not None and confidence < threshold
+        called_nil = (threshold is not None and confidence < threshold) or not has_candidate(row)  # as metrics: no candidate, NIL
         if gold == [NIL]:
             if called_nil:
                 continue
