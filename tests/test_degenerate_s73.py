@@ -163,3 +163,10 @@ def test_the_threshold_is_chosen_within_the_linkers_own_range(kb_dir, tmp_path, 
     assert seen["upper"] == pytest.approx(1.2)
     calibrate(tmp_path / "pipe", tmp_path / "dev.spacy", tmp_path / "out_cls", nil="classifier")
     assert seen["upper"] == 1.0  # a classifier's confidence is a probability
+
+
+def test_build_kb_from_python_refuses_a_chunk_size_of_zero(kb_file, tiny_encoder_dir, tmp_path):
+    """The library call refused 0 only after replacing it by the default (``chunk_size or CHUNK``)."""
+    with pytest.raises(InputError, match="chunk size must be at least 1"):
+        build_kb(kb_file, tmp_path / "kb", format="jsonl", encoder=str(tiny_encoder_dir), chunk_size=0, progress=False)
+    assert not (tmp_path / "kb").exists()

@@ -154,7 +154,7 @@ def build_kb(
     """
     t0 = time.perf_counter()
     output = Path(output)
-    chunk_size = chunk_size or CHUNK
+    chunk_size = CHUNK if chunk_size is None else chunk_size  # 0 is refused by check_options, not the default
     check_options(kb, output, format, encoder, index, add, batch_size, precision, device, chunk_size)
     if ray is not None:
         ray.check()
