@@ -71,8 +71,8 @@ def _sweep_scratch(target: Path) -> None:
     process that is gone), the first time this process writes there: a job killed mid-write leaves a hidden
     copy of its whole output each time, which nothing else ever removes. An old output set aside by a job
     killed before its new one took its place is put back instead. Another host's scratch (a shared file
-    system) and a live process's are kept; on Windows, where a process cannot be probed without a handle,
-    nothing is removed."""
+    system), a live process's and another user's are kept, and one that cannot be removed is left: the write
+    goes on. On Windows, where a process cannot be probed without a handle, nothing is removed."""
     folder = target.parent
     if os.name == "nt" or str(folder.resolve()) in _SWEPT or not folder.is_dir():
         return
@@ -88,12 +88,17 @@ def _sweep_scratch(target: Path) -> None:
             if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
                 continue
             path, own = folder / name, folder / name[1:at]
-            if kind == "old" and not os.path.lexists(own):  # killed between its two renames: the old output back
-                os.replace(path, own)
-            elif path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            try:
+                if path.lstat().st_uid != os.getuid():  # another user's (a shared sticky folder such as /tmp): theirs
+                    continue
+                if kind == "old" and not os.path.lexists(own):  # killed between its two renames: the old output back
+                    os.replace(path, own)
+                elif path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:  # gone meanwhile, or not ours to remove: the write goes on
+                continue
 
 
 def atomic_write(target: PathLike, write) -> None:

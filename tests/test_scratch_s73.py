@@ -61,3 +61,27 @@ def test_an_old_output_set_aside_by_a_job_killed_between_its_renames_is_put_back
     except RuntimeError:
         pass
     assert (tmp_path / "kb" / "meta.json").read_text(encoding="utf8") == "the old KB" and not aside.exists()
+
+
+def test_another_users_scratch_is_theirs_and_a_removal_that_fails_does_not_stop_the_write(tmp_path, monkeypatch):
+    """In a shared sticky folder (/tmp) another user's dead scratch cannot be removed: a PermissionError stopped an
+    unrelated write (/tmp/hHH bug01). Another user's scratch is left; any removal that fails is skipped."""
+    host, dead = socket.gethostname(), _dead_pid()
+    theirs = tmp_path / f".x.json.tmp-{host}-{dead}-a"
+    theirs.write_text("someone else's", encoding="utf8")
+    real_uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: real_uid + 1)  # the file is now another user's
+    atomic_write(tmp_path / "mine.json", lambda p: p.write_text("{}", encoding="utf8"))
+    assert theirs.exists() and (tmp_path / "mine.json").exists()
+    monkeypatch.setattr(os, "getuid", lambda: real_uid)
+    other = tmp_path / "other"
+    other.mkdir()
+    stuck = other / f".y.json.tmp-{host}-{dead}-b"
+    stuck.write_text("x", encoding="utf8")
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(13, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(type(stuck), "unlink", refuse)
+    atomic_write(other / "mine.json", lambda p: p.write_text("{}", encoding="utf8"))
+    assert stuck.exists()
