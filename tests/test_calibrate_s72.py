@@ -141,3 +141,18 @@ def test_each_linkers_calibration_record_is_kept_and_names_its_linker(kbs, tmp_p
     summary = calibrate(tmp_path / "one", corpus, tmp_path / "one_cal")
     assert [p.name for p in (tmp_path / "one_cal").glob("nil_calibration*.json")] == ["nil_calibration.json"]
     assert json.loads((tmp_path / "one_cal" / "nil_calibration.json").read_text())["linker"] == "pel_linker" == summary["linker"]
+
+
+def test_an_unnamed_record_of_another_linker_is_carried_over_under_its_name(kbs, tmp_path):  # noqa: F811
+    """A pipeline calibrated while it had one linker (its nil_calibration.json names it), given a second linker and
+    calibrated for that one: the first linker's record was dropped (session 72 left this alone)."""
+    nlp = two_linkers(kbs)
+    nlp.to_disk(tmp_path / "two")
+    old = {"linker": "chemical_linker", "threshold": 0.5, "calibrated": True}
+    (tmp_path / "two" / "nil_calibration.json").write_text(json.dumps(old), encoding="utf8")
+    corpus = gold(nlp, tmp_path, ["D1", "-1", "D3", "-1"])
+    result = run(calibrate_app, tmp_path / "two", corpus, "-o", tmp_path / "b", "--linker", "disease_linker")
+    assert result.exit_code == 0, result.output
+    records = sorted(p.name for p in (tmp_path / "b").glob("nil_calibration*.json"))
+    assert records == ["nil_calibration.chemical_linker.json", "nil_calibration.disease_linker.json"]
+    assert json.loads((tmp_path / "b" / "nil_calibration.chemical_linker.json").read_text()) == old
