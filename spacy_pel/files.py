@@ -338,14 +338,16 @@ class output_lock:
     written, so that a second process writing the same output fails at once with
     :class:`OutputBusyError` (``TARGET is being built by another process (pid N)``) instead of racing.
 
-    The lock file is removed on exit; so are the folders made to hold it if they are still empty (an
+    An output that is a symlink is locked beside the folder it points to, where it is written, so a run
+    by the link's name and one by the real name exclude each other. The lock file is removed on exit; so are the folders made to hold it if they are still empty (an
     error before anything was written leaves no empty folder behind). The kernel drops the lock of a
     killed process, so a stale lock file never blocks a later run.
     """
 
     def __init__(self, target: PathLike):
         self.target = Path(target)
-        self.path = self.target.with_name(self.target.name + ".lock")
+        real = written_through(self.target)  # a symlinked output: locked where it is written, as by its real name
+        self.path = real.with_name(real.name + ".lock")
 
     def __enter__(self) -> "output_lock":
         self.made = [p for p in reversed(self.path.parents) if not p.exists()]

@@ -109,3 +109,19 @@ def test_the_run_lock_of_a_folder_named_dot_is_beside_it(tmp_path, monkeypatch):
             with output_lock(tmp_path / "here"):
                 pass
     assert not (tmp_path / "here.lock").exists()
+
+
+def test_an_output_by_a_symlink_and_by_its_real_name_share_one_lock(tmp_path):
+    """The lock sat beside the name given, while writes go through the link: two runs wrote one folder (/tmp/hJJ bug02)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with output_lock(real):
+        with pytest.raises(OutputBusyError):
+            with output_lock(tmp_path / "link"):
+                pass
+    with output_lock(tmp_path / "link"):
+        with pytest.raises(OutputBusyError):
+            with output_lock(real):
+                pass
+    assert not list(tmp_path.glob("*.lock"))
