@@ -222,3 +222,15 @@ def test_a_reranker_and_an_adapt_start_saved_before_entity_text_read_description
     edit_json(folder / "pel_cross_encoder.json", entity_text=None)
     assert CrossEncoder.from_pretrained(folder).config.entity_text == "description_or_synonyms"
     assert CrossEncoder.from_pretrained(folder, entity_text="synonyms_or_description").config.entity_text == "synonyms_or_description"
+
+
+def test_a_reranker_refuses_a_setting_it_does_not_know(tiny_bert, tmp_path):
+    """Another version's key in pel_cross_encoder.json, or a mistyped override, was dropped silently (/tmp/hJJ bug01)."""
+    folder = tmp_path / "reranker"
+    CrossEncoder.from_pretrained(str(tiny_bert)).save(folder)
+    with pytest.raises(ValueError, match="entity_txt"):
+        CrossEncoder.from_pretrained(folder, entity_txt="description_or_synonyms")
+    edit_json(folder / "pel_cross_encoder.json", context_window=64)
+    with pytest.raises(InputError, match="context_window") as err:
+        CrossEncoder.from_pretrained(folder)
+    assert "pel_cross_encoder.json" in one_line(err)

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 from transformers import AutoTokenizer
 
-from ..files import atomic_dir
+from ..files import InputError, atomic_dir
 from ..kb import Entity
 from .encoder import (
     DEFAULT_ENCODER,
@@ -100,11 +100,18 @@ class CrossEncoder(torch.nn.Module):
         model name or path. ``overrides`` set :class:`CrossEncoderConfig` fields."""
         quiet_transformers()
         path = Path(str(name_or_path)).expanduser()
+        known = {f.name for f in fields(CrossEncoderConfig)}
+        if set(overrides) - known:  # a mistyped setting, refused for a saved folder as for a new model
+            raise ValueError(f"unknown cross-encoder setting(s) {', '.join(sorted(set(overrides) - known))}; "
+                             f"the settings are {', '.join(sorted(known))}")
         if (path / CONFIG_FILE).exists():
             # a setting the file lacks reads as what it did when saved (entity_text: descriptions first)
             data = {**SAVED_BEFORE, **json.loads((path / CONFIG_FILE).read_text(encoding="utf8"))}
+            if set(data) - known:  # another version's setting, which may change the inputs: never dropped silently
+                raise InputError(f"{path / CONFIG_FILE}: setting(s) {', '.join(sorted(set(data) - known))} unknown to this "
+                                 "version of spacy_pel (the re-ranker was saved by another version); load it with that version")
             data.update(overrides)
-            config = CrossEncoderConfig(**{f.name: data[f.name] for f in fields(CrossEncoderConfig) if f.name in data})
+            config = CrossEncoderConfig(**data)
             kw = {"local_files_only": True}
             tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
             model = load_safetensors_model(str(path / "model"), add_pooling_layer=False, **kw)  # never unpickled
