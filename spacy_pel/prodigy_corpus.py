@@ -18,7 +18,8 @@ span's ``text`` when it has one); its label is the span's ``label`` (``ENTITY`` 
 
 ``link``'s own JSON lines output (``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id, …}]}``,
 a line with ``mentions`` and no ``spans``) is read too: each line one document, its mentions as linked
-(a mention with ``"nil": true``, whatever the linker's NIL label, or with an id starting with ``NIL``, is ``NIL``);
+(a mention with ``"nil": true``, whatever the linker's NIL label, or with an id starting with ``NIL``, is ``NIL``;
+its ``title_length``, where given, keeps where the abstract begins);
 an id seen twice is refused.
 
 A malformed line — not JSON, no text, a span outside it or without an id, one mention linked two ways, a
@@ -109,7 +110,10 @@ def _linked_record(task: dict) -> PubTatorDoc:
     # "nil": true — a NIL mention, its kb_id the linker's NIL label (which may be "CUI-less")
     spans = [{"start": m.get("start_char"), "end": m.get("end_char"), "label": m.get("label"),
               "kb_id": NIL if m.get("nil") else m.get("kb_id"), **({"text": m["text"]} if "text" in m else {})} for m in mentions]
-    return PubTatorDoc(str(doc_id), text, _task_mentions({"text": text, "spans": spans}) if spans else [])
+    title = task.get("title_length")
+    if title is not None and (not isinstance(title, int) or isinstance(title, bool) or not 0 <= title <= len(text)):
+        raise ValueError(f'"title_length" must be a whole number from 0 to the text\'s length, not {title!r}')
+    return PubTatorDoc(str(doc_id), text, _task_mentions({"text": text, "spans": spans}) if spans else [], title_length=title)
 
 
 def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,

@@ -4,11 +4,12 @@ the .spacy file see the same boundary ``link`` of the PubTator file does — no 
 .spacy corpus linked into PubTator keeps its title line (session 73: the boundary was lost in conversion)."""
 import spacy
 
+from spacy_pel.bulk.local import link_file
 from spacy_pel.corpora import PASSAGES_KEY, bare_doc, raw_doc, read_docbin, read_pubtator
 from spacy_pel.corpus_formats import convert_corpora
 from spacy_pel.models.doc_encoder import within_passages
 
-from .test_link_files import PUBTATOR, write
+from .test_link_files import PUBTATOR, pipelines, write  # noqa: F401 (pipelines: a fixture)
 
 
 def test_convert_keeps_the_abstracts_start_and_raw_docs_carry_it(tmp_path):
@@ -24,3 +25,14 @@ def test_convert_keeps_the_abstracts_start_and_raw_docs_carry_it(tmp_path):
         keep = within_passages(doc, [last.start, last.start], [first.end, last.end])
         assert keep.tolist() == [False, True]
 
+
+
+def test_links_jsonl_output_keeps_the_title_length_for_convert(pipelines, tmp_path):  # noqa: F811
+    """A .spacy corpus linked into .jsonl and converted back lost where the abstract begins (/tmp/hJJ bug03)."""
+    corpus = write(tmp_path / "in.txt", PUBTATOR)
+    convert_corpora([corpus], tmp_path / "in.spacy")
+    link_file(tmp_path / "in.spacy", tmp_path / "out.jsonl", pipelines[1], progress=False)
+    convert_corpora([tmp_path / "out.jsonl"], tmp_path / "back.spacy")
+    titles = [d.title_length for d in read_pubtator(corpus)]
+    back = read_docbin(spacy.blank("en"), tmp_path / "back.spacy")
+    assert [list(d.user_data.get(PASSAGES_KEY, ())) for d in back] == [[n + 1] for n in titles]

@@ -1,6 +1,7 @@
 """Linked documents written as files other tools read: JSON lines, PubTator, BioC XML or BioC JSON, Prodigy tasks.
 
-* ``jsonl``: one document a line, ``{"id", "text", "mentions": [{start_char, end_char, text, label, kb_id, nil,
+* ``jsonl``: one document a line, ``{"id", "text", "title_length" (a PubTator document's: the text is title + " " +
+  abstract), "mentions": [{start_char, end_char, text, label, kb_id, nil,
   score, confidence, candidates: [{id, name, score}]}]}`` — everything the linker set; ``nil`` is true for a NIL
   mention, whose ``kb_id`` is the linker's ``nil_label`` (``NIL``, or one of its own such as ``CUI-less``):
   ``convert`` reads such a mention back as NIL;
@@ -167,8 +168,9 @@ def write_linked(docs: Sequence[LinkedDoc], path: files.PathLike, format: str, n
     if format not in OUTPUT_FORMATS:
         raise files.InputError(f"unknown output format {format!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
     if format == "jsonl":
-        files.write_jsonl(({"id": d.doc_id, "text": d.text, "mentions": [jsonl_mention(r, nil_label) for r in d.rows]}
-                           for d in docs), path)
+        files.write_jsonl(({"id": d.doc_id, "text": d.text,
+                            **({"title_length": d.title_length} if d.title_length is not None else {}),
+                            "mentions": [jsonl_mention(r, nil_label) for r in d.rows]} for d in docs), path)
         return
     if format == "prodigy":
         files.write_jsonl((task for d in docs for task in prodigy_tasks(d, nil_label)), path)
