@@ -30,7 +30,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..corpora import GOLD_KEY, PASSAGES_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
-from ..pipeline.given_mentions import GivenMentions, reads_doc_spans, spans_written
+from ..pipeline.given_mentions import GivenMentions, reads_doc_spans, reads_given, spans_written
 from ..pipeline.linker import load_pipeline
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .shards import NO_TITLE
@@ -73,12 +73,6 @@ def count_other_labels(doc: Doc, labels: Optional[frozenset], stats: ConversionS
     for span in doc.spans.get(GOLD_KEY, []):
         if span.label_ not in labels:
             stats.left_out_by_label[span.label_] = stats.left_out_by_label.get(span.label_, 0) + 1
-
-
-def reads_given(sources: Sequence[object]) -> bool:
-    """Whether a linker's mention source may read given spans: any that is no span finder (whose found spans take
-    their entity's type, ``label_from_kb``, and ignore the spans a doc has)."""
-    return any(not getattr(source, "label_from_kb", False) for source in sources)
 
 
 def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None, given: bool = True) -> Doc:

@@ -26,8 +26,10 @@ from ..corpora import ID_SEP, NIL, gold_ids, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
 from ..pipeline.mentions import DocSpans, doc_spans, spans_at
 from ..pipeline.nil import TopScoreNil
+from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from ..retrieval.index import EntityIndex
 from ..retrieval.search import FlatSearch
+from .evidence import agreeing_evidence
 from .nil_ids import nil_cluster_ids
 
 DISCOVERED_KEY = "pel_discovered"  # span group the CLI clusters (all gold spans, overlaps included)
@@ -276,7 +278,8 @@ def discover(
 ) -> Dict[str, int]:
     """Link and discover over all the spans of ``docs`` (``doc.ents``, or ``doc.spans[spans_key]``)
     together, then set each span's ``kb_id_`` to its entity's id or its ``NIL:<n>`` cluster id (fresh
-    spans replace the old). ``linking`` (``"auto"``: the first where the linker's NIL confidence is its best
+    spans replace the old; with ``cluster``, a linker's candidates and confidence on a span made to agree with
+    its new id, as ``pel_discovery`` does: :func:`~.evidence.agreeing_evidence`). ``linking`` (``"auto"``: the first where the linker's NIL confidence is its best
     score and it has no candidate rules, else the second; :func:`resolve_linking`):
 
     * ``cluster`` — clustering inference: mention vectors from the ``pel_linker``'s encoder and
@@ -299,18 +302,28 @@ def discover(
     linking = check_linking(linker, linking, threshold, mention_threshold, mention_margin)
     linker.ensure_loaded()
     docs = list(docs)
-    spans = [[(s.start, s.end, s.label) for s in doc_spans(doc, spans_key)] for doc in docs]
+    held = [list(doc_spans(doc, spans_key)) for doc in docs]
+    spans = [[(s.start, s.end, s.label) for s in doc_held] for doc_held in held]
+    evidence = [(s._.get(CANDIDATES_ATTR), s._.get(CONFIDENCE_ATTR)) for doc_held in held for s in doc_held]
     keys = mention_keys(docs, spans)
     if linking == "pipeline":  # the linker's own decisions, and its NIL mentions clustered among themselves only
         entity_for_mention = linker_decisions(linker, docs, spans)
         components = nil_clusters(linker, docs, spans, entity_for_mention, k, mention_threshold)
     else:
-        entity_for_mention, components, _ = cluster_inference(linker, docs, spans, k, threshold, mention_threshold,
-                                                              mention_margin)
+        entity_for_mention, components, vectors = cluster_inference(linker, docs, spans, k, threshold, mention_threshold,
+                                                                    mention_margin)
+        evidence = [agreeing_evidence(linker, e, v, *ev) if ev[0] else ev
+                    for e, v, ev in zip(entity_for_mention, vectors, evidence)]
     ids = iter(nil_cluster_ids(components, entity_for_mention, keys, first_nil))
+    kept = iter(evidence)
     source = DocSpans(spans_key)
     for doc, found in zip(docs, spans):  # as the linker writes: the spans' ids and the group's attrs kept
         source.write(doc, [Span(doc, a, b, label=label, kb_id=next(ids)) for a, b, label in found])
+        for span in source.spans(doc) if found else ():  # a linker's evidence on the final spans
+            candidates, confidence = next(kept)
+            if candidates is not None or confidence is not None:
+                span._.set(CANDIDATES_ATTR, candidates)
+                span._.set(CONFIDENCE_ATTR, confidence)
     return discovery_counts(entity_for_mention, components)
 
 

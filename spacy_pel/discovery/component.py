@@ -18,16 +18,14 @@ gave the batch already (:mod:`.nil_ids`): a chemical and a disease cluster never
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
 from ..pipeline.linker import PELLinker, find_linker
 from ..pipeline.mentions import spans_at
-from ..pipeline.nil import TopScoreNil
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .cluster import (
     MENTION_MARGIN,
@@ -38,9 +36,8 @@ from .cluster import (
     mention_keys,
     nil_clusters,
 )
+from .evidence import Evidence, agreeing_evidence
 from .nil_ids import NIL_PREFIX, ids_held_elsewhere, next_nil_number, nil_cluster_ids
-
-Evidence = Tuple[Optional[list], Optional[float]]  # a span's pel_candidates and pel_confidence
 
 
 @Language.factory(
@@ -156,20 +153,3 @@ def own_decisions(linker: PELLinker, docs: Sequence[Doc], spans: Sequence[list],
         for n, entity in zip(fresh, linker_decisions(linker, docs, spans_at(spans, fresh))):
             decided[n] = entity
     return decided
-
-
-def agreeing_evidence(linker: PELLinker, entity: Optional[str], vector: np.ndarray, candidates: Optional[list],
-                      confidence: Optional[float]) -> Evidence:
-    """A mention's candidates and confidence once clustering inference has linked it to ``entity``:
-    unchanged when it is NIL or the entity is its first candidate; else the entity first (its own entry, or
-    its similarity to the mention) and its score as the confidence when the linker's confidence is its best
-    score (else None)."""
-    if entity is None or (candidates and candidates[0][0] == entity):
-        return candidates, confidence
-    first = next((c for c in candidates or [] if c[0] == entity), None)
-    if first is None:
-        row = linker.index.resolve(entity)
-        score = float(np.dot(vector, linker.index.vectors(np.asarray([row]))[0]))
-        first = [entity, linker.index.entities.names[row], round(score, 5)]
-    others = [c for c in candidates or [] if c[0] != entity]
-    return [first, *others], (first[2] if isinstance(linker.nil, TopScoreNil) else None)

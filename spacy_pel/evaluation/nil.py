@@ -244,6 +244,23 @@ def plot_e2e_curve(curve: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def check_discovery_settings(nlp, name: str, nil: str) -> None:
+    """Refuse (``InputError``) a NIL classifier for linker ``name`` when a ``pel_discovery`` on it has settings
+    only a top-score linker takes (``spacy.load`` would refuse the pipeline written): ``auto`` links by the
+    classifier's decisions (``pipeline``), which takes no ``threshold``; ``cluster`` needs one (an edge floor)."""
+    for pipe in nlp.pipe_names if nil != "top_score" else ():
+        cfg = nlp.get_pipe_config(pipe)
+        if cfg.get("factory") != "pel_discovery" or cfg.get("linker") != name:
+            continue
+        linking, threshold = cfg.get("linking", "auto"), cfg.get("threshold")
+        if linking != "cluster" and threshold is not None:
+            raise InputError(f"--nil {nil}: {pipe} (linking {linking!r}) would keep {name}'s NIL classifier decisions, "
+                             f"which take no threshold {threshold}: drop it, or set linking 'cluster', then calibrate")
+        if linking == "cluster" and threshold is None:
+            raise InputError(f"--nil {nil}: {pipe} (linking 'cluster') needs an edge floor (threshold) once {name} "
+                             "decides NIL with a classifier: set one, or linking 'auto', then calibrate")
+
+
 def check_calibrate_options(output: Path, plot: Optional[Path] = None, max_r1_loss: Optional[float] = None) -> None:
     """What :func:`calibrate` refuses before loading anything (:class:`~spacy_pel.files.InputError`): an
     ``output`` that writing the pipeline would replace (a file, or a folder that is neither empty nor a
@@ -277,6 +294,7 @@ def calibrate(pipeline: Path, corpus: Path, output: Path, plot: Optional[Path] =
     check_calibrate_options(output, plot, max_r1_loss)
     nlp = spacy.load(pipeline)
     name, linker = find_linker(nlp, linker_name)
+    check_discovery_settings(nlp, name, nil)
     gold_docs = read_docbin(nlp, corpus)
     if docs:
         gold_docs = gold_docs[docs[0] : docs[1]]

@@ -16,9 +16,9 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.util import filter_spans
 
-from ..corpora import NIL, NO_ID
+from ..corpora import NIL, NO_ID, raw_doc
 from ..files import InputError
-from ..pipeline.given_mentions import GivenMentions
+from ..pipeline.given_mentions import GivenMentions, reads_given
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 
 MESH_URL = "https://meshb.nlm.nih.gov/record/ui?ui={}"
@@ -137,10 +137,13 @@ def _with_legend(html: str, not_drawn: int = 0) -> str:
 def link_docs(nlp: Language, docs: Iterable[Doc]) -> Tuple[List[Doc], int]:
     """Link the mentions the docs carry (a corpus's gold mentions) as ``link`` and ``evaluate`` do
     (:class:`~spacy_pel.pipeline.given_mentions.GivenMentions`: every one, overlapping ones too, the
-    pipeline's own NER left out; a linker with a span finder finds its own), and set each doc's entities
-    to the linked spans displaCy can draw: all but those overlapping a longer one. Returns the docs and how
-    many linked mentions are not drawn."""
-    given = GivenMentions(nlp)
+    pipeline's own NER left out; a ``pel_discovery`` after the linkers clusters them all; a pipeline whose
+    linkers all find their own spans, a span finder, links the raw text, as ``link`` does: the given spans cut
+    no token), and set each doc's entities to the linked spans displaCy can draw: all but those overlapping a
+    longer one. Returns the docs and how many linked mentions are not drawn."""
+    given = GivenMentions(nlp, discovery_on_given=True)
+    if not reads_given(given.sources):
+        docs = [raw_doc(nlp, doc) for doc in docs]
     linked_docs, not_drawn = given.pipe(docs), 0
     for doc in linked_docs:
         linked = given.linked_spans(doc)
