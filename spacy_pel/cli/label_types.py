@@ -14,7 +14,7 @@ import typer
 from confection import ConfigValidationError
 
 from ..corpora import read_docbin
-from ..files import atomic_write
+from ..files import LineError, atomic_write
 from ..pipeline.label_map import LabelTypes, learn_label_types, read_label_types, write_linker_config
 from ..retrieval.index import EntityIndex
 from ..retrieval.table import EntityTable
@@ -53,6 +53,8 @@ def check_linker_config(config: Path) -> None:
         detail = err.desc or str(err)  # the parser's own words open the last paragraph ("File contains no section headers.")
         reason = next((ln.strip() for ln in detail.split("\n\n")[-1].splitlines() if ln.strip()), "not valid")
         fail(f"--config {config} is not a pipeline config: {reason}")
+    except LineError as err:  # FILE:LINE: not UTF-8 text (byte 0x.. at column N)
+        fail(f"--config {config} is not a pipeline config: {err}")
     except (UnicodeDecodeError, configparser.Error) as err:
         fail(f"--config {config} is not a pipeline config: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
 
