@@ -260,10 +260,23 @@ def make_doc(nlp: Language, pdoc: PubTatorDoc, stats: Optional[ConversionStats] 
     stats.overlapping += len(spans) - len(ents)
     doc.ents = ents
     doc.user_data["pmid"] = pdoc.pmid
-    if pdoc.title_length is not None:  # title + " " + abstract: the abstract a passage of its own
-        doc.user_data[PASSAGES_KEY] = [pdoc.title_length + 1]
+    set_title_length(doc, pdoc.title_length)
     stats.docs += 1
     return doc
+
+
+def set_title_length(doc: Doc, title_length: Optional[int]) -> Doc:
+    """Keep where a PubTator document's abstract begins (its text is title + " " + abstract) as a passage start
+    of ``doc``, which no found mention crosses; ``None`` (no title) keeps nothing."""
+    if title_length is not None:
+        doc.user_data[PASSAGES_KEY] = [title_length + 1]
+    return doc
+
+
+def title_length(doc: Doc) -> Optional[int]:
+    """The title length :func:`set_title_length` kept on ``doc`` (``convert`` keeps it in ``.spacy`` corpora), else None."""
+    starts = doc.user_data.get(PASSAGES_KEY)
+    return starts[0] - 1 if starts else None
 
 
 def pubtator_to_docs(

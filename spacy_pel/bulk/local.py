@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from .. import files
 from ..bioc_corpus import read_bioc
-from ..corpora import NIL, PASSAGES_KEY, Annotation, PubTatorDoc, gold_spans, read_docbin, read_pubtator
+from ..corpora import NIL, Annotation, PubTatorDoc, gold_spans, read_docbin, read_pubtator, title_length
 from ..corpus_formats import FORMATS as CORPUS_FORMATS
 from ..corpus_formats import corpus_format
 from ..pipeline.mention_finders import check_mention_source
@@ -69,12 +69,6 @@ def _annotated_items(docs: List[PubTatorDoc], where: Callable[[int, PubTatorDoc]
             for n, d in enumerate(docs)]
 
 
-def _title_length(doc) -> Optional[int]:
-    """A converted PubTator document's title length (``convert`` keeps where its abstract begins), else None."""
-    starts = doc.user_data.get(PASSAGES_KEY)
-    return starts[0] - 1 if starts else None
-
-
 def read_documents(path: Path, format: str, bad_lines: Optional[files.BadLines] = None,
                    left_out: Optional[Dict[str, int]] = None) -> List[Tuple[dict, Optional[int]]]:
     """``(item, title length)`` of every document of ``path`` (an item as :class:`.worker.LinkWorker` links
@@ -106,7 +100,7 @@ def _read_items(path: Path, format: str, bad_lines: Optional[files.BadLines],
     if format == "spacy":
         docs = read_docbin(spacy.blank("en"), path)
         return _annotated_items([PubTatorDoc(str(d.user_data.get("pmid", n)), d.text, [
-            Annotation(s.start_char, s.end_char, s.text, s.label_, [NIL]) for s in gold_spans(d)], _title_length(d))
+            Annotation(s.start_char, s.end_char, s.text, s.label_, [NIL]) for s in gold_spans(d)], title_length(d))
             for n, d in enumerate(docs)], lambda n, d: f"{path}: document {n + 1}")
     (chunk,) = plan_chunks(Shard(str(path), path.name, format), ALL_DOCS) or [None]
     items = [] if chunk is None else list(read_chunk(chunk.as_item()))

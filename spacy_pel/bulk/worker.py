@@ -29,7 +29,7 @@ import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpora import GOLD_KEY, PASSAGES_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc
+from ..corpora import GOLD_KEY, UNALIGNED_EXAMPLES, Annotation, ConversionStats, PubTatorDoc, make_doc, set_title_length
 from ..pipeline.given_mentions import GivenMentions, reads_doc_spans, reads_given, spans_written
 from ..pipeline.linker import load_pipeline
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
@@ -80,14 +80,12 @@ def build_doc(nlp: Language, item: dict, stats: Optional[ConversionStats] = None
     non-overlapping ones as ``doc.ents`` too; mentions that cannot be spans are counted in ``stats``); with a title
     (``title_length`` ≥ 0), either way, the abstract's start as a passage start, which no found mention crosses."""
     text = item["text"]
+    title = item.get("title_length", NO_TITLE)
+    title = title if title >= 0 else None
     if item["spans"] and given:
         annotations = [Annotation(a, b, text[a:b], label, ["NIL"]) for a, b, label in json.loads(item["spans"])]
-        doc = make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations), stats)
-    else:
-        doc = nlp.make_doc(text)
-    if item.get("title_length", NO_TITLE) >= 0:
-        doc.user_data[PASSAGES_KEY] = [item["title_length"] + 1]  # title + " " + abstract
-    return doc
+        return make_doc(nlp, PubTatorDoc(item["doc_id"], text, annotations, title_length=title), stats)
+    return set_title_length(nlp.make_doc(text), title)
 
 
 def _failure(err: BaseException) -> str:
