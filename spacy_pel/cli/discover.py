@@ -8,9 +8,10 @@ from typing import Dict, Optional
 import typer
 
 from ..corpora import gold_spans, read_docbin, write_docbin
-from ..discovery.cluster import DISCOVERED_KEY, LINKING, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
+from ..discovery.cluster import DISCOVERED_KEY, MENTION_MARGIN, discover, gold_cluster_scores, resolve_linking
 from ..discovery.gold_corpus import gold_to_cluster, put_back
 from ..pipeline.linker import load_pipeline
+from ..pipeline.linking_mode import LINKING
 from ..pipeline.updating import require_linked_gold
 from ._errors import (
     PIPELINE_HELP,

@@ -24,6 +24,7 @@ from spacy.tokens import Doc, Span
 
 from ..corpora import ID_SEP, NIL, gold_ids, gold_spans
 from ..pipeline.linker import PELLinker, find_linker
+from ..pipeline.linking_mode import check_mode_settings, linking_mode
 from ..pipeline.mentions import DocSpans, doc_spans, spans_at
 from ..pipeline.nil import TopScoreNil
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
@@ -219,37 +220,21 @@ def cluster_inference(
     return (*cluster(vectors, linker.index, k, threshold, mention_threshold, mention_margin), vectors)
 
 
-LINKING = ("auto", "cluster", "pipeline")
-
-
 def resolve_linking(linker: PELLinker, linking: str, threshold: Optional[float] = None) -> str:
-    """``"auto"`` → ``"cluster"`` when the linker's NIL confidence is its best score (its threshold is then
-    a cosine floor for the graph's edges) and it has no candidate rules, else ``"pipeline"``: a NIL
-    classifier's threshold is a probability, and as an edge floor it would make (nearly) every mention NIL;
-    and clustering inference links by the mention vectors alone, so it would overrule what the rules
-    decided (an alias table's exact names). ``"cluster"`` with a NIL classifier needs an explicit
-    ``threshold``; with rules it is taken as asked (the vectors alone)."""
-    score_confidence = isinstance(linker.nil, TopScoreNil)
-    if linking == "auto":
-        return "cluster" if score_confidence and not linker.rules else "pipeline"
-    if linking == "cluster" and threshold is None and not score_confidence and linker.threshold is not None:
-        raise ValueError(f"{linker.name}'s NIL threshold {linker.threshold} is its NIL classifier's probability, not a "
-                         "similarity: give clustering inference an edge floor (threshold), or link with 'pipeline' (or 'auto')")
-    return linking
+    """``linking`` resolved for ``linker`` (:func:`~spacy_pel.pipeline.linking_mode.linking_mode`): ``"auto"`` →
+    ``"cluster"`` when its NIL confidence is its best score and it has no candidate rules, else ``"pipeline"``
+    (clustering inference links by the mention vectors alone, so it would overrule what the rules decided);
+    ``"cluster"`` with a NIL classifier needs an explicit ``threshold`` (``ValueError``)."""
+    return linking_mode(linking, threshold, score_confidence=isinstance(linker.nil, TopScoreNil), rules=bool(linker.rules),
+                        nil_threshold=linker.threshold, linker=linker.name)
 
 
 def check_linking(linker: PELLinker, linking: str, threshold: Optional[float] = None,
                   mention_threshold: Optional[float] = None, mention_margin: float = MENTION_MARGIN) -> str:
-    """``linking`` resolved (:func:`resolve_linking`) after the settings are checked: a known mode, no NaN
-    floor (:func:`check_floors`), no ``threshold`` for ``pipeline`` (``ValueError``)."""
-    if linking not in LINKING:
-        raise ValueError(f"linking must be one of {', '.join(LINKING)}, not {linking!r}")
-    linking = resolve_linking(linker, linking, threshold)
+    """``linking`` resolved (:func:`resolve_linking`) after the settings are checked: no NaN floor
+    (:func:`check_floors`), no ``threshold`` for ``pipeline`` (``ValueError``)."""
     check_floors(threshold, mention_threshold, mention_margin)
-    if linking == "pipeline" and threshold is not None:
-        raise ValueError("threshold is clustering inference's edge floor; linking 'pipeline' keeps the linker's own NIL "
-                         "decisions and clusters its NIL mentions by mention_threshold alone: drop it, or link with 'cluster'")
-    return linking
+    return check_mode_settings(resolve_linking(linker, linking, threshold), threshold)
 
 
 def mention_keys(docs: Sequence[Doc], spans: Sequence[list]) -> List[Tuple[int, int, int, int]]:

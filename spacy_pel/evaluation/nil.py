@@ -28,6 +28,7 @@ from spacy.tokens import Doc
 from ..corpora import NIL, gold_ids, gold_spans, raw_doc, read_docbin
 from ..files import InputError
 from ..pipeline.linker import configure_linker, find_linker
+from ..pipeline.linking_mode import check_mode_settings, linking_mode
 from ..pipeline.nil import FEATURES, PAIRS, ClassifierNil, pair_products, threshold_range
 from ..pipeline.retarget import check_output
 from ..pipeline.span_data import CONFIDENCE_ATTR
@@ -246,19 +247,21 @@ def plot_e2e_curve(curve: dict, path: Path) -> None:
 
 def check_discovery_settings(nlp, name: str, nil: str) -> None:
     """Refuse (``InputError``) a NIL classifier for linker ``name`` when a ``pel_discovery`` on it has settings
-    only a top-score linker takes (``spacy.load`` would refuse the pipeline written): ``auto`` links by the
-    classifier's decisions (``pipeline``), which takes no ``threshold``; ``cluster`` needs one (an edge floor)."""
+    only a top-score linker takes (``spacy.load`` would refuse the pipeline written; the rule:
+    :func:`~spacy_pel.pipeline.linking_mode.linking_mode`): ``auto`` then links by the classifier's decisions
+    (``pipeline``), which takes no ``threshold``; ``cluster`` needs one (an edge floor), the classifier's
+    threshold being a probability."""
     for pipe in nlp.pipe_names if nil != "top_score" else ():
         cfg = nlp.get_pipe_config(pipe)
         if cfg.get("factory") != "pel_discovery" or cfg.get("linker") != name:
             continue
-        linking, threshold = cfg.get("linking", "auto"), cfg.get("threshold")
-        if linking != "cluster" and threshold is not None:
-            raise InputError(f"--nil {nil}: {pipe} (linking {linking!r}) would keep {name}'s NIL classifier decisions, "
-                             f"which take no threshold {threshold}: drop it, or set linking 'cluster', then calibrate")
-        if linking == "cluster" and threshold is None:
-            raise InputError(f"--nil {nil}: {pipe} (linking 'cluster') needs an edge floor (threshold) once {name} "
-                             "decides NIL with a classifier: set one, or linking 'auto', then calibrate")
+        try:  # the threshold calibrate writes stands for the classifier's
+            threshold = cfg.get("threshold")
+            check_mode_settings(linking_mode(cfg.get("linking", "auto"), threshold, score_confidence=False, rules=False,
+                                             nil_threshold=0.5, linker=name), threshold)
+        except ValueError as err:
+            raise InputError(f"--nil {nil}: {pipe} would not load once {name} decides NIL with a classifier: {err}; "
+                             "then calibrate") from err
 
 
 def check_calibrate_options(output: Path, plot: Optional[Path] = None, max_r1_loss: Optional[float] = None) -> None:
