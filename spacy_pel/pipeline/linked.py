@@ -3,7 +3,9 @@ NIL evidence's candidate depth is kept apart from ``top_k``.
 
 The NIL evidence (:func:`~spacy_pel.pipeline.nil.nil_features`) reads the runner-up's score (its
 ``margin``), so the linker searches at least :data:`EVIDENCE_K` candidates for it and keeps ``top_k``
-of them: a strategy fitted at one ``top_k`` decides the same at another (``top_k`` 1 included)."""
+of them: without candidate rules, a strategy fitted at one ``top_k`` decides the same at another (``top_k`` 1
+included). Rules re-score the candidates they are given (``label_types`` re-sorts them by type), so with rules the
+best and the runner-up can come from deeper in a longer list: fit and link at the same ``top_k``."""
 from __future__ import annotations
 
 from typing import List, NamedTuple, Sequence
