@@ -43,22 +43,24 @@ from .nil_ids import NIL_PREFIX, ids_held_elsewhere, next_nil_number, nil_cluste
 @Language.factory(
     "pel_discovery",
     default_config={"linker": "pel_linker", "k": 10, "threshold": None, "mention_margin": MENTION_MARGIN, "batch_size": 1000,
-                    "linking": "auto"},
+                    "linking": "auto", "mention_threshold": None},
     assigns=["doc.ents", "token.ent_kb_id", f"span._.{CANDIDATES_ATTR}", f"span._.{CONFIDENCE_ATTR}"],
     requires=["doc.ents"],
 )
 def make_discovery(
     nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], mention_margin: float, batch_size: int,
-    linking: str = "auto",
+    linking: str = "auto", mention_threshold: Optional[float] = None,
 ):
     """Clustering inference as a pipeline step after ``pel_linker``: ``nlp.pipe`` clusters the
     mentions of each batch of ``batch_size`` docs together (the batch is the corpus). ``linking`` as in
     :func:`~.cluster.discover`: ``auto`` keeps the linker's own decisions and clusters only its NIL
     mentions when it decides NIL with a classifier (a calibrated linker) or applies candidate rules;
     ``mention_margin`` 0.3 is β tuned on BC5CDR dev (0 = arboEL's, which lets mentions merge before they
-    reach their entities; ``benchmarks/discovery.md``). The settings are checked here (:func:`check_settings`)."""
-    check_settings(nlp, linker, k, threshold, mention_margin, batch_size, linking)
-    return Discovery(nlp, name, linker, k, threshold, batch_size, mention_margin, linking)
+    reach their entities; ``benchmarks/discovery.md``). ``mention_threshold``: the floor of mention–mention
+    edges (``cluster``: default ``threshold``; ``pipeline``: the only floor, the NIL mentions joined to their
+    ``k`` nearest however far without it). The settings are checked here (:func:`check_settings`)."""
+    check_settings(nlp, linker, k, threshold, mention_margin, batch_size, linking, mention_threshold)
+    return Discovery(nlp, name, linker, k, threshold, batch_size, mention_margin, linking, mention_threshold)
 
 
 def find_discovery_linker(nlp: Language, name: str) -> PELLinker:
@@ -71,7 +73,7 @@ def find_discovery_linker(nlp: Language, name: str) -> PELLinker:
 
 
 def check_settings(nlp: Language, linker: str, k: int, threshold: Optional[float], mention_margin: float, batch_size: int,
-                   linking: str) -> None:
+                   linking: str, mention_threshold: Optional[float] = None) -> None:
     """Refuse (``ValueError`` naming the setting), when the component is made, what would fail or silently
     do nothing at the first batch (spaCy has checked the types): ``batch_size`` < 1 (``nlp.pipe`` would give
     no document), ``k`` < 0, a NaN floor or a negative margin, an unknown ``linking``, a ``threshold`` the
@@ -82,22 +84,22 @@ def check_settings(nlp: Language, linker: str, k: int, threshold: Optional[float
             raise ValueError(f"pel_discovery: `{setting}` must be an integer of at least {least}, not {value!r}")
     found = find_discovery_linker(nlp, linker)
     try:
-        check_linking(found, linking, threshold, None, mention_margin)
+        check_linking(found, linking, threshold, mention_threshold, mention_margin)
     except ValueError as err:
         raise ValueError(f"pel_discovery: {err}") from None
 
 
 class Discovery:
     def __init__(self, nlp: Language, name: str, linker: str, k: int, threshold: Optional[float], batch_size: int,
-                 mention_margin: float = MENTION_MARGIN, linking: str = "auto"):
+                 mention_margin: float = MENTION_MARGIN, linking: str = "auto", mention_threshold: Optional[float] = None):
         self.nlp, self.name, self.linker_name = nlp, name, linker
         self.k, self.threshold, self.batch_size, self.mention_margin = k, threshold, batch_size, mention_margin
-        self.linking = linking
+        self.linking, self.mention_threshold = linking, mention_threshold
 
     def discover(self, docs: Sequence[Doc]) -> Dict[str, int]:
         """:func:`discover_linked` over ``docs`` with this step's linker and settings; returns its counts."""
         return discover_linked(find_discovery_linker(self.nlp, self.linker_name), docs, self.k, self.threshold,
-                               self.mention_margin, self.linking)
+                               self.mention_margin, self.linking, self.mention_threshold)
 
     def __call__(self, doc: Doc) -> Doc:
         self.discover([doc])
@@ -110,13 +112,14 @@ class Discovery:
 
 
 def discover_linked(linker: PELLinker, docs: Sequence[Doc], k: int = 10, threshold: Optional[float] = None,
-                    mention_margin: float = MENTION_MARGIN, linking: str = "auto") -> Dict[str, int]:
+                    mention_margin: float = MENTION_MARGIN, linking: str = "auto",
+                    mention_threshold: Optional[float] = None) -> Dict[str, int]:
     """:func:`~.cluster.discover` over docs that ``linker`` has linked, on the spans of its mention source
     and, with ``pipeline``, with the decisions they carry (the module doc); a span without one (the linker
     did not run on its doc) is linked afresh. The NIL clusters are numbered after the ``NIL:<n>`` ids the
     batch's other spans hold (another linker's ``pel_discovery`` ran before: distinct clusters, distinct
-    ids). Returns the same counts."""
-    linking = check_linking(linker, linking, threshold, None, mention_margin)
+    ids). ``mention_threshold`` as in :func:`~.cluster.discover`. Returns the same counts."""
+    linking = check_linking(linker, linking, threshold, mention_threshold, mention_margin)
     linker.ensure_loaded()
     docs = list(docs)
     found = [list(linker.mentions.spans(doc)) for doc in docs]
@@ -125,9 +128,9 @@ def discover_linked(linker: PELLinker, docs: Sequence[Doc], k: int = 10, thresho
     evidence: List[Evidence] = [(s._.get(CANDIDATES_ATTR), s._.get(CONFIDENCE_ATTR)) for s in flat]
     if linking == "pipeline":
         entity_for_mention = own_decisions(linker, docs, spans, flat)
-        components = nil_clusters(linker, docs, spans, entity_for_mention, k)
+        components = nil_clusters(linker, docs, spans, entity_for_mention, k, mention_threshold)
     else:
-        entity_for_mention, components, vectors = cluster_inference(linker, docs, spans, k, threshold, None, mention_margin)
+        entity_for_mention, components, vectors = cluster_inference(linker, docs, spans, k, threshold, mention_threshold, mention_margin)
         evidence = [agreeing_evidence(linker, e, v, *ev) for e, v, ev in zip(entity_for_mention, vectors, evidence)]
     first = next_nil_number(ids_held_elsewhere(docs, linker.mentions))  # after another linker's clusters
     ids = iter(nil_cluster_ids(components, entity_for_mention, mention_keys(docs, spans), first))
