@@ -30,6 +30,9 @@ def test_normalize():
     assert normalize(" Li2CO3. ") == "li2co3"
     # decomposed accents (macOS, PDF text): "o" + U+0308 was cut into "sjo gren"
     assert normalize("Sjo\u0308gren Syndrome") == normalize("Sj\u00f6gren syndrome") == "sj\u00f6gren syndrome"
+    # a soft hyphen, zero-width space or BOM inside a word (PDF and web text) does not split it
+    assert normalize("anti\u00adbiotic ag\u200bent\ufeff") == normalize("antibiotic agent") == "antibiotic agent"
+    assert normalize("anti\u2010biotic") == "anti biotic"  # a visible hyphen still separates
 
 
 def test_kb_names_put_the_named_entity_first_and_leave_others_alone(kb_dir):

@@ -20,6 +20,9 @@ from .. import files
 PathLike = Union[str, Path]
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+# invisible format characters a PDF or a web page leaves inside words: soft hyphen, zero-width space / (non-)joiner,
+# left-to-right / right-to-left marks, word joiner, invisible operators, zero-width no-break space (BOM)
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
 ID_SEP = "|"  # joins the ids of a composite mention in a corpus (corpora.ID_SEP): never in a KB id
 ID_SEPARATORS = "|,+"  # what corpus readers split an id column on (BioRED writes A,B and NCBI A+B): none in a KB id
 NIL_IDS = ("-1", "-", "NIL")  # what corpora and the linker write for "no entry" (corpora.NO_ID, corpora.NIL): no KB id
@@ -28,9 +31,10 @@ log = logging.getLogger(__name__)
 
 def normalize(text: str) -> str:
     """The lookup key of a name or surface form: composed (Unicode NFC: ``o`` + U+0308 is ``ö``, as text from
-    macOS or a PDF spells it), case-folded, runs of punctuation/space → one space."""
+    macOS or a PDF spells it), invisible characters dropped (a soft hyphen or zero-width space inside a word
+    does not split it), case-folded, runs of punctuation/space → one space."""
     if not text.isascii():
-        text = unicodedata.normalize("NFC", text)
+        text = _INVISIBLE.sub("", unicodedata.normalize("NFC", text))
     return _NON_WORD.sub(" ", text.casefold()).strip()
 
 
