@@ -14,7 +14,8 @@ of the PubTator reader, so a corpus gives the same ``.spacy`` file in either for
   no id infon is ``NIL`` (as in :func:`.corpora._parse_ids`);
 * relations of any level are not mentions: counted by their ``type`` (or ``relation``) infon;
 * a malformed input is refused as :class:`BioCFormatError`: ``FILE:LINE: reason`` for XML / JSON
-  syntax, ``FILE: document ID, passage at offset N, annotation ID: reason`` for what the file says, or
+  syntax, ``FILE: document ID, passage at offset N, annotation ID: reason`` for what the file says (a
+  text, id or type holding a lone surrogate, JSON's ``"\\ud800"``, too), or
   skipped and counted with ``bad_lines`` (the annotation, or the whole document when its structure is
   wrong).
 """
@@ -29,7 +30,7 @@ from bioc.biocjson import decoder as json_decoder
 from lxml import etree
 
 from . import files
-from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids, written_ids
+from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids, surrogate_problem, written_ids
 
 ID_INFONS = ("identifier", "MESH", "MeSH", "NCBI Gene", "database_id")
 TITLE_TYPES = ("title", "front")  # a first passage of this ``type`` infon is the document's title
@@ -104,15 +105,23 @@ def _place_text(path: Path, where: str, pieces: List[Tuple[int, str]]) -> str:
     return text
 
 
+def _unicode(path: Path, where: str, value: str, what: str) -> str:
+    """``value``, refused when it holds a lone surrogate (BioC JSON's ``"\\ud800"``: no Unicode text)."""
+    problem = surrogate_problem(value, what)
+    if problem is not None:
+        raise BioCFormatError(path, where, problem)
+    return value
+
+
 def _passage_text(path: Path, where: str, passage: bioc.BioCPassage) -> str:
     if passage.text or not passage.sentences:
         if not isinstance(passage.text, str):
             raise BioCFormatError(path, where, f"passage text must be a string, not {type(passage.text).__name__}")
-        return passage.text or ""
+        return _unicode(path, where, passage.text or "", "text")
     if isinstance(passage.offset, bool) or not isinstance(passage.offset, int):
         raise BioCFormatError(path, where, f"offset {passage.offset!r} is not an integer ≥ 0")
     sentences = [(s.offset - passage.offset if isinstance(s.offset, int) else s.offset, s.text or "") for s in passage.sentences]
-    return _place_text(path, where, sentences)
+    return _unicode(path, where, _place_text(path, where, sentences), "text")
 
 
 def _ids(infons: Dict[str, object]) -> List[str]:
@@ -138,7 +147,10 @@ def _annotation(path: Path, where: str, ann: bioc.BioCAnnotation, text: str) -> 
     kind = infons.get("type")
     if not isinstance(kind, str) or not kind.strip():
         raise BioCFormatError(path, where, "annotation without a `type` infon")
-    return Annotation(start, end, text[start:end], kind, _ids(infons))
+    ids = _ids(infons)
+    for what, value in (("its `type` infon", kind), ("its id", "|".join(ids))):
+        _unicode(path, where, value, what)
+    return Annotation(start, end, text[start:end], kind, ids)
 
 
 def _count_relations(relations, counts: Dict[str, int]) -> None:
@@ -199,6 +211,7 @@ def read_bioc(path: PathLike, format: Optional[str] = None, bad_lines: Optional[
                 raise BioCFormatError(path, place, _structure(err))
             if not isinstance(document.id, str) or not document.id.strip():
                 raise BioCFormatError(path, place, "document without an id")
+            _unicode(path, place, document.id, "its id")
             if document.id in seen:
                 raise BioCFormatError(path, f"document {document.id!r}", "document id appears twice")
             seen.add(document.id)

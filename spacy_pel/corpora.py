@@ -40,6 +40,18 @@ class CorpusFormatError(files.LineError):
     """A corpus file could not be read; the message names the file and the line (``FILE:LINE: reason``)."""
 
 
+def surrogate_problem(value: str, what: str = "text") -> Optional[str]:
+    """Why ``value`` (a document's ``what``) is no Unicode text, None if it is: a lone surrogate (JSON's
+    ``"\\ud800"``, half an emoji a tool cut), which neither spaCy's tokenizer nor any output file takes. The
+    readers of JSON (BioC JSON, Prodigy, ``bulk``'s and ``link``'s raw text) refuse it naming the place."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"{what} holds a lone surrogate (U+{ord(value[err.start]):04X}) at character {err.start}: "
+                "not valid Unicode, UTF-8 cannot encode it")
+    return None
+
+
 @dataclass
 class Annotation:
     start: int

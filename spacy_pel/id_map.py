@@ -10,7 +10,8 @@ and no pipeline can link them. ``convert --id-map FILE`` rewrites such gold ids 
   another second column is refused: its second column is not the new id). ``NEW_ID`` ``NIL`` (or ``-1`` / ``-``, as PubTator corpora write it) marks a
   retired record with no successor.
 * every id of a mention is mapped (a composite mention's too); an id the map does not name stays;
-* a malformed line, an old id mapped twice to different ids, or a map whose targets are themselves
+* a malformed line (an id holding a control character: a lone CR of classic-Mac line ends makes the
+  whole file one line), an old id mapped twice to different ids, or a map whose targets are themselves
   mapped (a chain) is refused with its ``FILE:LINE``;
 * the counts of mentions changed, by old id, are part of the conversion statistics.
 
@@ -24,8 +25,10 @@ from typing import Dict, List, Optional, Sequence
 
 from . import files
 from .corpora import NIL, NO_ID
+from .kb.entity import control_character
 
 HEADER, NEW_HEADER = "old_id", "new_id"
+_CR_HINT = "; CR line ends? save the file with LF or CRLF line ends"
 
 
 class IdMapError(files.LineError):
@@ -45,11 +48,17 @@ def read_id_map(path: files.PathLike) -> Dict[str, str]:
         if header:
             if len(fields) < 2 or fields[1].lower() != NEW_HEADER:
                 raise IdMapError(path, lineno, f"a header's second column must be {NEW_HEADER!r} "
-                                 f"(found {fields[1] if len(fields) > 1 else 'none'!r}): the map is OLD_ID<TAB>NEW_ID")
+                                 f"(found {fields[1] if len(fields) > 1 else 'none'!r}): the map is OLD_ID<TAB>NEW_ID"
+                                 f"{_CR_HINT if chr(13) in line else ''}")
             continue
         if len(fields) < 2 or not fields[0] or not fields[1]:
             raise IdMapError(path, lineno, "expected OLD_ID<TAB>NEW_ID (tab-separated, both non-empty)")
         old, new = fields[0], NIL if fields[1] in NO_ID else fields[1]  # -1 / -: NIL, as corpora write it
+        for value in (old, new):
+            control = control_character(value)
+            if control is not None:
+                raise IdMapError(path, lineno, f"id {value!r} holds {control!r} (U+{ord(control):04X}), a control or "
+                                 f"line-breaking character no KB id holds{_CR_HINT if control == chr(13) else ''}")
         if old == NIL or old in NO_ID:
             raise IdMapError(path, lineno, f"{old} cannot be mapped (it means NIL, not an id)")
         if old in mapping and mapping[old] != new:

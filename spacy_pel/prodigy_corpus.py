@@ -23,7 +23,7 @@ its ``title_length``, where given, keeps where the abstract begins);
 an id seen twice is refused.
 
 A malformed line — not JSON, no text, a span outside it or without an id, one mention linked two ways, a
-linked document's id seen before — is refused as :class:`~.corpora.CorpusFormatError` (``FILE:LINE:
+linked document's id seen before, a text, id or label holding a lone surrogate (``"\\ud800"``) — is refused as :class:`~.corpora.CorpusFormatError` (``FILE:LINE:
 reason``) or skipped and counted with ``bad_lines``.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import files
-from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc
+from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc, surrogate_problem
 
 NIL_PREFIX = "NIL"  # an option id starting with this is NIL (Prodigy's NIL_otherLink, NIL_ambiguous)
 NIL_OTHER_LINK = "NIL_otherLink"  # the NIL option a review task offers (``link --output-format prodigy``)
@@ -41,11 +41,20 @@ DEFAULT_LABEL = "ENTITY"
 READ_ANSWERS = ("accept", None)
 
 
+def _unicode(value: str, what: str) -> str:
+    """``value``, refused (ValueError) when it holds a lone surrogate (``"\\ud800"`` in JSON: no Unicode text)."""
+    problem = surrogate_problem(value, what)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 def _ids(raw: List[object]) -> List[str]:
     ids: List[str] = []
     for i in raw:
         if not isinstance(i, (str, int)) or isinstance(i, bool):
             raise ValueError(f"an id must be a string (or a number), not {i!r}")
+        _unicode(str(i), f"id {i!r}")
         i = NIL if str(i).startswith(NIL_PREFIX) else str(i).strip()
         if i and i not in ids:
             ids.append(i)
@@ -60,6 +69,7 @@ def _task_mentions(task: dict) -> List[Annotation]:
     spans = task.get("spans") or []
     if not isinstance(text, str) or not text.strip():
         raise ValueError('a task needs a non-empty "text"')
+    _unicode(text, '"text"')
     if not isinstance(spans, list) or not all(isinstance(s, dict) for s in spans):
         raise ValueError('"spans" must be a list of objects')
     accept = task.get("accept")
@@ -81,6 +91,7 @@ def _task_mentions(task: dict) -> List[Annotation]:
         label = span.get("label") or DEFAULT_LABEL
         if not isinstance(label, str):
             raise ValueError(f"span {start}-{end} has a label that is not a string: {label!r}")
+        _unicode(label, f"the label of span {start}-{end}")
         out.append(Annotation(start, end, text[start:end], label, ids))
     return out
 
@@ -103,6 +114,8 @@ def _linked_record(task: dict) -> PubTatorDoc:
         raise ValueError('a record of linked mentions needs an "id"')
     if not isinstance(text, str):
         raise ValueError('a record of linked mentions needs a "text"')
+    _unicode(str(doc_id), '"id"')
+    _unicode(text, '"text"')
     if not isinstance(mentions, list) or not all(isinstance(m, dict) for m in mentions):
         raise ValueError('"mentions" must be a list of objects')
     if any(not isinstance(m.get("nil", False), bool) for m in mentions):
@@ -155,6 +168,7 @@ def read_prodigy(path: PathLike, bad_lines: Optional[files.BadLines] = None,
             if not isinstance(text_key, (str, int)) or isinstance(text_key, bool):
                 raise ValueError(f"_input_hash must be a number, not {text_key!r}")
             key = (_meta_doc_id(task), text_key)  # documents of the same text but other ids stay apart
+            _unicode(str(key[0] or text_key), '"meta.doc_id"' if key[0] else '"_input_hash"')
             doc = docs.get(key)
             if doc is not None and doc.text != task["text"]:
                 raise ValueError(f"_input_hash {text_key!r} names another text too")

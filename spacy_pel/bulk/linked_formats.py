@@ -8,7 +8,8 @@
 * ``pubtator``: ``ID|t|title``, ``ID|a|abstract`` and ``ID<TAB>start<TAB>end<TAB>text<TAB>label<TAB>kb_id``
   lines, ``-1`` for NIL (BC5CDR's convention: what its evaluation scripts and ``convert`` read). A document
   whose title is not known (JSON lines input) is written whole as its title, with an empty abstract, so
-  the offsets stay those of its text; line breaks in a text become spaces (the same length);
+  the offsets stay those of its text; line breaks in a text become spaces (the same length); a document or
+  entity id holding a tab or a line break is refused, not written (it would be read back as another);
 * ``bioc-xml`` / ``bioc-json`` (PyPI ``bioc``): a passage per title and abstract (one when the title is not
   known), an annotation per mention with the ``type`` and ``identifier`` infons ``convert`` reads
   (``-1`` for NIL) and the linker's ``confidence``, ``score`` and ``name`` (its entity's KB name); in XML,
@@ -118,6 +119,10 @@ def pubtator_lines(doc: LinkedDoc, nil_label: NilLabels) -> List[str]:
     lines = [f"{doc.doc_id}|t|{text[:cut]}", f"{doc.doc_id}|a|{text[cut + 1:]}"]
     for r in doc.rows:
         ids = written_ids(_ids(r["kb_id"], nil_label))
+        if any(c in ids for c in _PUBTATOR_BAD_ID[1:]):  # a KB built before such ids were refused (kb.id_problem)
+            raise files.InputError(f"document {doc.doc_id!r}: entity id {r['kb_id']!r} cannot be written in PubTator "
+                                   "(it holds a tab or a line break): rebuild the KB, whose readers now refuse such ids, "
+                                   "or write .jsonl")
         lines.append(f"{doc.doc_id}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{ids}")
     return lines
 

@@ -16,7 +16,10 @@ Input, by ``format`` or the file's extension:
   a ``bulk`` shard is read.
 
 PubTator, BioC and Prodigy output hold one document per id: a document id seen twice in the input is
-refused (``FILE:LINE``) before anything is linked.
+refused (``FILE:LINE``) before anything is linked. So is a raw text longer than the pipeline's
+``nlp.max_length`` (spaCy's 1,000,000 characters; ``max_length`` raises it), which spaCy would refuse
+halfway through the run: split it, or raise the limit (spaCy's NER and parser need about 1 GB of memory per
+100,000 characters). Given mentions make the doc from words, which no limit checks.
 
 The documents are linked in batches by :class:`.worker.LinkWorker` (given spans are linked, overlapping
 ones included, and the pipeline's own NER is left out, as in ``bulk``) with every torch thread of this process.
@@ -132,16 +135,30 @@ def check_unique_ids(documents: Sequence[Tuple[dict, Optional[int]]], output_for
         first[doc_id] = item["where"]
 
 
+def check_lengths(documents: Sequence[Tuple[dict, Optional[int]]], max_length: int) -> None:
+    """Refuse (``InputError``, one line naming the document) a raw text longer than ``max_length``, the
+    pipeline's ``nlp.max_length``, before anything is linked (``nlp.make_doc`` would raise mid-run)."""
+    for item, _ in documents:
+        if len(item["text"]) > max_length:
+            raise files.InputError(
+                f"{item['where']}: text of {len(item['text'])} characters exceeds the pipeline's nlp.max_length "
+                f"({max_length}): split it into shorter documents, or raise the limit (link --max-length N; spaCy's NER "
+                "and parser need about 1 GB of memory per 100,000 characters)")
+
+
 def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.PathLike, *, format: Optional[str] = None,
               output_format_name: Optional[str] = None, batch_size: int = 1000, skip_bad_lines: bool = False,
-              progress: bool = True) -> dict:
+              progress: bool = True, max_length: Optional[int] = None) -> dict:
     """Link every document of ``input`` with the saved ``pipeline`` and write them to ``output`` (see the
     module's docstring), with a progress bar (documents, and mentions/s) unless ``progress`` is false. Returns the counts:
     documents, mentions, NIL, given mentions not linked (``unaligned``, with examples: a boundary inside white
     space; ``overlapping_not_linked``: a pipeline with a component after its linker links ``doc.ents`` only;
     ``not_linked_by_label``: those of a label no linker links, by label),
-    Prodigy tasks not accepted (by answer), malformed lines skipped, seconds and mentions/s of the linking."""
+    Prodigy tasks not accepted (by answer), malformed lines skipped, seconds and mentions/s of the linking.
+    ``max_length``: the pipeline's ``nlp.max_length`` for this run (None: as loaded, spaCy's 1,000,000)."""
     input, output, pipeline = Path(input), Path(output), Path(pipeline)
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise files.InputError(f"max_length must be a whole number ≥ 1, not {max_length!r}")
     if not input.is_file():
         raise FileNotFoundError(f"input not found: {input}" if not input.exists() else f"input {input} is not a file")
     fmt, out_fmt = input_format(input, format), output_format(output, output_format_name)
@@ -155,6 +172,10 @@ def link_file(input: files.PathLike, output: files.PathLike, pipeline: files.Pat
     raw = not documents[0][0]["spans"]
     check_mention_source(pipeline, str(input) if raw else None, given=not raw)
     worker = LinkWorker(str(pipeline), threads=torch.get_num_threads(), batch_size=batch_size)
+    if max_length is not None:
+        worker.nlp.max_length = max_length
+    if raw or not worker.uses_given:  # the docs of raw text are made by nlp.make_doc, which checks the length
+        check_lengths(documents, worker.nlp.max_length)
     linked: List[LinkedDoc] = []
     started, mentions = time.perf_counter(), 0
     with tqdm(total=len(documents), desc="linking", unit=" docs", disable=not progress) as bar:

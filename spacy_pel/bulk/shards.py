@@ -13,7 +13,9 @@ finished when every one of its documents has come back, linked or as an error).
 Reading never raises on a bad document: a malformed line, a record without ``id`` or ``text`` (or whose
 ``id`` or ``text`` holds a lone surrogate, which is no Unicode text), or a PubTator document with a
 malformed line becomes an item with ``error`` set (its id and the reason), which the run writes to the
-errors file. Nothing here imports Ray.
+errors file. In a PubTator shard, the lines before its first title (raw text, one abstract a line; an
+abstract or annotation line without its title) are one such item too, named ``FILE:LINE``: a shard of
+non-blank lines and no title is one error, not an empty shard. Nothing here imports Ray.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from .. import files
-from ..corpora import CorpusFormatError, read_pubtator
+from ..corpora import CorpusFormatError, read_pubtator, surrogate_problem
 
 log = logging.getLogger(__name__)
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pubtator": "pubtator", ".txt": "pubtator"}
@@ -132,9 +134,12 @@ def split_chunk(chunk: Chunk) -> List[Chunk]:
 
 def _doc_starts(chunk: Chunk) -> Tuple[List[Tuple[int, int]], bool]:
     """(byte offset, line number) of the first line of every document in the chunk's byte range, and
-    whether the range has a PubTator annotation line."""
+    whether the range has a PubTator annotation line. In PubTator, non-blank lines before the range's first
+    title (raw text, an abstract or annotation line without its title) are a document of their own, which
+    :func:`_read_pubtator` makes an error: nothing of a shard is left unread."""
     starts, mentions = [], False
     offset, lineno = chunk.start, chunk.first_line
+    leading = chunk.format == "pubtator"  # no title seen yet
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         for line in f:
@@ -142,6 +147,10 @@ def _doc_starts(chunk: Chunk) -> Tuple[List[Tuple[int, int]], bool]:
                 break
             if chunk.format == "jsonl" and line.strip() or chunk.format == "pubtator" and _TITLE.match(line):
                 starts.append((offset, lineno))
+                leading = False
+            elif leading and (line[len(BOM):] if offset == 0 and line.startswith(BOM) else line).strip():
+                starts.append((chunk.start, chunk.first_line))  # the lines before the first title
+                leading = False
             mentions = mentions or chunk.format == "pubtator" and bool(_MENTION.match(line))
             offset += len(line)
             lineno += 1
@@ -191,12 +200,9 @@ def _record(chunk: Chunk, seq: int, where: str, record) -> dict:
     if not isinstance(text, str):
         return _item(chunk, seq, str(doc_id), error=f"{where}: text must be a string, not {type(text).__name__}")
     for field, value in (("id", str(doc_id)), ("text", text)):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as err:  # a lone surrogate ("\ud800" in JSON): no tokenizer nor output file takes it
-            return _item(chunk, seq, where if field == "id" else str(doc_id), error=(
-                f"{where}: {field} holds a lone surrogate (U+{ord(value[err.start]):04X}) at character {err.start}: "
-                "not valid Unicode, UTF-8 cannot encode it"))
+        problem = surrogate_problem(value, field)  # "\ud800" in JSON: no tokenizer nor output file takes it
+        if problem is not None:
+            return _item(chunk, seq, where if field == "id" else str(doc_id), error=f"{where}: {problem}")
     return _item(chunk, seq, str(doc_id), text)
 
 
@@ -244,10 +250,12 @@ def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
     if chunk.start == 0 and data.startswith(BOM):  # the shard's byte order mark, no part of its first PMID
         data = data[len(BOM):]
     titles: List[Tuple[str, int]] = []  # (pmid, line in the chunk) of each document
+    content = 0  # the chunk's first non-blank line (before the first title: a document of its own, an error)
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         m = _TITLE.match(line)
         if m:
             titles.append((m.group(1).decode("utf8", "replace"), lineno))
+        content = content or (lineno if line.strip() else 0)
     fd, tmp = tempfile.mkstemp(suffix=".pubtator")
     bad = files.BadLines(keep=10**9)
     try:
@@ -265,8 +273,14 @@ def _read_pubtator(chunk: Chunk) -> Iterator[dict]:
         line = int(m.group(2)) if m else 1
         problems.setdefault(line, f"{chunk.path}:{line + chunk.first_line - 1}: {m.group(3) if m else example}")
     bounds = [t[1] for t in titles] + [10**18]
+    first_seq = chunk.first_seq
+    if content and content < bounds[0]:  # lines before the first title, which read_pubtator refused
+        where = f"{chunk.path}:{content + chunk.first_line - 1}"
+        bad_here = [reason for at, reason in sorted(problems.items()) if at < bounds[0]]
+        yield _item(chunk, first_seq, where, error=bad_here[0] if bad_here else f"{where}: expected a PMID|t| title line")
+        first_seq += 1
     for i, (pmid, line) in enumerate(titles):
-        seq = chunk.first_seq + i
+        seq = first_seq + i
         bad_here = [reason for at, reason in sorted(problems.items()) if line <= at < bounds[i + 1]]
         doc = parsed.get(pmid)
         if bad_here or doc is None:

@@ -52,6 +52,9 @@ def main(
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Leave out malformed documents (counted and "
                                         "listed) instead of stopping at the first"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="A progress bar with documents and mentions/s"),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="The pipeline's nlp.max_length for this run: "
+                                             "a raw text longer than it (spaCy's default: 1000000 characters) is refused "
+                                             "before linking; its NER and parser need about 1 GB of memory per 100000"),
 ):
     """Link the documents of INPUT and write OUTPUT; prints the counts as JSON (on stderr when OUTPUT is a stream)."""
     require_file(input, "input")
@@ -62,8 +65,10 @@ def main(
     require_not_input(output, [input])
     if batch_size < 1:
         fail("--batch-size must be at least 1")
+    if max_length is not None and max_length < 1:
+        fail("--max-length must be at least 1")
     stats = link_file(input, output, pipeline, format=format, output_format_name=output_format, batch_size=batch_size,
-                      skip_bad_lines=skip_bad_lines, progress=progress)
+                      skip_bad_lines=skip_bad_lines, progress=progress, max_length=max_length)
     if is_stream(output):  # OUTPUT is stdout (/dev/stdout, a pipe): the linked documents alone there, the counts on stderr
         typer.echo(json_text(stats, indent=2), err=True)
     else:

@@ -16,8 +16,11 @@ Emerson,Australian tennis player``). ``csv`` reads RFC 4180 quoting (a quoted fi
 quotes doubled, line breaks); ``tsv`` splits at tabs only, quotes being ordinary text.
 
 A row of another width than the header, a header naming one field twice, a malformed quoted field
-(an unclosed quote names the line it opened on) is refused as ``FILE:LINE: reason``, or skipped and
-counted with ``bad_lines`` (a header naming a field twice leaves no row readable: nothing is read).
+(an unclosed quote names the line it opened on), a lone carriage return outside a quoted field is refused
+as ``FILE:LINE: reason``, or skipped and counted with ``bad_lines`` (a header naming a field twice leaves
+no row readable: nothing is read). A lone CR is not kept as text, as the other readers keep it: a table
+saved with classic-Mac CR line ends is one line to them, and a table without a header would then be read
+as one entity whose cells hold the next rows, silently.
 """
 from __future__ import annotations
 
@@ -58,7 +61,11 @@ def _rows(path: Path, tab: bool, bad_lines: Optional[files.BadLines]) -> Iterato
             return
         except csv.Error as err:
             line = numbers[before] if len(numbers) > before else (numbers[-1] if numbers else 1)
-            yield line, None, f"not a valid {'TSV' if tab else 'CSV'} row ({err})"
+            if "new-line character" in str(err):  # a lone CR (each line ends at \n): csv's words are about open()
+                yield line, None, (f"a lone carriage return (\\r) inside {'a' if tab else 'an unquoted'} field: CR line "
+                                   f"ends? save the file with LF or CRLF line ends{'' if tab else ', or quote the field'}")
+            else:
+                yield line, None, f"not a valid {'TSV' if tab else 'CSV'} row ({err})"
             continue
         yield numbers[before], cells, ""
 

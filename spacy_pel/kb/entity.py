@@ -2,7 +2,8 @@
 
 :func:`normalize` is the lookup key of a name; :class:`KBFormatError` the error every reader raises
 (``FILE:LINE: reason``); :class:`Collector` keeps a reader's entities in file order and refuses an empty
-id or name, an id holding ``|``, ``,`` or ``+`` or spelling NIL (``-1``, ``-``, ``NIL``), a NUL character and a duplicate id,
+id or name, an id holding ``|``, ``,``, ``+`` or a control or line-breaking character (a tab, a line break) or
+spelling NIL (``-1``, ``-``, ``NIL``), a NUL character and a duplicate id,
 and warns of an alternative id listed by two entities; :func:`nonblank_lines`, :func:`unique` and
 :func:`split` are the small text helpers the readers use.
 """
@@ -25,6 +26,7 @@ _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
 ID_SEP = "|"  # joins the ids of a composite mention in a corpus (corpora.ID_SEP): never in a KB id
 ID_SEPARATORS = "|,+"  # what corpus readers split an id column on (BioRED writes A,B and NCBI A+B): none in a KB id
+_CONTROL_CATEGORIES = ("Cc", "Zl", "Zp")  # control characters (tab, CR, LF, NEL, NUL…), U+2028, U+2029
 NIL_IDS = ("-1", "-", "NIL")  # what corpora and the linker write for "no entry" (corpora.NO_ID, corpora.NIL): no KB id
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,12 @@ def normalize(text: str) -> str:
     return _NON_WORD.sub(" ", text.casefold()).strip()
 
 
+def control_character(text: str) -> Optional[str]:
+    """The first control or line-separating character of ``text`` (a tab, CR, LF, NEL, U+2028…: Unicode
+    categories Cc, Zl, Zp), None if it holds none: no id of a KB, a corpus or an id map holds one."""
+    return next((c for c in text if unicodedata.category(c) in _CONTROL_CATEGORIES), None)
+
+
 def id_problem(entity_id: str) -> Optional[str]:
     """Why ``entity_id`` cannot be a KB id (None if it can): a corpus or a linked file would read it back
     as something else."""
@@ -45,6 +53,10 @@ def id_problem(entity_id: str) -> Optional[str]:
     if sep is not None:
         return (f"holds {sep!r}, which separates the ids of a composite mention in a corpus (A|B, A,B, A+B): "
                 "it would be read as several ids")
+    control = control_character(entity_id)
+    if control is not None:
+        return (f"holds {control!r} (U+{ord(control):04X}), a control or line-breaking character: a tab-separated "
+                "corpus or linked file (PubTator) would read it back as another id, or not at all")
     if entity_id in NIL_IDS:
         return "is how a corpus or a linked file says NIL (no entry): a mention linked to it would be read back as NIL"
     return None

@@ -80,11 +80,16 @@ def learn_label_types(docs: Iterable[Doc], index: EntityIndex, coverage: float =
 
 
 def read_label_types(path: files.PathLike) -> LabelTypes:
-    """A label → KB types map from a JSON file (``{"Disease": ["Diseases"]}``), checked."""
+    """A label → KB types map from a JSON file (``{"Disease": ["Diseases"]}``), checked; a file that is not
+    UTF-8 or not JSON is refused as ``FILE:LINE: reason``, as every reader words it."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError) as err:
+        data = json.loads(files.read_text(path))
+    except files.LineError as err:  # FILE:LINE: not UTF-8 text (byte 0x.. at column N)
+        raise files.InputError(f"{err} (a label → KB types map: UTF-8 JSON)") from None
+    except json.JSONDecodeError as err:
+        raise files.InputError(f"{path}:{err.lineno}: not a readable JSON label → KB types map ({err.msg})") from err
+    except OSError as err:
         raise files.InputError(f"{path}: not a readable JSON label → KB types map ({err})") from err
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, list) and all(isinstance(t, str) for t in v) for k, v in data.items()

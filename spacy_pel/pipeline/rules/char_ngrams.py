@@ -2,10 +2,11 @@
 
 Dense vectors blur what characters decide: code names (``KF 17837``), salts and spelling variants.
 For every open mention (not decided, tied or chosen by name), each retrieved candidate gains
-``weight`` × the cosine of character n-gram counts (``n``-grams of the case-folded text padded with
-spaces) between the mention's lookup text and the candidate's best-matching name or synonym; the
-candidates are then re-sorted. Nothing is searched: only the retrieved candidates are re-scored, so a
-mention whose entity was not retrieved gains nothing. Write it after the name rows and the alias
+``weight`` × the cosine of character n-gram counts (``n``-grams of the text composed (NFC, as
+:func:`spacy_pel.kb.normalize` does: ``e`` + U+0301 is ``é``), case-folded and padded with spaces)
+between the mention's lookup text and the candidate's best-matching name or synonym; the candidates
+are then re-sorted. Nothing is searched: only the retrieved candidates are re-scored, so a mention
+whose entity was not retrieved gains nothing. Write it after the name rows and the alias
 table, before the label types::
 
     [components.pel_linker.rules.char_ngrams]
@@ -15,6 +16,7 @@ table, before the label types::
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections import Counter
 from functools import lru_cache
 from typing import Optional
@@ -31,8 +33,8 @@ NAME = "spacy_pel.rules.char_ngrams.v1"
 
 @lru_cache(maxsize=65536)
 def ngram_vector(text: str, n: int = 3):
-    """Unit-length character ``n``-gram counts of ``text`` (case-folded, padded with a space each side)."""
-    padded = f" {text.casefold()} "
+    """Unit-length character ``n``-gram counts of ``text`` (composed (NFC), case-folded, padded with a space each side)."""
+    padded = f" {unicodedata.normalize('NFC', text).casefold()} "
     counts = Counter(padded[i : i + n] for i in range(max(1, len(padded) - n + 1)))
     norm = math.sqrt(sum(c * c for c in counts.values())) or 1.0
     return {g: c / norm for g, c in counts.items()}
