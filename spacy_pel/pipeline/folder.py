@@ -1,5 +1,6 @@
-"""The folder of a ``pel_linker`` in a saved pipeline: ``encoder/``, ``kb/``, the parts' files and
-``sources.json`` (the configured path each resource came from), written and read by the component's
+"""The folder of a ``pel_linker`` in a saved pipeline: ``encoder/``, ``kb/``, the parts' files,
+``sources.json`` (the configured path each resource came from) and ``settings.json`` (the settings it was saved
+with, compared, never applied: :mod:`.settings_record`), written and read by the component's
 ``to_disk``/``from_disk`` (and their bytes forms). A resource whose configured path differs from the
 one it was saved from is not read: it loads from the config's path on first use — as does one named in
 :func:`resources_from_paths` while a pipeline loads (``retarget``: a KB grown in place, at the path the saved
@@ -18,6 +19,7 @@ import srsly
 from ..models.encoder import BiEncoder
 from ..retrieval.index import EntityIndex
 from .folder_bytes import folder_from_bytes, folder_to_bytes
+from .settings_record import SETTINGS_DIFFER, settings_differ, write_settings
 
 SOURCES_FILE = "sources.json"
 RESOURCE_SETTINGS = {"context_window", "precision", "device", "search_precision"}  # applied when resources load
@@ -104,13 +106,17 @@ class LinkerFolder:
             if part.data_name not in exclude and part.to_disk(path):
                 written[key] = part.source
         srsly.write_json(path / SOURCES_FILE, written)
+        write_settings(self, path)
 
     def from_disk(self, path, *, exclude=tuple()) -> "LinkerFolder":
         """Read the saved resources, except those excluded and those whose config path differs from
         the path they were saved from (those load from the config's path on first use)."""
         path = Path(path)
         saved = srsly.read_json(path / SOURCES_FILE) if (path / SOURCES_FILE).exists() else {}
-        if self.cfg.threshold is None:
+        differ = settings_differ(self, path)  # made from other settings than it was saved with (add_pipe, then this)
+        if differ:
+            warnings.warn(SETTINGS_DIFFER.format(name=self.name, diffs="; ".join(differ)), UserWarning, stacklevel=caller_level())
+        if self.cfg.threshold is None and not any(d.startswith("threshold ") for d in differ):
             warnings.warn(NO_THRESHOLD.format(name=self.name), UserWarning, stacklevel=caller_level())
 
         from_paths = _FROM_PATHS.get().get(self.name, frozenset())

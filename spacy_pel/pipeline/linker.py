@@ -10,7 +10,8 @@ of ``[id, name, score]``, best first, and the confidence as ``span._.pel_confide
 The config is the one source of truth for settings (:mod:`.config`); the component's folder in a
 saved pipeline holds only weights and data: the encoder, the KB, and the parts' files (span scorer,
 alias counts), plus ``sources.json`` — the configured paths they came from, so that a config naming
-another path at load time is followed rather than silently ignored. Resources are loaded lazily
+another path at load time is followed rather than silently ignored — and ``settings.json``, the settings it
+was saved with, compared (never applied) when it is read back (:mod:`.settings_record`). Resources are loaded lazily
 from the config paths, by ``initialize(kb_path=…)``, or from the pipeline folder by ``from_disk``;
 a saved pipeline never reaches for the network.
 """
@@ -41,6 +42,7 @@ from .mentions import DocSpans, Found, spans_at
 from .nil import TopScoreNil, nil_features, threshold_range
 from .rules.batch import DECIDED_SCORE, CandidateBatch
 from .scoring import score_linker
+from .settings_record import remember_owner
 from .span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR, attach
 from .updating import Objective, Updater
 from .vectors import per_mention_vectors
@@ -85,15 +87,23 @@ def make_pel_linker(
     settings = LinkerSettings(kb=kb, encoder=encoder, top_k=top_k, threshold=threshold, nil_label=nil_label, batch_size=batch_size,
                               context_window=context_window, device=device, precision=precision,
                               search_precision=search_precision, use_gold_ents=use_gold_ents)
-    return PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
-                     scorer=scorer)
+    linker = PELLinker(nlp.vocab, name, settings, mentions=mentions, vectors=vectors, rules=rules, nil=nil, objective=objective,
+                       scorer=scorer)
+    remember_owner(linker, nlp)  # its config's parts are recorded with what it saves (:mod:`.settings_record`)
+    return linker
 
 
 def find_linker(nlp: Language, name: Optional[str] = None) -> Tuple[str, "PELLinker"]:
-    """The (name, component) of the pipeline's pel_linker called ``name``, else its first (one per KB is allowed)."""
+    """The (name, component) of the pipeline's enabled pel_linker called ``name``, else its first (one per KB
+    is allowed); a disabled one (``nlp.disable_pipe``, a config's ``[nlp] disabled``) is refused as such."""
     linkers = {n: proc for n, proc in nlp.pipeline if isinstance(proc, PELLinker)}
+    off = [n for n, proc in nlp.components if isinstance(proc, PELLinker) and n in nlp.disabled]
+    if (name is not None and name in off) or (name is None and not linkers and off):
+        raise InputError(f"pel_linker {name or off[0]!r} is disabled in this pipeline (nlp.disable_pipe, or [nlp] disabled "
+                         f"in its config.cfg): remove it from [nlp] disabled, or call nlp.enable_pipe({name or off[0]!r}) first")
     if name is not None and name not in linkers:
-        raise InputError(f"the pipeline has no pel_linker called {name!r}; its pel_linkers: {', '.join(linkers) or 'none'}")
+        listed = [*linkers, *(f"{n} (disabled)" for n in off)]
+        raise InputError(f"the pipeline has no pel_linker called {name!r}; its pel_linkers: {', '.join(listed) or 'none'}")
     if not linkers:
         raise InputError("the pipeline has no pel_linker")
     name = name if name is not None else next(iter(linkers))

@@ -5,6 +5,9 @@ text (``link``, ``bulk``, ``evaluate --e2e``, ``calibrate --e2e``) refuse one th
 loading anything. What a component sets is what its factory declares (``assigns``), or what its settings
 say where they decide (a ``span_ruler`` with ``annotate_ents = true`` sets ``doc.ents``); a custom
 component that declares nothing may set the spans: such a pipeline is accepted, with a warning.
+A component the config disables (``[nlp] disabled``, what ``nlp.disable_pipe`` then ``to_disk`` writes) is never run
+by ``spacy.load``, so it finds nothing: it counts as absent, and the refusal names it as disabled (a disabled
+``pel_linker`` is not the one whose mentions are looked for).
 """
 from __future__ import annotations
 
@@ -19,15 +22,27 @@ from ..files import InputError
 log = logging.getLogger(__name__)
 SPAN_FINDER = "spacy_pel.mentions.span_finder.v1"
 NO_FINDER = "it has no NER (no component before pel_linker sets the spans it links) and pel_linker has no span finder"
+DISABLED_LINKER = "its pel_linker ({names}) is disabled in its config ([nlp] disabled)"
 
 
-def _before_linker(config) -> Tuple[str, List[Tuple[str, dict]]]:
-    names = list(config["nlp"]["pipeline"])
+def _disabled(config) -> List[str]:
+    """The components the config disables (``[nlp] disabled``): ``spacy.load`` loads them, never runs them."""
+    return list(config["nlp"].get("disabled") or [])
+
+
+def _before_linker(config, disabled: bool = False) -> Tuple[str, List[Tuple[str, dict]]]:
+    """The first enabled ``pel_linker`` and the components before it: the enabled ones (``disabled``: the
+    disabled ones instead)."""
+    names, off = list(config["nlp"]["pipeline"]), set(_disabled(config))
     components = config["components"]
-    linker = next((n for n in names if components[n].get("factory") == "pel_linker"), None)
-    if linker is None:
+    linkers = [n for n in names if components[n].get("factory") == "pel_linker"]
+    if not linkers:
         raise ValueError("the pipeline has no pel_linker")
-    return linker, [(n, components[n]) for n in names[: names.index(linker)]]
+    linker = next((n for n in linkers if n not in off), None)
+    if linker is None:
+        raise ValueError(f"{DISABLED_LINKER.format(names=', '.join(map(repr, linkers)))}; remove it from [nlp] disabled in "
+                         f"its config.cfg (or nlp.enable_pipe({linkers[0]!r}), then save)")
+    return linker, [(n, components[n]) for n in names[: names.index(linker)] if (n in off) == disabled]
 
 
 def _span_ruler_assigns(settings: dict) -> List[str]:
@@ -59,11 +74,12 @@ class Finders(NamedTuple):
     undeclared: List[str]
 
 
-def scan_mention_finders(config) -> Finders:
-    """Read from a pipeline's config (nothing loaded) what finds the mentions ``pel_linker`` links
-    (:class:`Finders`). A component sets what its factory declares it assigns, or, for factories whose
+def scan_mention_finders(config, disabled: bool = False) -> Finders:
+    """Read from a pipeline's config (nothing loaded) what finds the mentions ``pel_linker`` (its first
+    enabled one) links (:class:`Finders`), among the enabled components before it (``disabled``: among the
+    disabled ones, which would). A component sets what its factory declares it assigns, or, for factories whose
     settings decide (span_ruler's ``annotate_ents``), what its settings in the config say."""
-    linker, before = _before_linker(config)
+    linker, before = _before_linker(config, disabled)
     lang = spacy.blank(config["nlp"]["lang"])  # spaCy registers its factories (and their metadata) lazily
     mentions = config["components"][linker].get("mentions") or {}
     wanted = "doc.spans" if mentions.get("spans_key") else "doc.ents"
@@ -93,15 +109,27 @@ def mention_finders(config) -> Tuple[bool, List[str]]:
     return finders.own, finders.components
 
 
-def pipeline_mention_finders(pipeline: Path) -> Finders:
+def pipeline_mention_finders(pipeline: Path, disabled: bool = False) -> Finders:
     """:func:`scan_mention_finders` of a saved pipeline, read from its ``config.cfg`` (``InputError`` when
-    it has none, or no ``pel_linker``)."""
+    it has none, no ``pel_linker``, or only disabled ones)."""
     if not (Path(pipeline) / "config.cfg").is_file():
         raise InputError(f"pipeline {pipeline} has no config.cfg: is it a saved spaCy pipeline?")
     try:
-        return scan_mention_finders(spacy.util.load_config(Path(pipeline) / "config.cfg", interpolate=True))
+        return scan_mention_finders(spacy.util.load_config(Path(pipeline) / "config.cfg", interpolate=True), disabled)
     except ValueError as err:
         raise InputError(f"pipeline {pipeline}: {err}") from err
+
+
+def _disabled_note(pipeline: Path) -> str:
+    """The disabled components before ``pel_linker`` that would find the mentions, named (else "")."""
+    off = pipeline_mention_finders(pipeline, disabled=True)
+    names = off.components + off.undeclared
+    if not names:
+        return ""
+    one = len(names) == 1
+    return (f" — {', '.join(names)} before it {'is' if one else 'are'} disabled in its config ([nlp] disabled), "
+            f"and spacy.load never runs a disabled component: remove {'it' if one else 'them'} from [nlp] disabled in "
+            f"config.cfg (or nlp.enable_pipe({names[0]!r}), then save)")
 
 
 def _cannot_find(pipeline: Path, finders: Finders) -> bool:
@@ -121,7 +149,7 @@ def check_finds_mentions(pipeline: Path, option: str) -> None:
     a pipeline that cannot find mentions there: it would score, or calibrate on, nothing."""
     if _cannot_find(pipeline, pipeline_mention_finders(pipeline)):
         raise InputError(f"{option} runs pipeline {pipeline} on raw text, but it cannot find mentions there: {NO_FINDER} "
-                         f"({SPAN_FINDER}); leave out {option} to use the corpus's gold spans")
+                         f"({SPAN_FINDER}){_disabled_note(pipeline)}; leave out {option} to use the corpus's gold spans")
 
 
 def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> None:
@@ -131,6 +159,6 @@ def check_mention_source(pipeline: Path, raw: Optional[str], given: bool) -> Non
     finders = pipeline_mention_finders(pipeline)
     if raw is not None and _cannot_find(pipeline, finders):
         raise InputError(f"{raw} is raw text (no mentions given), but pipeline {pipeline} cannot find mentions in it: "
-                         f"{NO_FINDER}; give PubTator input with the mentions, or a pipeline with an NER or {SPAN_FINDER}")
+                         f"{NO_FINDER}{_disabled_note(pipeline)}; give PubTator input with the mentions, or a pipeline with an NER or {SPAN_FINDER}")
     if finders.own and given:
         log.warning("pel_linker finds its own spans (span finder): the spans given in PubTator input are not used")

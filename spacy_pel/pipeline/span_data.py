@@ -7,6 +7,11 @@ linker's. So the value is kept under that key *per span label* (``{"pel_by_label
 each span reads its own, and spaCy's ``Doc.from_docs``, ``Span.as_doc``, ``doc.copy`` and ``DocBin``
 (``store_user_data``) carry it, as they carry any span extension. A value written the plain way (a doc
 linked before this module, or set by hand) is read as it is, for every label.
+
+``doc.to_json(underscore=["pel_candidates", "pel_confidence"])`` writes what ``user_data`` holds, so each span's
+``value`` there is ``{"pel_by_label": {label: value}}``; ``Doc.from_json`` sets it back through a span without a
+label, and a value of that shape is merged into the labels held rather than kept under the label ``""``: the
+round trip gives each span its own values back.
 """
 from __future__ import annotations
 
@@ -42,7 +47,10 @@ def _set(name: str, span: Span, value: Any) -> None:
     data, key = span.doc.user_data, _key(span, name)
     held = data.get(key)
     by_label = dict(held[BY_LABEL]) if isinstance(held, dict) and BY_LABEL in held else {}
-    by_label[span.label_] = value
+    if isinstance(value, dict) and BY_LABEL in value:  # the stored form itself (Doc.from_json): its labels, not nested
+        by_label.update(value[BY_LABEL])
+    else:
+        by_label[span.label_] = value
     data[key] = {BY_LABEL: by_label}
 
 
