@@ -102,9 +102,8 @@ def _sweep_scratch(target: Path) -> None:
 
 
 def atomic_write(target: PathLike, write) -> None:
-    """Call ``write(tmp_path)`` and move the result onto ``target`` only if it succeeded (through a symlink:
-    onto the file it points to). A stream (``/dev/stdout``, a named pipe) is written to directly: there is
-    nothing to replace, and replacing it would put a file in its place."""
+    """Call ``write(tmp_path)`` and move the result onto ``target`` (a symlink: the file it points to) only if it
+    succeeded, fsync'ed before the rename and its folder after; a stream (``/dev/stdout``, a pipe) is written to directly."""
     if is_stream(Path(target)):
         return write(Path(target))
     target = written_through(target)
@@ -114,25 +113,35 @@ def atomic_write(target: PathLike, write) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        _fsync(tmp)
         os.chmod(tmp, _file_mode())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync(target.parent)
 
 
-def atomic_dir(target: PathLike, on_old: Optional[Callable[[Path], None]] = None):
-    """Context manager yielding a temporary folder that replaces ``target`` only on success (through a
-    symlink: the folder it points to).
+def _fsync(path: PathLike) -> None:
+    """Flush a file's data, or a folder's entries, to the disk (what makes a rename durable); a write error raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:  # where it cannot be: a folder on Windows, an unreadable file, a mount that does not sync
+        if err.errno not in (errno.EACCES, errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
 
-    ``on_old``: called with the folder ``target`` was (renamed aside) after the new one took its place and
-    before it is removed, to move out of it what must outlive it (if it raises, the old folder is kept)."""
-    return _AtomicDir(Path(target), on_old)
 
+class atomic_dir:
+    """Context manager yielding a temporary folder that replaces ``target`` (a symlink: the folder it points to) only
+    on success, its files and folders fsync'ed before the rename, the parent after. ``on_old``: called with the folder
+    ``target`` was (renamed aside) once the new one took its place, to move out what must outlive it (if it raises, it is kept)."""
 
-class _AtomicDir:
-    def __init__(self, target: Path, on_old: Optional[Callable[[Path], None]] = None):
-        self.target, self.on_old = written_through(target), on_old
+    def __init__(self, target: PathLike, on_old: Optional[Callable[[Path], None]] = None):
+        self.target, self.on_old = written_through(Path(target)), on_old
 
     def __enter__(self) -> Path:
         self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -145,16 +154,18 @@ class _AtomicDir:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        old = None
-        if self.target.exists():
-            old = self.target.with_name(_scratch_prefix(self.target, "old"))
+        for root, _, names in os.walk(self.tmp, topdown=False):  # symlinks not followed: not this write's
+            for path in [*(p for p in (Path(root, n) for n in names) if stat.S_ISREG(p.lstat().st_mode)), root]:
+                _fsync(path)
+        old = self.target.with_name(_scratch_prefix(self.target, "old")) if self.target.exists() else None
+        if old is not None:
             os.replace(self.target, old)
         os.replace(self.tmp, self.target)
+        _fsync(self.target.parent)
         if old is not None:
             if self.on_old is not None and old.is_dir():
                 self.on_old(old)
             shutil.rmtree(old, ignore_errors=True)
-        return False
 
 
 def link_or_copy(src: PathLike, dst: PathLike) -> None:

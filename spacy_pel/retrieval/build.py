@@ -24,7 +24,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, link_or_copy, output_lock
 from ..kb import kb_files, read_kb
@@ -52,6 +52,7 @@ __all__ = ["CHUNK", "STAMP_FILE", "build_kb", "check_device", "check_encoder_sou
            "load_encoder", "reusable"]
 log = logging.getLogger(__name__)
 # what a KB folder records of its input (its stamp.json), in words: another value refuses a rebuild without force
+REPORT_FILE = "build_report.json"
 RECORDED = {"input_sha256": "KB file content", "format": "KB format", "encoder_fingerprint": "entity encoder",
             "kb": "KB file"}
 
@@ -65,7 +66,7 @@ def recorded_input(output: Path) -> dict:
     stamp = read_stamp(output / STAMP_FILE)
     if stamp is not None:
         return stamp
-    report = read_stamp(output / "build_report.json") or {}
+    report = read_stamp(output / REPORT_FILE) or {}
     meta = read_stamp(output / "meta.json") or {}
     old = {"kb": report.get("kb"), "format": report.get("format"), "encoder_fingerprint": meta.get("encoder_fingerprint")}
     return {k: v for k, v in old.items() if v is not None}
@@ -99,19 +100,21 @@ def reusable(folder: Optional[Path], stamp: dict, index: str) -> bool:
     return all(old.get(k) == stamp[k] for k in same) and set(old) - {"device"} == set(same)
 
 
-def _copy_kb(source: Path, output: Path, names: KeptNames, encoder_source: str) -> None:
+def _copy_kb(source: Path, output: Path, names: KeptNames, encoder_source: str, extra: Callable[[Path], None]) -> None:
     """``source``'s files into ``output`` (hard links where the file system allows, else copies), atomically,
     recording ``encoder_source`` as the encoder that built it (the one this build was given: its entity tower
-    is ``source``'s, its mention tower may be newer); the name indexes of the KB folder it replaces kept or
-    set aside (``names``)."""
+    is ``source``'s, its mention tower may be newer), with what ``extra(folder)`` adds (this build's report);
+    the name indexes of the KB folder it replaces kept or set aside (``names``)."""
     with atomic_dir(output, on_old=names.set_aside) as tmp:
         shutil.copytree(source, tmp, copy_function=link_or_copy, dirs_exist_ok=True)
         meta = json.loads((tmp / "meta.json").read_text(encoding="utf8"))
-        (tmp / "meta.json").unlink()  # a hard link to source's: written anew, not through it
+        for name in ("meta.json", REPORT_FILE):  # hard links to source's: written anew, not through them
+            (tmp / name).unlink(missing_ok=True)
         meta = {k: v for k, v in meta.items() if k != RELATIVE_KEY}  # source's own: recorded anew
         meta.update(encoder_source=encoder_source, **relative_record(encoder_source, output))
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
+        _write_json(tmp / "meta.json", meta)
         names.carry(tmp)
+        extra(tmp)
 
 
 # ---------------------------------------------------------------------------- the build
@@ -219,14 +222,16 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         if reusable(reuse, stamp, index):
             t_copy = time.perf_counter()
             names = KeptNames(output, fingerprint, entities)
-            _copy_kb(Path(reuse), output, names, encoder_location(encoder))
             report = {"kb": str(source_path), "format": format, "encoder": str(encoder), "index": index,
                       "precision": enc.resolved_precision, "entities_total": len(entities), "entities_encoded": 0,
-                      "reused_from": str(reuse), "wall_s": round(time.perf_counter() - t0, 1),
-                      "copy_s": round(time.perf_counter() - t_copy, 1), **_names_report(names.report())}
-            atomic_write(output / "build_report.json",
-                         lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
-            return report
+                      "reused_from": str(reuse), "wall_s": None, "copy_s": None}
+
+            def copied(folder: Path) -> None:  # the report, in the copy's one rename
+                report.update(copy_s=round(time.perf_counter() - t_copy, 1), **_names_report(names.report()))
+                _write_into(folder, report, t0)
+
+            _copy_kb(Path(reuse), output, names, encoder_location(encoder), copied)
+            return _with_names(output, report, names.report())
         earlier = earlier_entities(reuse, entities, enc) if reuse is not None else None
         if earlier is not None and earlier.reason:
             log.warning("--reuse %s: nothing reused (%s); every entity is encoded", reuse, earlier.reason)
@@ -251,11 +256,6 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         )
         encoded = len(entities) - resume.get("reused_entities", 0) - (earlier.reused if earlier else 0)
     t_index = time.perf_counter()
-    kept = index_obj.to_disk(output)
-    atomic_write(output / STAMP_FILE, lambda tmp: tmp.write_text(json.dumps(stamp, indent=2), encoding="utf8"))
-    if add is None:
-        shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)
-    t1 = time.perf_counter()
     report = {
         "kb": str(source_path),
         "format": format,
@@ -264,7 +264,7 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         "precision": enc.resolved_precision,
         "entities_total": len(index_obj),
         "entities_encoded": encoded,
-        "wall_s": round(t1 - t0, 1),
+        "wall_s": None,
         "encode_s": round(t_index - t_enc, 1),
         "entities_per_s": round(encoded / max(t_index - t_enc, 1e-9), 1),
     }
@@ -274,9 +274,33 @@ def _build(kb, output, format, encoder, index, add, batch_size, precision, devic
         report["resume"] = resume
     if bad_lines is not None:
         report.update(bad_lines.as_dict())
-    report.update(_names_report(kept))
-    atomic_write(output / "build_report.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2), encoding="utf8"))
+    kept = index_obj.to_disk(output, extra=lambda folder: _write_into(folder, report, t0, stamp))
+    if add is None:
+        shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)
+    return _with_names(output, report, kept)
+
+
+def _write_into(folder: Path, report: dict, t0: float, stamp: Optional[dict] = None) -> None:
+    """The build's ``stamp`` and ``report`` (its wall time now) into the new KB ``folder``, before it takes its
+    place: one rename puts the KB and its record of what it was built from in place (a kill after it leaves a
+    KB that knows it, ``--add``'s entities included), never a KB without them."""
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    if stamp is not None:
+        _write_json(folder / STAMP_FILE, stamp)
+    _write_json(folder / REPORT_FILE, report)
+
+
+def _with_names(output: Path, report: dict, kept: dict) -> dict:
+    """``report`` with what became of the name indexes (``kept``), written again into ``output`` when that adds to
+    it (those set aside: known only once the new folder took its place)."""
+    if _names_report(kept) and report.get("name_indexes") != kept:
+        report.update(_names_report(kept))
+        atomic_write(output / REPORT_FILE, lambda tmp: _write_json(tmp, report))
     return report
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2), encoding="utf8")
 
 
 def _names_report(kept: dict) -> dict:

@@ -21,7 +21,7 @@ import os
 import shutil
 from collections import ChainMap
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -312,9 +312,10 @@ class EntityIndex:
             **({"nprobe": self.searcher.nprobe, "refine": self.searcher.refine} if self.kind == "ivfpq" else {}),
         }
 
-    def to_disk(self, path: PathLike) -> Dict[str, object]:
-        """Write the KB folder ``path`` (atomically); the name indexes in the folder it replaces are kept
-        or set aside (:class:`KeptNames`, whose report is returned)."""
+    def to_disk(self, path: PathLike, extra: Optional[Callable[[Path], None]] = None) -> Dict[str, object]:
+        """Write the KB folder ``path`` (atomically; ``extra(folder)`` adds the files that must land with it in the
+        one rename: build_kb's stamp and report); the name indexes in the folder it replaces are kept or set
+        aside (:class:`KeptNames`, whose report is returned)."""
         names = KeptNames(path, self.fingerprint, self.entities)
         with atomic_dir(path, on_old=names.set_aside) as tmp:
             self.entities.write(tmp)
@@ -324,6 +325,8 @@ class EntityIndex:
             meta = {**self.meta(), **relative_record(self.encoder_source, path)}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
             names.carry(tmp)
+            if extra is not None:
+                extra(tmp)
         return names.report()
 
     @classmethod

@@ -48,7 +48,7 @@ from ..retrieval.names import encode_names, entity_names, name_inputs
 from .adapt_config import AdaptConfig
 from .config import PathLike
 from .loop import StepOutput, Task, TimeBudget, TrainingLoop, checkpoint_to_resume
-from .run_config import load_config, run_lock, stamp_changes
+from .run_config import load_config, run_lock, set_aside_unreadable, stamp_changes
 
 log = logging.getLogger(__name__)
 WORK_SUFFIX = ".work"
@@ -336,9 +336,9 @@ STAMPED = {"kb_sha256": "another KB file", "settings": "other settings", "train_
 
 def prepare_work(work: Path, stamp: Dict[str, Any], resume: bool) -> None:
     """Keep ``work`` only when it was made from the same inputs (and resuming is asked for); say which
-    input changed when it is discarded."""
+    input changed when it is discarded (a stamp that cannot be read: the folder is set aside, said so)."""
     path = work / STAMP_FILE
-    if work.exists():
+    if work.exists() and not set_aside_unreadable(work, [path]):
         old = json.loads(path.read_text(encoding="utf8")) if path.is_file() else {}
         changed = stamp_changes(old, stamp, STAMPED)
         if changed or not resume:

@@ -41,7 +41,7 @@ from ..evaluation.evaluators import Evaluator
 from ..files import InputError, atomic_dir, atomic_write, json_text
 from ..models.precision import resolve_precision
 from .config import LoopSettings
-from .run_config import CHECKPOINT_DIR, stale_checkpoint, start_run
+from .run_config import CHECKPOINT_DIR, checkpoint_files, first_unreadable, stale_checkpoint, start_run
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
@@ -145,9 +145,13 @@ class TimeBudget:
 # ------------------------------------------------------------------ checkpoints
 def checkpoint_to_resume(output: Path, resume: bool = True) -> Optional[Path]:
     """``output/last`` when resuming is asked for and a checkpoint is there, else None; None too for
-    one left by a run with other settings or inputs than the run recorded there (:func:`stale_checkpoint`)."""
+    one left by a run with other settings or inputs than the run recorded there (:func:`stale_checkpoint`), and
+    for one with a file that cannot be read (a power loss: :func:`first_unreadable`), which the run sets aside
+    as it starts (:func:`start_run`)."""
     last = Path(output) / CHECKPOINT_DIR
-    return last if resume and (last / STATE_FILE).exists() and not stale_checkpoint(output) else None
+    if not resume or not (last / STATE_FILE).exists() or first_unreadable(checkpoint_files(output)):
+        return None
+    return None if stale_checkpoint(output) else last
 
 
 def random_state(task: Task) -> Dict[str, Any]:

@@ -1,26 +1,31 @@
 """A training run's config file and its checkpoint: reading a ``.cfg`` with ``section.key`` overrides,
 saving the resolved file beside the run's output, and telling a checkpoint left by a run with other
 settings, or by one that read other contents under the same paths (a corpus converted again, a KB
-rebuilt, a retrained encoder), from one this run may resume. A run is recorded before its inputs are
-read and takes effect — a stale checkpoint dropped, the config and digests written — only when its
-training starts (:func:`start_run`): a run refused for a typo costs the previous one nothing. A run
-holds its output's lock from start to end (:func:`run_lock`): one run at a time writes an output.
+rebuilt, a retrained encoder), or one with a file a power loss left unreadable (set aside), from one this
+run may resume. A run is recorded before its inputs are read and takes effect — a stale checkpoint
+dropped, the config and digests written — only when its training starts (:func:`start_run`): a run
+refused for a typo costs the previous one nothing. A run holds its output's lock from start to end
+(:func:`run_lock`): one run at a time writes an output.
 
 The typed sections the files become are :mod:`spacy_pel.training.config`'s; this module knows only
 files and folders, so every trainer (the retriever's, the joint model's, adapt) reads its file here.
 """
 from __future__ import annotations
 
+import configparser
 import json
 import logging
 import os
 import shutil
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Type, TypeVar, Union
 
+import numpy as np
 from confection import Config, ConfigValidationError
+from safetensors import SafetensorError, safe_open
 
 from ..files import InputError, atomic_write, file_digest, folder_digest, json_text, output_lock, read_text
 from ..retrieval.index import is_name_index
@@ -44,6 +49,7 @@ _HELD = threading.local()  # the outputs whose run_lock this thread holds (a nes
 # settings a run may change and still resume its checkpoint (none changes what a step computes; the time
 # budget counts over resumed runs, so a run stopped by it is continued with a longer one)
 RESUME_FREE = (("training", "resume"), ("training", "device"), ("training", "eval_every"), ("training", "max_minutes"))
+DAMAGED = ".damaged-"  # NAME.damaged-TIME: a checkpoint or work folder that could not be read, set aside
 
 
 def load_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Config:
@@ -194,6 +200,55 @@ def pending_run(output: PathLike) -> Optional[Dict[str, Any]]:
     return json.loads(pending.read_text(encoding="utf8")) if pending.exists() else None
 
 
+def unreadable(path: Path) -> Optional[str]:
+    """Why the file ``path`` cannot be read, or None: empty, or a JSON, safetensors (its header), ``.npy`` or
+    ``.cfg`` file that does not parse — what a power loss leaves of a file whose data was not on the disk yet."""
+    try:
+        if path.stat().st_size == 0:
+            return "empty"
+        if path.suffix == ".json":
+            json.loads(path.read_text(encoding="utf8"))
+        elif path.suffix == ".safetensors":
+            with safe_open(str(path), "np"):
+                pass
+        elif path.suffix == ".npy":
+            np.load(path, mmap_mode="r", allow_pickle=False)
+        elif path.suffix == ".cfg":
+            Config().from_disk(path, interpolate=False)
+    except (OSError, ValueError, SafetensorError, configparser.Error) as err:
+        return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)[:200]
+    return None
+
+
+def first_unreadable(files: Iterable[Path]) -> Optional[str]:
+    """``FILE: reason`` for the first of ``files`` (those that exist) that cannot be read (:func:`unreadable`)."""
+    return next((f"{path}: {why}" for path in files if path.is_file() and (why := unreadable(path))), None)
+
+
+def set_aside_unreadable(folder: Path, files: Iterable[Path]) -> bool:
+    """When one of ``files`` cannot be read (:func:`first_unreadable`), rename ``folder`` (a checkpoint, adapt's work
+    folder) to ``NAME.damaged-TIME`` beside it, with a warning naming the file and where the folder went, and return
+    True: the run starts over, as from a stale checkpoint, and the damaged one is kept to look at, not removed."""
+    why = first_unreadable(files)
+    if why is None:
+        return False
+    aside, when, n = folder, time.strftime("%Y%m%d-%H%M%S"), 0
+    while aside == folder or os.path.lexists(aside):
+        n += 1
+        aside = folder.with_name(f"{folder.name}{DAMAGED}{when}" + (f"-{n}" if n > 1 else ""))
+    os.replace(folder, aside)
+    log.warning("%s cannot be resumed (%s; a power loss?): set aside as %s, starting over", folder, why, aside)
+    return True
+
+
+def checkpoint_files(output: PathLike) -> List[Path]:
+    """The files resuming ``output/last`` reads: the checkpoint's own, and the run's config and inputs' digests it is
+    judged by (:func:`stale_checkpoint`)."""
+    output = Path(output)
+    return [output / CONFIG_FILE, output / INPUTS_FILE,
+            *sorted(p for p in (output / CHECKPOINT_DIR).rglob("*") if p.is_file())]
+
+
 def stale_checkpoint(output: PathLike, run: Optional[Dict[str, Any]] = None) -> Optional[str]:
     """Why ``output/last`` is not the run's to resume: it was left by a run with other settings
     (``output/config.cfg``, by :func:`run_settings`) or other input contents (``output/inputs.json``)
@@ -233,6 +288,8 @@ def start_run(output: PathLike, resumed: bool = False) -> None:
     config beside an earlier run's model or log. Nothing when no run is recorded there."""
     output = Path(output)
     run, last = pending_run(output), output / CHECKPOINT_DIR
+    if not resumed and last.is_dir():  # one that cannot be read (or judged) is kept aside, not removed: said so
+        set_aside_unreadable(last, checkpoint_files(output))
     if run is None:
         return
     why = stale_checkpoint(output, run)
