@@ -271,3 +271,26 @@ def test_discovery_defaults_agree_between_the_library_the_component_and_the_cli(
     assert inspect.signature(discover).parameters["mention_margin"].default == MENTION_MARGIN == 0.3
     assert spacy.Language.get_factory_meta("pel_discovery").default_config["mention_margin"] == MENTION_MARGIN
     assert inspect.signature(discover_cli.main).parameters["mention_margin"].default.default == MENTION_MARGIN
+
+
+def test_lexical_features_take_the_closest_name_wherever_it_is_listed():
+    """The `chars` evidence is the best cosine over the names, not the last name's: an entity whose closest
+    name comes first (its preferred name, then synonyms) scores as one whose closest name comes last."""
+    names = ["aspirin", "acetylsalicylic acid"]
+    chars, words = lexical_features("aspirins", names)
+    assert chars > 0.7 and chars == pytest.approx(lexical_features("aspirins", names[::-1])[0])
+    assert lexical_features("aspirin", names) == (pytest.approx(1.0), 1.0)
+
+
+@pytest.mark.parametrize("types,fits", [(["Disease"], 0.0), (["Chemical"], 1.0), (["Disease", "Chemical"], 1.0)])
+def test_the_type_evidence_of_a_mapped_label_reads_the_best_entitys_types(types, fits):
+    """A label the map names (Chemical → Chemical) fits its best entity only when that entity has one of
+    the label's types: a Disease entity as the best candidate of a Chemical mention is a misfit (0)."""
+    from types import SimpleNamespace
+
+    from spacy_pel.pipeline.nil import nil_features
+
+    index = SimpleNamespace(entities=SimpleNamespace(types=[["Other"], types]))
+    scores, rows = np.array([[0.9, 0.5]], np.float32), np.array([[1, 0]])
+    features = nil_features(scores, rows, [False], ["Chemical"], index, label_types={"Chemical": ["Chemical"]})
+    assert features[0, FEATURES.index("type")] == fits

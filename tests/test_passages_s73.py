@@ -36,3 +36,24 @@ def test_links_jsonl_output_keeps_the_title_length_for_convert(pipelines, tmp_pa
     titles = [d.title_length for d in read_pubtator(corpus)]
     back = read_docbin(spacy.blank("en"), tmp_path / "back.spacy")
     assert [list(d.user_data.get(PASSAGES_KEY, ())) for d in back] == [[n + 1] for n in titles]
+
+
+def test_the_span_finder_alone_finds_no_span_across_the_abstracts_start(kb_dir, tiny_encoder_dir, tmp_path, monkeypatch):
+    """Without propagation or a lexicon (the default finder), the spans the scorer rates best, the longest,
+    run from the title into the abstract: the finder's first filter leaves them out before it selects."""
+    from spacy_pel.corpora import PASSAGES_KEY as KEY
+    from spacy_pel.models.span_scorer import SpanScorer
+
+    from .test_raw_text_s71 import ABSTRACT, TITLE, _crossing, _fake_probs, save_finder_pipeline
+
+    nlp = spacy.load(save_finder_pipeline(kb_dir, tiny_encoder_dir, tmp_path / "pipe", propagate=False))
+    finder = nlp.get_pipe("pel_linker").mentions
+    assert not finder.propagate and not finder.lexicon
+    monkeypatch.setattr(SpanScorer, "probs", _fake_probs(lambda st, en: 0.5 + 0.01 * (en - st)))
+    doc = nlp.make_doc(f"{TITLE} {ABSTRACT}")
+    unmarked = [(e.start_char, e.end_char) for e in nlp(nlp.make_doc(doc.text)).ents]
+    assert _crossing(unmarked, len(TITLE)), unmarked  # a doc without the boundary: the best span crosses it
+    doc.user_data[KEY] = [len(TITLE) + 1]
+    found = [(e.start_char, e.end_char) for e in nlp(doc).ents]
+    assert found and not _crossing(found, len(TITLE)), found
+    assert found[0] == (0, len(TITLE))  # the title's word alone
