@@ -74,6 +74,7 @@ BC5CDR_MESH = {
                   "--plot metrics/nil_pr_curve.png --nil classifier_pairs --max-r1-loss 0.01"],
     "package": ["python -c \"import shutil; shutil.rmtree('build', ignore_errors=True)\"",
                 "python -m pip wheel . --no-deps --no-build-isolation --wheel-dir packages/wheels",
+                "python -c \"import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)\" packages/en_pel_bc5cdr_mesh-0.1.0",
                 "python -m spacy package training/pipeline_calibrated packages --name pel_bc5cdr_mesh --version 0.1.0 "
                 "--build wheel --force"],  # a wheel since issue 32 item 7 (before: the sdist)
     "evaluate": ["python -m spacy_pel.evaluate corpus/bc5cdr_dev.spacy --pipeline training/pipeline_calibrated --train "

@@ -7,6 +7,7 @@ one it was saved from is not read: it loads from the config's path on first use 
 copy came from, is read from its folder)."""
 from __future__ import annotations
 
+import shutil
 import sys
 import warnings
 from contextlib import contextmanager
@@ -16,12 +17,15 @@ from typing import Collection, Dict, Iterator, Mapping, Optional
 
 import srsly
 
+from ..files import file_digest, folder_digest
 from ..models.encoder import BiEncoder
 from ..retrieval.index import EntityIndex
 from .folder_bytes import folder_from_bytes, folder_to_bytes
-from .settings_record import SETTINGS_DIFFER, settings_differ, write_settings
+from .settings_record import SETTINGS_DIFFER, SETTINGS_FILE, settings_differ, write_settings
 
 SOURCES_FILE = "sources.json"
+DIGESTS_KEY = "sha256"  # sources.json's {part key: digest of its source's content when saved}
+STAGING = ".pel_parts_staging"  # the parts are written here first, then replace the previous save's parts
 RESOURCE_SETTINGS = {"context_window", "precision", "device", "search_precision"}  # applied when resources load
 NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
                 "`python -m spacy_pel calibrate PIPELINE DEV.spacy -o OUT` picks one on a corpus with NIL mentions")
@@ -30,6 +34,9 @@ NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is
 KB_CHANGED = ("{name} links against its own copy of KB {kb} ({n} entities), saved with the pipeline; the folder {kb} "
               "has changed since ({now}). A config naming the KB path it was saved from keeps the copy; to link "
               "against the folder, run `python -m spacy_pel retarget PIPELINE --kb {kb} -o OUTPUT`")
+PART_CHANGED = ("{name} reads its own copy of {key}, saved with the pipeline from {path}; the file or folder {path} "
+                "here has other content. A config naming the path it was saved from keeps the copy; to read this one, "
+                "name it by another path (e.g. {absolute})")
 LIBRARIES = ("spacy", "spacy_pel", "thinc", "srsly", "confection")
 IDENTITY_FILES = ("entities.jsonl", "embeddings.npy")  # sizes compared: what --add or a rebuild changes
 
@@ -53,6 +60,33 @@ def _changed_since(configured: str, copy: Path) -> Optional[str]:
     if all(digests):  # recorded by both (KBs built since session 70): names and synonyms compared, not sizes
         return None if digests[0] == digests[1] else "other entities, names or synonyms"
     return None if all(sizes) else "other entities"
+
+
+def source_digest(source: Optional[str]) -> Optional[str]:
+    """The SHA-256 of a part's source ``source`` as it is here (a file's or a folder's files' contents); None if
+    it is no file or folder here."""
+    path = Path(source).expanduser() if source else None
+    try:
+        return file_digest(path) if path and path.is_file() else folder_digest(path) if path and path.is_dir() else None
+    except OSError:
+        return None
+
+
+def _replace_parts(path: Path, staging: Path, exclude: Collection[str], data_names: Collection[str]) -> None:
+    """Move the parts' files written to ``staging`` into the component folder ``path``, removing those an
+    earlier save left there (a part that holds nothing now leaves none); kept when a part is excluded (its
+    files are not known here: sources.json, which does not list them, keeps them unread)."""
+    keep = {"encoder", "kb", SOURCES_FILE, SETTINGS_FILE, STAGING}
+    if (path / SOURCES_FILE).exists() and not set(exclude) & set(data_names):
+        for old in path.iterdir():
+            if old.name not in keep:
+                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+    for new in staging.iterdir():
+        target = path / new.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        new.replace(target)
+    staging.rmdir()
 
 
 # per component name, the resources (``kb``, ``encoder``, a part's key) read from their configured paths while loading
@@ -98,14 +132,25 @@ class LinkerFolder:
         # own value: loaded with that config, the pipeline takes the copy saved here, not that path's files
         if self.encoder is not None and "encoder" not in exclude:
             self.encoder.save(path / "encoder")
-            written["encoder"] = self.sources.get("encoder") or self.cfg.encoder
+            # with no `encoder` configured the copy is read whatever it came from (the KB's meta.json names it on the
+            # machine it was made on): recorded as null, so a shipped pipeline names no folder of that machine
+            written["encoder"] = (self.sources.get("encoder") or self.cfg.encoder) if self.cfg.encoder else None
         if self.index is not None and "kb" not in exclude:
-            self.index.to_disk(path / "kb")
+            # the KB's meta.json names the encoder saved beside it (relatively), not the folder it came from
+            self.index.to_disk(path / "kb", encoder_folder=path / "encoder" if "encoder" in written else None)
             written["kb"] = self.sources.get("kb") or self.cfg.kb
+        staging = path / STAGING
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        digests: Dict[str, str] = {}
         for key, part in self.parts():
-            if part.data_name not in exclude and part.to_disk(path):
+            if part.data_name not in exclude and part.to_disk(staging):
                 written[key] = part.source
-        srsly.write_json(path / SOURCES_FILE, written)
+                digest = source_digest(part.source)
+                if digest:
+                    digests[key] = digest
+        _replace_parts(path, staging, exclude, [p.data_name for _, p in self.parts()])
+        srsly.write_json(path / SOURCES_FILE, {**written, **({DIGESTS_KEY: digests} if digests else {})})
         write_settings(self, path)
 
     def from_disk(self, path, *, exclude=tuple()) -> "LinkerFolder":
@@ -121,8 +166,13 @@ class LinkerFolder:
 
         from_paths = _FROM_PATHS.get().get(self.name, frozenset())
 
+        listed = (path / SOURCES_FILE).exists()  # else saved before sources.json: every part there is the save's
+
         def wanted(key: str, folder: Path, configured: Optional[str], data_name: str, null_keeps: bool = True) -> bool:
+            """Whether the saved copy of ``key`` is read: written by the save sources.json records (not left over by
+            an earlier one) and from the path the config names (or null, for a part that null does not turn off)."""
             return (folder.exists() and data_name not in exclude and key not in from_paths
+                    and (key in saved or not listed)
                     and (configured == saved.get(key) or (configured is None and null_keeps)))
 
         encoder = index = None
@@ -137,6 +187,12 @@ class LinkerFolder:
         for key, part in self.parts():
             if wanted(key, path, part.source, part.data_name, not part.null_turns_off):
                 part.from_disk(path)
+                recorded = (saved.get(DIGESTS_KEY) or {}).get(key)
+                now = source_digest(part.source) if recorded and part.source else None
+                if now and now != recorded:
+                    warnings.warn(PART_CHANGED.format(name=self.name, key=key, path=part.source,
+                                                      absolute=Path(part.source).expanduser().resolve()),
+                                  UserWarning, stacklevel=caller_level())
         sources = {"kb": saved.get("kb") if index else None, "encoder": saved.get("encoder") if encoder else None}
         if encoder is not None and index is not None:
             self.set_resources(encoder, index, sources=sources)

@@ -49,3 +49,14 @@ def recorded_encoder(meta: Mapping[str, object], kb_folder: PathLike) -> str:
         if moved != source and os.path.isdir(moved):
             return moved
     return source
+
+
+def encoder_beside(source: str, encoder_folder: PathLike, kb_folder: PathLike) -> Dict[str, str]:
+    """The record of a KB saved together with its entity encoder (a pipeline's ``kb/`` and ``encoder/``):
+    ``encoder_folder`` relative to ``kb_folder``; ``encoder_source`` kept only as it names no folder of this
+    machine by its absolute path (a Hugging Face name), so that a copy carries no path of where it was made."""
+    try:
+        relative = os.path.relpath(os.path.abspath(encoder_folder), os.path.abspath(kb_folder))
+    except ValueError:  # Windows: another drive
+        return relative_record(source, kb_folder)
+    return {"encoder_source": "" if os.path.isabs(source) else source, RELATIVE_KEY: relative}

@@ -30,7 +30,7 @@ from ..files import InputError, atomic_dir, link_or_copy
 from ..kb import Entity
 from ..models.encoder import BiEncoder, EncoderMismatchError, mismatch_reason
 from .digests import name_inputs_digest
-from .encoder_record import recorded_encoder, relative_record
+from .encoder_record import encoder_beside, recorded_encoder, relative_record
 from .search import NPROBE, REFINE, FlatSearch, InMemoryVectors, RefinedSearch, SubsetSearch, VectorFile
 from .table import EntityTable
 
@@ -312,17 +312,20 @@ class EntityIndex:
             **({"nprobe": self.searcher.nprobe, "refine": self.searcher.refine} if self.kind == "ivfpq" else {}),
         }
 
-    def to_disk(self, path: PathLike, extra: Optional[Callable[[Path], None]] = None) -> Dict[str, object]:
+    def to_disk(self, path: PathLike, extra: Optional[Callable[[Path], None]] = None,
+                encoder_folder: Optional[PathLike] = None) -> Dict[str, object]:
         """Write the KB folder ``path`` (atomically; ``extra(folder)`` adds the files that must land with it in the
         one rename: build_kb's stamp and report); the name indexes in the folder it replaces are kept or set
-        aside (:class:`KeptNames`, whose report is returned)."""
+        aside (:class:`KeptNames`, whose report is returned). ``encoder_folder``: an encoder saved beside it
+        (a pipeline's ``encoder/``), recorded instead of the one it was built with (:func:`encoder_beside`)."""
         names = KeptNames(path, self.fingerprint, self.entities)
         with atomic_dir(path, on_old=names.set_aside) as tmp:
             self.entities.write(tmp)
             np.save(tmp / "embeddings.npy", self.embeddings, allow_pickle=False)
             if self.kind != "flat":
                 faiss.write_index(getattr(self.searcher, "index", self.searcher), str(tmp / "index.faiss"))
-            meta = {**self.meta(), **relative_record(self.encoder_source, path)}
+            meta = {**self.meta(), **(relative_record(self.encoder_source, path) if encoder_folder is None
+                                      else encoder_beside(self.encoder_source, encoder_folder, path))}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
             names.carry(tmp)
             if extra is not None:
