@@ -25,6 +25,7 @@ from .settings_record import SETTINGS_DIFFER, SETTINGS_FILE, settings_differ, wr
 
 SOURCES_FILE = "sources.json"
 DIGESTS_KEY = "sha256"  # sources.json's {part key: digest of its source's content when saved}
+STATS_KEY = "stat"  # sources.json's {part key: its source's sizes and times when saved}: unchanged → not hashed
 STAGING = ".pel_parts_staging"  # the parts are written here first, then replace the previous save's parts
 RESOURCE_SETTINGS = {"context_window", "precision", "device", "search_precision"}  # applied when resources load
 NO_THRESHOLD = ("{name}: this pipeline has no NIL threshold, so every mention is linked to some entity; "
@@ -70,6 +71,32 @@ def source_digest(source: Optional[str]) -> Optional[str]:
         return file_digest(path) if path and path.is_file() else folder_digest(path) if path and path.is_dir() else None
     except OSError:
         return None
+
+
+def source_stat(source: Optional[str]) -> Optional[str]:
+    """A part's source ``source`` as the file system describes it (a file's size and modification time; a
+    folder's file count, total size and latest time): a load where it is unchanged reads no content to
+    compare digests. None if it is no file or folder here."""
+    path = Path(source).expanduser() if source else None
+    try:
+        if path and path.is_file():
+            files = [path.stat()]
+        elif path and path.is_dir():
+            files = [p.stat() for p in path.rglob("*") if p.is_file()]
+        else:
+            return None
+    except OSError:
+        return None
+    return f"{len(files)}:{sum(s.st_size for s in files)}:{max((s.st_mtime_ns for s in files), default=0)}"
+
+
+def _part_changed(source: str, digest: Optional[str], stat: Optional[str]) -> bool:
+    """Whether a part's ``source`` here holds other content than the ``digest`` recorded when it was saved
+    (hashed only when its recorded ``stat`` differs from now's, or none was recorded)."""
+    if not digest or (stat and stat == source_stat(source)):
+        return False
+    now = source_digest(source)
+    return bool(now) and now != digest
 
 
 def _replace_parts(path: Path, staging: Path, exclude: Collection[str], data_names: Collection[str]) -> None:
@@ -143,14 +170,17 @@ class LinkerFolder:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         digests: Dict[str, str] = {}
+        stats: Dict[str, str] = {}
         for key, part in self.parts():
             if part.data_name not in exclude and part.to_disk(staging):
                 written[key] = part.source
-                digest = source_digest(part.source)
+                stat, digest = source_stat(part.source), source_digest(part.source)
                 if digest:
                     digests[key] = digest
+                    stats[key] = stat
         _replace_parts(path, staging, exclude, [p.data_name for _, p in self.parts()])
-        srsly.write_json(path / SOURCES_FILE, {**written, **({DIGESTS_KEY: digests} if digests else {})})
+        records = {DIGESTS_KEY: digests, STATS_KEY: stats} if digests else {}
+        srsly.write_json(path / SOURCES_FILE, {**written, **records})
         write_settings(self, path)
 
     def from_disk(self, path, *, exclude=tuple()) -> "LinkerFolder":
@@ -187,9 +217,8 @@ class LinkerFolder:
         for key, part in self.parts():
             if wanted(key, path, part.source, part.data_name, not part.null_turns_off):
                 part.from_disk(path)
-                recorded = (saved.get(DIGESTS_KEY) or {}).get(key)
-                now = source_digest(part.source) if recorded and part.source else None
-                if now and now != recorded:
+                recorded = (saved.get(DIGESTS_KEY) or {}).get(key), (saved.get(STATS_KEY) or {}).get(key)
+                if part.source and _part_changed(part.source, *recorded):
                     warnings.warn(PART_CHANGED.format(name=self.name, key=key, path=part.source,
                                                       absolute=Path(part.source).expanduser().resolve()),
                                   UserWarning, stacklevel=caller_level())
