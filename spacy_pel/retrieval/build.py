@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, link_or_copy, output_lock
+from ..files import BadLines, InputError, atomic_dir, atomic_write, file_digest, json_text, link_or_copy, output_lock
 from ..kb import kb_files, read_kb
 from ..models.encoder import DEFAULT_ENCODER
 from ..models.saved_settings import check_encodable
@@ -300,7 +300,8 @@ def _with_names(output: Path, report: dict, kept: dict) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2), encoding="utf8")
+    """The KB's own JSON records (meta, stamp, report) as every JSON report is written: never a bare NaN."""
+    path.write_text(json_text(data, indent=2), encoding="utf8")
 
 
 def _names_report(kept: dict) -> dict:
