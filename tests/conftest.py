@@ -77,3 +77,14 @@ def kb_dir(tmp_path, kb_file, tiny_encoder_dir) -> Path:
     out = tmp_path / "kb"
     build_kb(kb_file, out, format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
     return out
+
+
+@pytest.fixture(scope="module")
+def module_kb_dir(tmp_path_factory, tiny_encoder_dir) -> Path:
+    """The KB of ``KB_LINES``, built once for a test module whose tests only read it (``kb_dir`` for one to change)."""
+    from spacy_pel.retrieval.build import build_kb
+
+    folder = tmp_path_factory.mktemp("module_kb")
+    (folder / "kb.jsonl").write_text("\n".join(KB_LINES) + "\n", encoding="utf8")
+    build_kb(folder / "kb.jsonl", folder / "kb", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
+    return folder / "kb"

@@ -15,19 +15,14 @@ from spacy_pel.files import InputError
 from spacy_pel.pipeline.linker import find_linker
 from spacy_pel.pipeline.mention_finders import check_finds_mentions, check_mention_source, scan_mention_finders
 from spacy_pel.pipeline.settings_record import SETTINGS_FILE
-from spacy_pel.retrieval.build import build_kb
-from tests.conftest import KB_LINES
 from tests.test_cli_errors import corpus as gold
 
 GROUP = {"@misc": "spacy_pel.mentions.span_group.v1", "spans_key": "sc"}
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory, tiny_encoder_dir):
-    folder = tmp_path_factory.mktemp("kb_s74")
-    (folder / "kb.jsonl").write_text("\n".join(KB_LINES) + "\n", encoding="utf8")
-    build_kb(folder / "kb.jsonl", folder / "kb", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
-    return folder / "kb"
+def kb(module_kb_dir):
+    return module_kb_dir
 
 
 def caught(call):

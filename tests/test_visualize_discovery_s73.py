@@ -15,18 +15,12 @@ from spacy_pel.evaluation.visualize import link_docs
 from spacy_pel.files import InputError
 from spacy_pel.models.span_scorer import SpanScorer
 from spacy_pel.pipeline.given_mentions import GivenMentions
-from tests.conftest import KB_LINES
 from tests.test_raw_text_s71 import save_finder_pipeline
 
 
 @pytest.fixture(scope="module")
-def kb(tiny_encoder_dir, tmp_path_factory):
-    from spacy_pel.retrieval.build import build_kb
-
-    tmp = tmp_path_factory.mktemp("kb_s73v")
-    (tmp / "kb.jsonl").write_text("\n".join(KB_LINES) + "\n", encoding="utf8")
-    build_kb(tmp / "kb.jsonl", tmp / "kb", format="jsonl", encoder=str(tiny_encoder_dir), progress=False)
-    return tmp / "kb"
+def kb(module_kb_dir):
+    return module_kb_dir
 
 
 def corpus(tmp_path, pubtator: str):
