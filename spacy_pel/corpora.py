@@ -28,6 +28,7 @@ from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
 
 from . import files
+from .kb.entity import ID_SEPARATORS
 
 PathLike = Union[str, Path]
 NIL = "NIL"
@@ -75,9 +76,14 @@ class PubTatorDoc:
     relations: Dict[str, int] = field(default_factory=dict)  # relations left out, by type
 
 
+_ID_SPLIT = re.compile(f"[{re.escape(ID_SEPARATORS)}]")  # `|`, `,`, `+` (BioRED: A,B; NCBI: A+B): never in a KB id
+
+
 def gold_ids(kb_id: str) -> List[str]:
-    """The ids a gold ``kb_id_`` stands for (a composite mention has several)."""
-    return [i for i in kb_id.split(ID_SEP) if i]
+    """The ids a gold ``kb_id_`` stands for (a composite mention has several): split on ``|``, ``,`` and ``+``
+    as every corpus reader splits an id column (no KB id holds one, :func:`.kb.entity.id_problem`), so a
+    ``.spacy`` corpus written elsewhere with ``D1+D2`` is the composite it means; each id stripped."""
+    return [i.strip() for i in _ID_SPLIT.split(kb_id) if i.strip()]
 
 
 NO_ID = ("-1", "-")  # BC5CDR writes -1 for a mention without a concept, BioRED writes -
@@ -91,7 +97,7 @@ def written_ids(ids: List[str]) -> str:
 
 def _parse_ids(raw: str) -> List[str]:
     """Gold ids of an id column: joined by ``|`` or ``,`` (BioRED) or ``+`` (NCBI); -1 or - is NIL."""
-    ids = [i.strip() for i in re.split(r"[|+,]", raw) if i.strip()]
+    ids = gold_ids(raw)
     if not ids or all(i in NO_ID for i in ids):
         return [NIL]
     return [NIL if i in NO_ID else i for i in ids]

@@ -5,6 +5,8 @@ refused, naming both files (or left out and counted with ``skip_bad_lines``).
 
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
 ``.jsonl`` Prodigy tasks (or ``link``'s JSON lines output), ``.spacy`` a DocBin, anything else PubTator.
+Every format's gold ids follow PubTator's rule (:func:`.corpora._parse_ids`): a ``.spacy`` input's ``D1+D2`` or
+``D1,D2`` becomes the composite ``D1|D2``, its ``-1`` or ``-`` ``NIL`` (a span without an id keeps none).
 ``labels`` keeps the mentions of those types only (BC5CDR's diseases beside a disease corpus); the others
 are counted as ``left_out_by_label``, never silently lost.
 ``id_map`` rewrites gold ids annotated against an older KB release (:mod:`.id_map`), counted as ``remapped``,
@@ -29,6 +31,7 @@ from .corpora import (
     NIL,
     ConversionStats,
     PathLike,
+    _parse_ids,
     gold_ids,
     gold_spans,
     make_doc,
@@ -94,6 +97,7 @@ def corpus_docs(nlp: Language, path: PathLike, format: Optional[str] = None, sta
             own.setdefault(pmid, str(path))
             if keep is not None:
                 _keep_labels(doc, keep, stats)
+            _parse_gold_ids(doc)
             if id_map or strip:
                 _map_gold_ids(doc, id_map or {}, strip, stats)
             stats.docs += 1
@@ -157,6 +161,17 @@ def _keep_labels(doc: Doc, keep: set, stats: ConversionStats) -> None:
 def _rewrite(ids: List[str], id_map: Dict[str, str], strip: Sequence[str], stats: ConversionStats) -> List[str]:
     """A mention's gold ids without the ``strip`` prefixes, then through ``id_map``."""
     return map_ids(strip_prefixes(ids, strip, stats.prefix_stripped), id_map, stats.remapped)
+
+
+def _parse_gold_ids(doc: Doc) -> None:
+    """The gold ids of ``doc`` (a ``.spacy`` input) read as a PubTator id column is (:func:`.corpora._parse_ids`):
+    ``D1+D2`` and ``D1,D2`` become ``D1|D2``, ``-1`` and ``-`` ``NIL``; a span without an id keeps none. The
+    spans are rewritten only when an id changes."""
+    spans = list(gold_spans(doc))
+    ids = [ID_SEP.join(_parse_ids(s.kb_id_)) if s.kb_id_.strip() else s.kb_id_ for s in spans]
+    if any(new != s.kb_id_ for new, s in zip(ids, spans)):
+        set_gold_spans(doc, [s if new == s.kb_id_ else Span(doc, s.start, s.end, label=s.label_, kb_id=new)
+                             for new, s in zip(ids, spans)])
 
 
 def _map_gold_ids(doc: Doc, id_map: Dict[str, str], strip: Sequence[str], stats: ConversionStats) -> None:

@@ -24,7 +24,7 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, overload
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -300,6 +300,17 @@ class EntityTable(Sequence[Entity]):
 
     def id_rows(self) -> "IdRows":
         return IdRows(self.ids, self.id_order())
+
+    def primary_ids(self) -> Callable[[str], Optional[str]]:
+        """id or alternative id → the primary id of the entity it names (None: not in the table)."""
+        rows = self.id_rows()
+
+        def primary(entity_id: str) -> Optional[str]:
+            row = rows.get(entity_id)
+            row = self.alt_ids.get(entity_id) if row is None else row
+            return None if row is None else self.ids[row]
+
+        return primary
 
     def name_index(self) -> NameIndex:
         """Normalised names and synonyms → rows (read with the table, or built on first use)."""
