@@ -103,7 +103,7 @@ def test_evaluate_e2e_applies_threshold_and_refuses_train(tmp_path, ruler_pipeli
         report = json.loads((tmp_path / "r.json").read_text())
         scores[tuple(extra)] = (report["strict"], report["threshold"])
     # the KB's exact names: linked without a threshold; at 1.0 (above a random encoder's cosine), every one NIL
-    assert scores[()][0]["f"] > 0 and scores[()][1] is None
-    assert scores[("--threshold", "1.0")] == ({"p": 0.0, "r": 0.0, "f": 0.0}, 1.0)
+    assert scores[()][0]["f"] > 0 and scores[()][1] == {"pel_linker": None}
+    assert scores[("--threshold", "1.0")] == ({"p": None, "r": 0.0, "f": None}, {"pel_linker": 1.0})  # nothing linked: P n/a
     assert "--threshold" in refused(["evaluate", corpus, "--pipeline", ruler_pipeline, "--e2e", "--threshold", "5"])
     assert "--train" in refused(["evaluate", corpus, "--pipeline", ruler_pipeline, "--e2e", "--train", corpus])

@@ -113,8 +113,8 @@ def ruler_pipeline(kb_dir, **linker):
 
 
 def test_evaluate_e2e_counts_no_link_for_a_nil_label_named_otherwise(kb_dir, tmp_path):
-    """Threshold 1: the linker calls every found span NIL ("CUI-less"): nothing linked, strict P = R = 0 over
-    the 3 gold mentions (it was 3 wrong links)."""
+    """Threshold 1: the linker calls every found span NIL ("CUI-less"): nothing linked, strict R = 0 over
+    the 3 gold mentions (it was 3 wrong links), P of nothing n/a (null)."""
     nlp = ruler_pipeline(kb_dir, threshold=1.0, nil_label="CUI-less")
     gold = doc_with(nlp, [(0, 2, "D1", "X"), (4, 6, "D2", "X"), (7, 9, "D3", "X")])
     assert [e.kb_id_ for e in nlp(gold.text).ents] == ["CUI-less"] * 3
@@ -125,7 +125,7 @@ def test_evaluate_e2e_counts_no_link_for_a_nil_label_named_otherwise(kb_dir, tmp
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "m.json").read_text())
     assert (report["predicted"], report["gold"]) == (0, 3)
-    assert report["strict"] == {"p": 0.0, "r": 0.0, "f": 0.0} and report["span"]["f"] == 1.0
+    assert report["strict"] == {"p": None, "r": 0.0, "f": None} and report["span"]["f"] == 1.0
 
 
 def test_calibrate_e2e_gives_the_curve_the_linkers_nil_label(kb_dir, tmp_path, monkeypatch):

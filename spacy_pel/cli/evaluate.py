@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from ..corpora import bare_doc, corpus_ids, raw_doc, read_docbin, require_gold_spans
 from ..evaluation.errors import mention_errors, summary, summary_markdown, surface_ids
 from ..evaluation.linking import (
+    E2E_MEASURES,
     canonical_ids,
     e2e_metrics,
     linker_scope,
@@ -22,6 +23,7 @@ from ..evaluation.linking import (
     pipeline_nil_labels,
     pipeline_scope,
 )
+from ..evaluation.metrics import exact, shown
 from ..files import atomic_write, is_stream, write_jsonl
 from ..pipeline.linker import PELLinker, configure_linker, load_pipeline
 from ..pipeline.mention_finders import check_finds_mentions
@@ -49,6 +51,20 @@ HELP = (
 )
 
 app = typer.Typer(add_completion=False)
+
+
+def e2e_markdown(report: dict, title: str) -> str:
+    """The table of an ``--e2e`` report, each figure formatted once from the exact one (n/a: undefined)."""
+    thresholds = ", ".join(f"{name} {'none' if t is None else shown(t)} ({report['nil_strategy'][name]})"
+                           for name, t in report["threshold"].items())
+    return (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
+            + "".join(f"| {k} | {shown(report[k]['p'])} | {shown(report[k]['r'])} | {shown(report[k]['f'])} |\n"
+                      for k in E2E_MEASURES)
+            + (f"\nthe found and gold spans of the labels {report['linker']} links\n" if report["linker"] else "")
+            + f"\nNIL threshold (NIL strategy): {thresholds}\n"
+            + f"\n{report['docs']} documents (the {report['tokens']}'s tokens), {report['seconds']} s, "
+              f"{report['predicted_mentions_per_s']} predicted mentions/s\n")
+
 
 @app.command(help=HELP)
 @cli_errors
@@ -117,15 +133,15 @@ def main(
         t0 = time.perf_counter()
         predicted = list(tqdm(nlp.pipe(raw), total=len(raw), desc="linking documents", unit=" docs"))
         seconds = time.perf_counter() - t0
-        report = {**e2e_metrics(predicted, docs, scope, pipeline_nil_labels(nlp)), "linker": linker_name, "threshold": threshold,
-                  "docs": len(docs),
-                  "tokens": "corpus" if corpus_tokens else "pipeline", "seconds": round(seconds, 1),
-                  "predicted_mentions_per_s": round(sum(len(scope.found(d)) for d in predicted) / max(seconds, 1e-9), 1)}
-        text = (f"# {title}\n\n| | P | R | F1 |\n|---|---:|---:|---:|\n"
-                + "".join(f"| {k} | {report[k]['p']:.3f} | {report[k]['r']:.3f} | {report[k]['f']:.3f} |\n" for k in ("strict", "typed", "partial", "span"))
-                + (f"\nthe found and gold spans of the labels {linker_name} links\n" if linker_name else "")
-                + f"\n{report['docs']} documents (the {report['tokens']}'s tokens), {report['seconds']} s, "
-                  f"{report['predicted_mentions_per_s']} predicted mentions/s\n")
+        # the NIL decision each scored linker applied (--threshold included): null = no threshold
+        scored = [linker_name] if linker_name is not None else [n for n, p in nlp.pipeline if isinstance(p, PELLinker)]
+        measured = e2e_metrics(predicted, docs, scope, pipeline_nil_labels(nlp))
+        run = {"linker": linker_name, "threshold": {name: nlp.get_pipe(name).threshold for name in scored},
+               "nil_strategy": {name: nlp.get_pipe_config(name).get("nil", {}).get("@misc") for name in scored},
+               "docs": len(docs), "tokens": "corpus" if corpus_tokens else "pipeline", "seconds": round(seconds, 1),
+               "predicted_mentions_per_s": round(sum(len(scope.found(d)) for d in predicted) / max(seconds, 1e-9), 1)}
+        report = {**measured, **run}  # the JSON's figures rounded, the table's formatted once from the exact ones
+        text = e2e_markdown({**exact(measured), **run}, title)
     else:
         train_ids = training = None
         if train:
@@ -136,8 +152,8 @@ def main(
         rows, seconds = mention_table(linker, docs, progress=True)
         threshold = linker.threshold if threshold is None else threshold
         report = metrics(rows, seconds, linker.index.row, train_ids, threshold)
+        text = markdown(report, title)  # each figure formatted once from the exact one; the JSON's rounded
         report.update({"corpus": str(corpus), "kb": str(kb or pipeline), "encoder": encoder or linker.index.encoder_source})
-        text = markdown(report, title)
         if errors:
             found = mention_errors(rows, docs, linker.index, threshold, training, train_ids, linker.mentions)
             report["errors"] = summary(found)

@@ -27,7 +27,7 @@ from ..pipeline.depth import deepen
 from ..pipeline.given_mentions import spans_written
 from ..pipeline.linker import PELLinker
 from ..pipeline.mentions import linked_gold
-from .metrics import average_precision, prf
+from .metrics import PLACES, Report, average_precision, exact, max_matching, rates, ratio, rounded, shown
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -108,7 +108,10 @@ def has_candidate(row) -> bool:
 
 def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, threshold: Optional[float] = None) -> dict:
     """Metrics from :func:`mention_table` rows; ``kb_ids`` is the set (or dict) of ids in the KB;
-    NIL is decided on :func:`row_confidence`, and a mention with no candidate is NIL (:func:`has_candidate`)."""
+    NIL is decided on :func:`row_confidence`, and a mention with no candidate is NIL (:func:`has_candidate`).
+    A figure of nothing (NIL precision with nothing called NIL, NIL recall with no gold NIL mention, accuracy of
+    no mention) is None (n/a); a group without mentions has no recall (``{}``). The figures are rounded to 4
+    places, the exact ones kept for :func:`markdown` (:func:`rounded_report`)."""
     groups: Dict[str, List[int]] = {"in_kb": [], "absent": [], "nil": [], "seen": [], "unseen": []}
     ranks = np.full(len(rows), np.inf)
     top = np.zeros(len(rows))
@@ -131,7 +134,7 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
         if not idx:
             return {}
         r = ranks[idx]
-        return {f"R@{k}": round(float((r <= k).mean()), 4) for k in KS}
+        return {f"R@{k}": float((r <= k).mean()) for k in KS}
 
     linkable = groups["in_kb"] + groups["absent"]
     is_nil = np.array([row[0] == [NIL] for row in rows], dtype=bool)
@@ -144,10 +147,10 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
         "recall_in_kb": recall(groups["in_kb"]),
         "recall_all_linkable": recall(linkable),
         "threshold": threshold,
-        "accuracy_with_nil": round(float(correct.mean()), 4) if len(rows) else 0.0,
+        "accuracy_with_nil": ratio(float(correct.sum()), len(rows)),
         "nil": {
-            **prf(int((pred_nil & is_nil).sum()), int(pred_nil.sum()), int(is_nil.sum())),
-            "average_precision": round(average_precision(is_nil.astype(int), -top), 4) if is_nil.any() else None,
+            **rates(int((pred_nil & is_nil).sum()), int(pred_nil.sum()), int(is_nil.sum())),
+            "average_precision": average_precision(is_nil.astype(int), -top) if is_nil.any() else None,
         },
         "seconds": round(seconds, 2),
         "mentions_per_s": round(len(rows) / seconds, 1) if seconds else None,
@@ -155,7 +158,18 @@ def metrics(rows, seconds: float, kb_ids, train_ids: Optional[set] = None, thres
     if train_ids is not None:
         report["recall_seen"] = recall(groups["seen"])
         report["recall_unseen"] = recall(groups["unseen"])
-    return report
+    return rounded_report(report)
+
+
+E2E_MEASURES = ("strict", "typed", "partial", "span")
+
+
+def rounded_report(report: dict, places: int = PLACES) -> Report:
+    """A :func:`metrics` or :func:`e2e_metrics` report of exact figures as its JSON holds them: every figure (the
+    recalls, NIL P/R/F1 and AP, accuracy, the end-to-end P/R/F1) rounded to ``places``, the threshold, counts and
+    times as they are; the exact report stays its ``exact`` (:class:`~.metrics.Report`)."""
+    keys = [k for k in report if k.startswith("recall_") or k in ("accuracy_with_nil", "nil", *E2E_MEASURES)]
+    return Report({**report, **{k: rounded(report[k], places) for k in keys}}, report)
 
 
 def pipeline_nil_labels(nlp) -> Set[str]:
@@ -261,22 +275,24 @@ def exact_hits(golds: Sequence[tuple], preds: Sequence[tuple]) -> List[Tuple[boo
     """Per found span of :func:`linked_mentions` (``preds``: ``(start, end, id, label, …)``), whether it is a
     strict hit — a gold mention of the same span has its id — and a typed one — with its label too. A span
     annotated twice (Chemical D1 and Drug D4) has two gold mentions: a found span matches either; each gold
-    mention is matched at most once per measure."""
+    mention is matched at most once per measure, by a maximum one-to-one matching (found spans of one offsets,
+    as a span group can hold, get as many hits as can be had, whatever their order)."""
     at: Dict[Tuple[int, int], List[int]] = {}
     for g, (x, y, _, _) in enumerate(golds):
         at.setdefault((x, y), []).append(g)
-    used_strict: Set[int] = set()
-    used_typed: Set[int] = set()
-    hits = []
-    for a, b, i, label, *_ in preds:
-        right = [g for g in at.get((a, b), ()) if i in golds[g][2]]
-        right.sort(key=lambda g: golds[g][3] != label)  # the gold mention of the same label first
-        strict = next((g for g in right if g not in used_strict), None)
-        typed = next((g for g in right if g not in used_typed and golds[g][3] == label), None)
-        used_strict.update(() if strict is None else (strict,))
-        used_typed.update(() if typed is None else (typed,))
-        hits.append((strict is not None, typed is not None))
-    return hits
+    right = [sorted((g for g in at.get((a, b), ()) if i in golds[g][2]), key=lambda g: golds[g][3] != label)
+             for a, b, i, label, *_ in preds]  # the gold mention of the same label first
+    strict = max_matching(right)
+    typed = max_matching([[g for g in gs if golds[g][3] == pred[3]] for gs, pred in zip(right, preds)])
+    return [(s is not None, t is not None) for s, t in zip(strict, typed)]
+
+
+def partial_hits(golds: Sequence[tuple], preds: Sequence[tuple]) -> int:
+    """The partial hits of one document's :func:`linked_mentions`: found spans overlapping a gold mention with its
+    id, each gold mention matched at most once — a maximum one-to-one matching, so the count does not depend on
+    the order of either side."""
+    edges = [[g for g, (x, y, ids, _) in enumerate(golds) if a < y and x < b and i in ids] for a, b, i, *_ in preds]
+    return sum(m is not None for m in max_matching(edges))
 
 
 def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canonical = None,
@@ -285,7 +301,8 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canoni
 
     * ``strict``: same span, right id; ``typed``: same span, same label, right id (a span annotated
       twice: either gold mention; each gold mention matched at most once, :func:`exact_hits`);
-    * ``partial``: overlapping span, right id (each gold mention matched at most once);
+    * ``partial``: overlapping span, right id (each gold mention matched at most once: the most hits a
+      one-to-one matching of the document's found and gold mentions has, :func:`partial_hits`);
     * ``span``: same span boundaries, ids ignored (every predicted and gold span, NIL ones included).
 
     Spans are compared by character offsets, so a document tokenised differently from the gold one
@@ -299,7 +316,10 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canoni
     linker's: :func:`linker_scope`; a pipeline's with one linker per KB: :func:`pipeline_scope`) also picks the
     spans scored, on both sides and for every measure, and spells each mention's ids by its label's KB; its found
     spans are those the linkers linked (``doc.ents``, or the span group a ``span_group.v1`` source reads), where
-    an id mapping scores ``doc.ents``."""
+    an id mapping scores ``doc.ents``.
+
+    P with no found span, R with no gold mention and F1 without both are None (n/a). The figures are rounded to
+    4 places, the exact ones kept (:func:`rounded_report`)."""
     scope = as_scope(canonical)
     tp_strict = tp_typed = tp_partial = n_pred = n_gold = 0
     span_tp = span_pred = span_gold = 0
@@ -309,22 +329,20 @@ def e2e_metrics(predicted: Sequence[Doc], gold: Sequence[Doc], canonical: Canoni
         hits = exact_hits(golds, preds)
         tp_strict += sum(strict for strict, _ in hits)
         tp_typed += sum(typed for _, typed in hits)
-        used = set()
-        for a, b, i, _, _ in preds:
-            for g, (x, y, ids, _) in enumerate(golds):
-                if g not in used and a < y and x < b and i in ids:
-                    used.add(g)
-                    tp_partial += 1
-                    break
+        tp_partial += partial_hits(golds, preds)
         found = {(s.start_char, s.end_char) for s in scope.keep(scope.found(pred_doc))}
         wanted = {(s.start_char, s.end_char) for s in scope.keep(gold_spans(gold_doc))}
         span_tp, span_pred, span_gold = span_tp + len(found & wanted), span_pred + len(found), span_gold + len(wanted)
-    return {"strict": prf(tp_strict, n_pred, n_gold), "partial": prf(tp_partial, n_pred, n_gold),
-            "typed": prf(tp_typed, n_pred, n_gold), "span": prf(span_tp, span_pred, span_gold),
-            "predicted": n_pred, "gold": n_gold}
+    report = {"strict": rates(tp_strict, n_pred, n_gold), "partial": rates(tp_partial, n_pred, n_gold),
+              "typed": rates(tp_typed, n_pred, n_gold), "span": rates(span_tp, span_pred, span_gold),
+              "predicted": n_pred, "gold": n_gold}
+    return rounded_report(report)
 
 
 def markdown(report: dict, title: str = "spacy_pel evaluation") -> str:
+    """The table of a :func:`metrics` report, each figure formatted once from the exact one (3 places; n/a for an
+    undefined one)."""
+    report = exact(report)
     lines = [f"## {title}", "", "| subset | mentions | " + " | ".join(f"R@{k}" for k in KS) + " |"]
     lines.append("|---|---:|" + "---:|" * len(KS))
     c = report["counts"]
@@ -335,15 +353,16 @@ def markdown(report: dict, title: str = "spacy_pel evaluation") -> str:
         ("all linkable (absent ids = miss)", "recall_all_linkable", c["in_kb"] + c["absent"]),
     ]:
         if report.get(key):
-            lines.append(f"| {name} | {n} | " + " | ".join(f"{report[key][f'R@{k}']:.3f}" for k in KS) + " |")
+            lines.append(f"| {name} | {n} | " + " | ".join(shown(report[key][f"R@{k}"]) for k in KS) + " |")
     nil = report["nil"]
     lines += [
         "",
         f"- mentions: {report['mentions']} (in KB {c['in_kb']}, gold id absent from KB {c['absent']}, NIL {c['nil']})"
         + (" — ids the KB lacks may be from an older KB release: `convert --id-map` rewrites them" if c["absent"] else ""),
-        f"- NIL threshold: {report['threshold']}; NIL P/R/F1: {nil['p']:.3f} / {nil['r']:.3f} / {nil['f']:.3f}; "
-        f"NIL average precision: {nil['average_precision']}",
-        f"- accuracy over all mentions, NIL included: {report['accuracy_with_nil']:.3f}",
+        f"- NIL threshold: {'none' if report['threshold'] is None else shown(report['threshold'])}; "
+        f"NIL P/R/F1: {shown(nil['p'])} / {shown(nil['r'])} / {shown(nil['f'])}; "
+        f"NIL average precision: {shown(nil['average_precision'])}",
+        f"- accuracy over all mentions, NIL included: {shown(report['accuracy_with_nil'])}",
         f"- linking speed: {report['mentions_per_s']} mentions/s ({report['seconds']} s)",
         "",
     ]

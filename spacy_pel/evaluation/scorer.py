@@ -17,11 +17,16 @@ paired by label), from the candidates in ``span._.pel_candidates``:
   threshold-free average precision), ``pel_accuracy_with_nil``;
 * ``pel_mentions``, ``pel_in_kb``, ``pel_absent``, ``pel_nil``: the counts.
 
+A figure of nothing is None (n/a), as in ``spacy_pel evaluate``'s report: recall@k with no in-KB gold mention,
+NIL precision with nothing called NIL, NIL recall (and AP) with no gold NIL mention, an F1 without both, ``pel_nel_p``
+with nothing linked. ``pel_r1`` alone is 0.0 there: it is in the linker's default ``score_weights`` (and the
+shipped configs'), and ``spacy train`` drops a None score from its weighted score for the rest of the run.
+
 spaCy's ``spacy evaluate`` prints a fixed table (TOK, NER, SPAN … rows) with no NEL row; its
 ``--output`` JSON holds every score. With ``cli_spans_key`` (default ``"nel"``) ``pel_nel_p/r/f`` are
-also returned as ``spans_nel_p/r/f`` (and spaCy's ``nel_f_per_type`` as ``spans_nel_per_type``), so that
-``spacy evaluate PIPELINE CORPUS --spans-key nel`` prints them, as its SPAN P/R/F rows and a
-per-type table (null: not returned).
+also returned as ``spans_nel_p/r/f``, and the same figures per gold label, over the same mentions, as
+``spans_nel_per_type`` (spaCy's ``nel_f_per_type`` stays as it is), so that ``spacy evaluate PIPELINE CORPUS
+--spans-key nel`` prints them, as its SPAN P/R/F rows and the per-type table under them (null: not returned).
 
 ``others``: the (examples, settings) of further linkers of the pipeline (one per KB, each with
 ``labels``), scored with these as one (:mod:`spacy_pel.pipeline.scoring`): every figure over all their
@@ -40,6 +45,7 @@ from spacy.util import registry
 from ..corpora import NIL, gold_ids, gold_spans
 from ..pipeline.span_data import CANDIDATES_ATTR, CONFIDENCE_ATTR
 from .linking import KS, metrics, row_confidence
+from .metrics import rates
 
 
 class _AnyId:
@@ -66,8 +72,13 @@ def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[st
     its entity's primary id (``EntityIndex.canonical``). Each gold mention is scored against its own ids
     and given at most one predicted mention (:func:`paired_gold`): a span annotated twice (Chemical D1 and
     Drug D4) is two gold mentions, as ``python -m spacy_pel evaluate`` counts it."""
+    return labelled_rows(examples, canonical)[0]
+
+
+def labelled_rows(examples: Iterable[Example], canonical: Optional[Callable[[str], str]] = None) -> Tuple[List[tuple], List[str]]:
+    """:func:`candidate_rows` and, per row, the label of its gold mention."""
     canonical = canonical or (lambda x: x)
-    rows = []
+    rows, labels = [], []
     for eg in examples:
         predicted = list(gold_spans(eg.predicted))
         for span, gold in zip(predicted, paired_gold(predicted, gold_spans(eg.reference))):
@@ -78,7 +89,8 @@ def candidate_rows(examples: Iterable[Example], canonical: Optional[Callable[[st
             scores = np.array([c[2] for c in found] or [0.0], dtype=np.float32)  # none: as a wordless mention
             confidence = span._.get(CONFIDENCE_ATTR)
             rows.append((ids, [c[0] for c in found], scores, float(scores[0] if confidence is None else confidence)))
-    return rows
+            labels.append(gold.label_)
+    return rows, labels
 
 
 def paired_gold(predicted: Sequence[Span], gold: Sequence[Span]) -> List[Optional[Span]]:
@@ -102,20 +114,22 @@ Threshold = Union[None, float, List[Optional[float]]]  # one for every row, or o
 Part = Tuple[List[Example], Dict[str, Any]]  # one linker's examples and settings (``nil_label``, ``kb_ids`` …)
 
 
-def pooled_rows(parts: Sequence[Part]) -> Tuple[List[tuple], _PooledIds, List[Optional[float]]]:
-    """The :func:`candidate_rows` of several linkers' (examples, settings) scored as one, their KB ids and
-    each row's threshold: the n-th linker's ids as ``(n, id)`` (a gold NIL as it is), so that each is
-    looked up in its own KB and matched by its own candidates."""
+def pooled_rows(parts: Sequence[Part]) -> Tuple[List[tuple], _PooledIds, List[Optional[float]], List[str]]:
+    """The :func:`candidate_rows` of several linkers' (examples, settings) scored as one, their KB ids,
+    each row's threshold and each row's gold label: the n-th linker's ids as ``(n, id)`` (a gold NIL as it is),
+    so that each is looked up in its own KB and matched by its own candidates."""
     rows: List[tuple] = []
     kbs: List[Any] = []
     limits: List[Optional[float]] = []
+    labels: List[str] = []
     for n, (examples, settings) in enumerate(parts):
-        own = candidate_rows(examples, settings.get("canonical"))
+        own, own_labels = labelled_rows(examples, settings.get("canonical"))
+        labels += own_labels
         rows += [(gold if gold == [NIL] else [(n, i) for i in gold], [(n, c) for c in cands], scores, confidence)
                  for gold, cands, scores, confidence in own]
         kbs.append(_AnyId() if settings.get("kb_ids") is None else settings["kb_ids"])
         limits += [settings.get("threshold")] * len(own)
-    return rows, _PooledIds(kbs), limits
+    return rows, _PooledIds(kbs), limits, labels
 
 
 def pel_scores(rows: List[tuple], kb_ids=None, threshold: Threshold = None, top_k: Optional[int] = None) -> Dict[str, Any]:
@@ -125,8 +139,9 @@ def pel_scores(rows: List[tuple], kb_ids=None, threshold: Threshold = None, top_
         threshold = None if all(t is None for t in threshold) else np.array(limits)
     report = metrics(rows, 0.0, _AnyId() if kb_ids is None else kb_ids, None, threshold)
     recall, linkable, nil, counts = report["recall_in_kb"], report["recall_all_linkable"], report["nil"], report["counts"]
-    out: Dict[str, Any] = {f"pel_r{k}": recall.get(f"R@{k}", 0.0) for k in KS if top_k is None or k <= top_k}
-    out["pel_r1_linkable"] = linkable.get("R@1", 0.0)
+    out: Dict[str, Any] = {f"pel_r{k}": recall.get(f"R@{k}") for k in KS if top_k is None or k <= top_k}
+    out["pel_r1"] = recall.get("R@1", 0.0)  # a number: spacy train weighs it (see the module doc)
+    out["pel_r1_linkable"] = linkable.get("R@1")
     out.update({f"pel_nil_{x}": nil[x] for x in ("p", "r", "f")})
     out["pel_nil_ap"] = nil["average_precision"]
     out["pel_accuracy_with_nil"] = report["accuracy_with_nil"]
@@ -135,17 +150,30 @@ def pel_scores(rows: List[tuple], kb_ids=None, threshold: Threshold = None, top_
     return out
 
 
-def linked_prf(rows: List[tuple], kb_ids=None, threshold: Threshold = None) -> Dict[str, float]:
+def linked_prf(rows: List[tuple], kb_ids=None, threshold: Threshold = None) -> Dict[str, Optional[float]]:
     """NEL P/R/F over the mentions whose gold id is in the KB: right when the linked id is one of the
     gold ids (a composite mention ``A|B`` linked to A is right; ``Scorer.score_links`` compares the
-    strings); NIL by ``threshold`` is no prediction. Without a threshold, R = P = recall@1."""
+    strings); NIL by ``threshold`` is no prediction. Without a threshold, R = P = recall@1. P with nothing
+    linked, R with no in-KB mention (and F without both) are None (n/a)."""
     kb_ids = _AnyId() if kb_ids is None else kb_ids
     limits = threshold if isinstance(threshold, list) else [threshold] * len(rows)
     in_kb = [(row, t) for row, t in zip(rows, limits) if row[0] != [NIL] and any(g in kb_ids for g in row[0])]
     linked = [(row[0], row[1]) for row, t in in_kb if row[1] and (t is None or row_confidence(row) >= t)]
-    right = sum(cands[0] in gold for gold, cands in linked)
-    p, r = right / max(len(linked), 1), right / max(len(in_kb), 1)
-    return {"p": p, "r": r, "f": 2 * p * r / max(p + r, 1e-12)}
+    return rates(sum(cands[0] in gold for gold, cands in linked), len(linked), len(in_kb))
+
+
+def linked_prf_per_label(rows: List[tuple], labels: Sequence[str], kb_ids=None,
+                         threshold: Threshold = None) -> Dict[str, Dict[str, Optional[float]]]:
+    """:func:`linked_prf` of the rows of each gold label (``labels``: one per row), in the order of the labels;
+    a label with no in-KB mention and nothing linked (every figure n/a) is left out."""
+    limits = threshold if isinstance(threshold, list) else [threshold] * len(rows)
+    out = {}
+    for label in sorted(set(labels)):
+        idx = [n for n, x in enumerate(labels) if x == label]
+        figures = linked_prf([rows[n] for n in idx], kb_ids, [limits[n] for n in idx])
+        if any(v is not None for v in figures.values()):
+            out[label] = figures
+    return out
 
 
 class LinkerScorer:
@@ -165,17 +193,17 @@ class LinkerScorer:
         negative = sorted({NIL} | {part.get("nil_label", NIL) for _, part in parts})
         scores: Dict[str, Any] = Scorer.score_links([eg for egs, _ in parts for eg in egs], negative_labels=negative)
         if others:
-            rows, kb_ids, threshold = pooled_rows(parts)
+            rows, kb_ids, threshold, labels = pooled_rows(parts)
             depths = [part.get("top_k") for _, part in parts]
             top_k = None if None in depths else max(depths)
         else:
-            rows = candidate_rows(parts[0][0], canonical)
+            rows, labels = labelled_rows(parts[0][0], canonical)
         scores.update(pel_scores(rows, kb_ids, threshold, top_k))
         scores.update({f"pel_nel_{x}": v for x, v in linked_prf(rows, kb_ids, threshold).items()})
         if self.cli_spans_key:
             key = f"spans_{self.cli_spans_key}"
             scores.update({f"{key}_{x}": scores[f"pel_nel_{x}"] for x in ("p", "r", "f")})
-            scores[f"{key}_per_type"] = scores["nel_f_per_type"]
+            scores[f"{key}_per_type"] = linked_prf_per_label(rows, labels, kb_ids, threshold)  # the SPAN row's mentions
         return scores
 
 
