@@ -111,7 +111,9 @@ def link_corpus(
     its own copy of the pipeline (default: the cluster's CPUs / ``cpus_per_worker``). Finished shards
     are skipped; a folder holding any finished shard another pipeline linked is refused, and so is one holding
     files of shards not in INPUT (removed or renamed since), unless ``set_aside_stale``: then they are moved to
-    ``OUTPUT/stale/<date-time>/`` (with a warning, and named in the summary). ``setup(nlp)`` runs
+    ``OUTPUT/stale/<date-time>/`` (with a warning, and named in the summary). OUTPUT is locked for the whole run
+    (``OUTPUT.lock``, :class:`~spacy_pel.files.output_lock`, as build-kb's and train's): a second run into it
+    is refused at once (:class:`~spacy_pel.files.OutputBusyError`). ``setup(nlp)`` runs
     in each actor after loading; ``on_shard(marker)`` after each shard is written. Returns the summary
     (also written to ``OUTPUT/summary.json``).
     """
@@ -119,54 +121,55 @@ def link_corpus(
     if batch_size < 1 or cpus_per_worker < 1 or (workers is not None and workers < 1):
         raise files.InputError("--batch-size, --workers and --cpus-per-worker must be at least 1")
     output, pipeline = Path(output), Path(pipeline).resolve()
-    shards = find_shards(input)
-    stamp = out.pipeline_stamp(pipeline)
-    stale = out.stale(output, [s.name for s in shards])
-    # every finished shard there, of this input or not (but those to be set aside)
-    out.check_pipeline(output, [m for m in out.all_markers(output) if not (set_aside_stale and m.get("shard") in stale)], stamp)
-    if not set_aside_stale:
-        refuse_stale(output, input, stale)
-    inputs = {s.name: s.stamp() for s in shards}  # each input as planned: what its marker records
-    markers: Dict[str, dict] = {}
-    todo = []
-    for shard in shards:
-        marker = out.finished(output, shard, inputs[shard.name])
-        if marker is None:
-            todo.append(shard)
-        else:
-            markers[shard.name] = marker
-    chunks = {s.name: plan_chunks(s, batch_size) for s in todo}
-    check_pipeline(pipeline, todo, chunks)
-    aside = out.set_aside(output, stale) if stale else None
-    if aside is not None:
-        log.warning(f"{len(stale)} shard(s) of {output} not in {input} set aside in {aside}: {', '.join(stale[:3])}"
-                    f"{', …' if len(stale) > 3 else ''}")
-    log.info(f"{len(shards)} shard(s): {len(markers)} finished before, {len(todo)} to link")
-    done_now: List[dict] = []
-    if todo:
-        results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name]), stamp, inputs[s.name]) for s in todo}
-        started_ray = connect(address, num_cpus)
-        try:
-            done_now = _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size, progress, setup, on_shard)
-        finally:
-            if started_ray:
-                import ray
+    with files.output_lock(output):  # a second run into OUTPUT is refused before any marker is read
+        shards = find_shards(input)
+        stamp = out.pipeline_stamp(pipeline)
+        stale = out.stale(output, [s.name for s in shards])
+        # every finished shard there, of this input or not (but those to be set aside)
+        out.check_pipeline(output, [m for m in out.all_markers(output) if not (set_aside_stale and m.get("shard") in stale)], stamp)
+        if not set_aside_stale:
+            refuse_stale(output, input, stale)
+        inputs = {s.name: s.stamp() for s in shards}  # each input as planned: what its marker records
+        markers: Dict[str, dict] = {}
+        todo = []
+        for shard in shards:
+            marker = out.finished(output, shard, inputs[shard.name])
+            if marker is None:
+                todo.append(shard)
+            else:
+                markers[shard.name] = marker
+        chunks = {s.name: plan_chunks(s, batch_size) for s in todo}
+        check_pipeline(pipeline, todo, chunks)
+        aside = out.set_aside(output, stale) if stale else None
+        if aside is not None:
+            log.warning(f"{len(stale)} shard(s) of {output} not in {input} set aside in {aside}: {', '.join(stale[:3])}"
+                        f"{', …' if len(stale) > 3 else ''}")
+        log.info(f"{len(shards)} shard(s): {len(markers)} finished before, {len(todo)} to link")
+        done_now: List[dict] = []
+        if todo:
+            results = {s.name: out.ShardResult(s, sum(c.count for c in chunks[s.name]), stamp, inputs[s.name]) for s in todo}
+            started_ray = connect(address, num_cpus)
+            try:
+                done_now = _run(chunks, results, output, pipeline, workers, cpus_per_worker, batch_size, progress, setup, on_shard)
+            finally:
+                if started_ray:
+                    import ray
 
-                ray.shutdown()
-        markers.update({m["shard"]: m for m in done_now})
-    seconds = time.perf_counter() - started
-    now = out.totals(done_now)
-    link_seconds = sum(m["link_seconds"] for m in done_now)
-    summary = {
-        **out.totals(list(markers.values())),
-        "shards": len(shards), "shards_linked_now": len(done_now), "shards_skipped": len(shards) - len(todo),
-        "this_run": {**now, "seconds": round(seconds, 2),
-                     "mentions_per_s": round(now["mentions"] / seconds, 1) if seconds else 0.0,
-                     "mentions_per_worker_s": round(now["mentions"] / link_seconds, 1) if link_seconds else 0.0},
-        "set_aside": {"shards": stale, "folder": None if aside is None else str(aside)},
-        "output": str(output),
-    }
-    out.write_summary(output, summary)
+                    ray.shutdown()
+            markers.update({m["shard"]: m for m in done_now})
+        seconds = time.perf_counter() - started
+        now = out.totals(done_now)
+        link_seconds = sum(m["link_seconds"] for m in done_now)
+        summary = {
+            **out.totals(list(markers.values())),
+            "shards": len(shards), "shards_linked_now": len(done_now), "shards_skipped": len(shards) - len(todo),
+            "this_run": {**now, "seconds": round(seconds, 2),
+                         "mentions_per_s": round(now["mentions"] / seconds, 1) if seconds else 0.0,
+                         "mentions_per_worker_s": round(now["mentions"] / link_seconds, 1) if link_seconds else 0.0},
+            "set_aside": {"shards": stale, "folder": None if aside is None else str(aside)},
+            "output": str(output),
+        }
+        out.write_summary(output, summary)
     return summary
 
 

@@ -13,7 +13,6 @@ attention-masked mean pooling. A saved encoder is a folder::
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -29,6 +28,7 @@ from transformers import AutoTokenizer
 
 from ..files import InputError, atomic_dir
 from ..kb import Entity
+from .forked_sessions import drop_inherited, made_here
 from .hub import check_hub_name, load_safetensors_model
 from .int8_rows import quantize_rows
 from .onnx_tower import OnnxTower
@@ -240,7 +240,8 @@ class BiEncoder(torch.nn.Module):
         whenever the weights have changed since (training, ``nlp.update``): ONNX Runtime's for ``int8``
         (block-wise), ``int8_dynamic`` (activations quantised per batch) and ``onnx_fp32``
         (unquantised); torch's int8 copy for ``int8_rows`` (:mod:`.int8_rows`). The torch tower stays
-        what is trained, saved and fingerprinted."""
+        what is trained, saved and fingerprinted. A forked child makes its own ONNX copies and never runs nor
+        frees its parent's (:mod:`.forked_sessions`)."""
         if torch.is_grad_enabled():
             return model
         precision = self.resolved_precision
@@ -248,9 +249,10 @@ class BiEncoder(torch.nn.Module):
             kind, make = "int8_rows", quantize_rows
         elif precision in ONNX_QUANTIZATIONS:  # a session per torch thread setting: the user's setting holds for it
             kind = f"{ONNX_QUANTIZATIONS[precision]}@{torch.get_num_threads()}"
-            make = functools.partial(OnnxTower, quantization=ONNX_QUANTIZATIONS[precision])
+            make = lambda tower, q=ONNX_QUANTIZATIONS[precision]: made_here(OnnxTower(tower, quantization=q))
         else:
             return model
+        drop_inherited(self._runtime)  # a forked child never runs nor frees its parent's sessions (.forked_sessions)
         for other in [key for key in self._runtime if key[0] == id(model) and key[1] != kind]:
             del self._runtime[other]  # a live switch of precision keeps one copy of a tower, not two
         return versioned_copy(self._runtime, (id(model), kind), model, make)

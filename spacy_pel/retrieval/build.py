@@ -167,7 +167,7 @@ def build_kb(
         raise InputError(f"--reuse {reuse} is the output folder itself; give the KB to copy from")
     if add is None:
         encoder = chosen_encoder(encoder, reuse)
-    with output_lock(output):
+    with output_lock(output):  # KB.lock, which build-names of this KB holds too (.kb_lock)
         return _build(kb, output, format, encoder, index, add, batch_size, precision, device, progress,
                       skip_bad_lines, chunk_size, force, ray, t0, reuse)
 

@@ -36,6 +36,7 @@ from .build import load_encoder
 from .chunks import PieceTower, encode_resumable
 from .digests import ids_digest
 from .index import EntityIndex, is_name_index
+from .kb_lock import kb_lock
 from .ray_build import encode_on_ray
 from .reuse import earlier_names, encode_reusing
 from .search import FlatSearch, OpenedFile, VectorFile
@@ -337,7 +338,8 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
                 reuse: Optional[PathLike] = None) -> dict:
     """Build the name index of the KB folder ``kb`` into ``output`` (default ``kb/names``) with the KB's
     own entity encoder (or ``encoder``, which must match it); resumable from ``OUTPUT.partial/``.
-    ``output`` is locked while it is built; a name index there of another KB, encoder, input kind or
+    ``output`` and the KB (``KB.lock``, :mod:`.kb_lock`) are locked while it is built, so a build-kb of the
+    KB is refused meanwhile (and the reverse); a name index there of another KB, encoder, input kind or
     length is replaced only with ``force``. ``ray``: :class:`.ray_build.RayOptions` (encoded on Ray);
     ``reuse``: an earlier name index (e.g. of the KB's last release) whose vectors unchanged names take.
     Returns the report also written to ``output/build_report.json`` (counts, seconds, names/s)."""
@@ -350,13 +352,13 @@ def build_names(kb: PathLike, output: Optional[PathLike] = None, encoder: Option
     check_output_folder(output, "name index", is_name_index)
     if ray is not None:
         ray.check()
-    t0 = time.perf_counter()
-    index = EntityIndex.from_disk(kb)
-    enc = load_encoder(encoder or index.encoder_source, precision, device, rows="names")
-    index.check_encoder(enc)
-    t1 = time.perf_counter()
-    work = output.with_name(output.name + ".partial")
-    with output_lock(output):
+    with kb_lock(kb, output), output_lock(output):  # KB.lock too: build-kb (--add, --force) replaces the folder read
+        t0 = time.perf_counter()
+        index = EntityIndex.from_disk(kb)
+        enc = load_encoder(encoder or index.encoder_source, precision, device, rows="names")
+        index.check_encoder(enc)
+        t1 = time.perf_counter()
+        work = output.with_name(output.name + ".partial")
         _check_replace(output, {"kb_ids_sha256": ids_digest(index.entities.ids), "encoder_fingerprint": enc.fingerprint(),
                                 "input": input, "max_length": max_length}, force)
         names, resume = NameIndex.build(index.entities, enc, input=input, max_length=max_length, work=work,
