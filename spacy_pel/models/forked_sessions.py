@@ -30,6 +30,11 @@ def drop_inherited(cache: Dict) -> None:
         del cache[key]
 
 
+def inherited(copy: object) -> bool:
+    """Whether ``copy`` was made by a parent process (this one is a forked child): never to be run here."""
+    return id(copy) in _INHERITED
+
+
 def _hold_inherited() -> None:
     """In a forked child: every copy the parent made is inherited, kept for the child's life and never run."""
     for copy in list(_MADE):

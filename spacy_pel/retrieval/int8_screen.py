@@ -18,6 +18,7 @@ import onnxruntime
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from ..models.forked_sessions import made_here
 from ..models.int8_blockwise import ACCURACY_INT8, BLOCK_SIZE, MS_DOMAIN, pack_int8_rows
 from ..models.onnx_tower import cpu_session_options
 
@@ -79,6 +80,7 @@ class Int8Screen:
             session = onnxruntime.InferenceSession(screen_graph(packed, scales, dim), options, providers=["CPUExecutionProvider"])
             self.shards.append((start, len(packed), session))
         self.queries_per_call = max(1, SCORES_PER_CALL // max(1, min(self.n, SHARD_ROWS)))
+        made_here(self)  # a forked child makes its own, never runs nor frees this one (..models.forked_sessions)
 
     def __call__(self, queries: np.ndarray, depth: int) -> np.ndarray:
         """Row numbers ``[m, d]`` of each query's best rows by int8 score: with one shard, its best

@@ -22,6 +22,7 @@ import faiss
 import numpy as np
 import torch
 
+from ..models.forked_sessions import inherited
 from ..models.precision import search_precision
 from ..models.top_k import top_k_inner
 from .int8_screen import Int8Screen
@@ -110,7 +111,7 @@ class FlatSearch:
         depth = max(SCREEN_DEPTH, SCREEN_MARGIN * k)
         if self.screened and self.ntotal > depth:
             with self._lock:
-                if self._screen is None:
+                if self._screen is None or inherited(self._screen):  # a forked child's own (.forked_sessions)
                     self._screen = Int8Screen(self.matrix)
             return self._rescored(torch.from_numpy(self._screen(queries, depth)), q32, k)
         if self.compute_dtype == torch.bfloat16:
