@@ -121,8 +121,8 @@ def link_corpus(
     if batch_size < 1 or cpus_per_worker < 1 or (workers is not None and workers < 1):
         raise files.InputError("--batch-size, --workers and --cpus-per-worker must be at least 1")
     output, pipeline = Path(output), Path(pipeline).resolve()
-    with files.output_lock(output):  # a second run into OUTPUT is refused before any marker is read
-        shards = find_shards(input)
+    with files.output_lock(output) as lock:  # a second run into OUTPUT is refused before any marker is read
+        shards = find_shards(input, leave_out=(output, lock.path))  # OUTPUT may be a folder inside INPUT
         stamp = out.pipeline_stamp(pipeline)
         stale = out.stale(output, [s.name for s in shards])
         # every finished shard there, of this input or not (but those to be set aside)

@@ -26,7 +26,7 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .. import files
 from ..corpora import CorpusFormatError, read_pubtator, surrogate_problem
@@ -69,9 +69,12 @@ class Chunk:
         return asdict(self)
 
 
-def find_shards(input: files.PathLike) -> List[Shard]:
+def find_shards(input: files.PathLike, leave_out: Sequence[files.PathLike] = ()) -> List[Shard]:
     """The shards of INPUT: the file itself, or every JSONL / Parquet / PubTator file below a folder
-    (sorted, hidden files left out; the other files left out with a warning). A ``.txt`` file is PubTator;
+    (sorted, hidden files left out; the other files left out with a warning). The paths ``leave_out`` and
+    the files below them (bulk's OUTPUT and its lock, when a user puts OUTPUT inside INPUT: its
+    mentions/*.parquet are no input) are left out too.
+    A ``.txt`` file is PubTator;
     ``.json`` (BioC JSON for ``link``) is no shard. Two files whose shard names would be the same (the
     output files of one would be the other's) are refused."""
     root = Path(input).resolve()  # absolute: the actors may run elsewhere, in another working folder
@@ -82,8 +85,10 @@ def find_shards(input: files.PathLike) -> List[Shard]:
         if fmt is None:
             raise files.InputError(f"{root}: not a shard (give {KINDS}; BioC .json / .xml files: link them with `link`)")
         return [Shard(str(root), root.name, fmt)]
+    skip = [Path(path).resolve() for path in leave_out]
     found = [p for p in sorted(root.rglob("*"))
-             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)]
+             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+             and not any(p.is_relative_to(path) for path in skip)]
     shards = [Shard(str(p), p.relative_to(root).as_posix().replace("/", "__"), FORMATS[p.suffix.lower()])
               for p in found if p.suffix.lower() in FORMATS]
     left_out = [p.relative_to(root).as_posix() for p in found if p.suffix.lower() not in FORMATS]
