@@ -63,7 +63,7 @@ def test_a_users_label_types_map_and_id_map_are_deps_of_their_steps():
     mine = commands(["--vars.label_types", "maps/my_map.json", "--vars.label_types_file", "maps/my_map.json",
                      "--vars.convert_options", " --id-map 'maps/old ids.tsv'", "--vars.convert_file", "maps/old ids.tsv",
                      "--vars.corpus_assets", "assets/mine"])
-    assert "maps/my_map.json" in mine["label_types"]["deps"] and "--map maps/my_map.json " in mine["label_types"]["script"][0]
+    assert "maps/my_map.json" in mine["label_types"]["deps"] and "--map 'maps/my_map.json' " in mine["label_types"]["script"][0]
     assert {str(Path(d)) for d in mine["convert"]["deps"]} == {"assets/mine", "maps/old ids.tsv"}
     for preset_file in DATASETS.glob("*.args"):  # every preset renders deps weasel can check, none merged
         rendered = commands(preset(preset_file.name))

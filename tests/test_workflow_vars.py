@@ -105,7 +105,8 @@ def render(project: Path, argv, quoted: bool = False):
     return commands, cfg["workflows"]
 
 
-PATH_VARS = ("kb_source", "encoder", "dev_corpus", "transfer_from", "transfer_corpus", "shared")
+PATH_VARS = ("kb_source", "encoder", "dev_corpus", "transfer_from", "transfer_corpus", "shared", "label_types", "train_config",
+             "linker_config", "linker_e2e_config")
 
 
 def test_path_vars_holding_a_space_reach_every_command_as_one_argument():
