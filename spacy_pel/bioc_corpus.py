@@ -11,7 +11,7 @@ of the PubTator reader, so a corpus gives the same ``.spacy`` file in either for
   (a discontinuous mention) covers them all and takes the text they cover;
 * the mention's type is the ``type`` infon; its ids are the first of the ``identifier``, ``MESH``,
   ``MeSH``, ``NCBI Gene``, ``database_id`` infons, joined by ``|``, ``,`` or ``+``; ``-1`` / ``-`` or
-  no id infon is ``NIL`` (as in :func:`.corpora._parse_ids`);
+  no id infon is ``NIL`` (as in :func:`.corpora.parse_ids`);
 * relations of any level are not mentions: counted by their ``type`` (or ``relation``) infon;
 * a malformed input is refused as :class:`BioCFormatError`: ``FILE:LINE: reason`` for XML / JSON
   syntax, ``FILE: document ID, passage at offset N, annotation ID: reason`` for what the file says (a
@@ -30,7 +30,7 @@ from bioc.biocjson import decoder as json_decoder
 from lxml import etree
 
 from . import files
-from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids, surrogate_problem, written_ids
+from .corpora import Annotation, CorpusFormatError, PathLike, PubTatorDoc, parse_ids, surrogate_problem, written_ids
 
 ID_INFONS = ("identifier", "MESH", "MeSH", "NCBI Gene", "database_id")
 TITLE_TYPES = ("title", "front")  # a first passage of this ``type`` infon is the document's title
@@ -126,7 +126,7 @@ def _passage_text(path: Path, where: str, passage: bioc.BioCPassage) -> str:
 
 def _ids(infons: Dict[str, object]) -> List[str]:
     raw = next((infons[k] for k in ID_INFONS if infons.get(k) not in (None, "")), None)
-    return _parse_ids(str(raw)) if raw is not None else _parse_ids("-1")
+    return parse_ids(str(raw)) if raw is not None else parse_ids("-1")
 
 
 def _annotation(path: Path, where: str, ann: bioc.BioCAnnotation, text: str) -> Annotation:

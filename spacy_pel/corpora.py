@@ -91,11 +91,11 @@ NO_ID = ("-1", "-")  # BC5CDR writes -1 for a mention without a concept, BioRED 
 
 def written_ids(ids: List[str]) -> str:
     """An id column as PubTator (and BioC's ``identifier`` infon) writes it: joined by ``|``, NIL as ``-1``
-    (BC5CDR's; what :func:`_parse_ids` reads back)."""
+    (BC5CDR's; what :func:`parse_ids` reads back)."""
     return ID_SEP.join(NO_ID[0] if i == NIL else i for i in ids)
 
 
-def _parse_ids(raw: str) -> List[str]:
+def parse_ids(raw: str) -> List[str]:
     """Gold ids of an id column: joined by ``|`` or ``,`` (BioRED) or ``+`` (NCBI); -1 or - is NIL."""
     ids = gold_ids(raw)
     if not ids or all(i in NO_ID for i in ids):
@@ -198,7 +198,7 @@ def read_pubtator(
         if not cols[4].strip():
             r.fail(lineno, "empty entity type (5th column)")
             continue
-        current.annotations.append(Annotation(start, end, cols[3], cols[4], _parse_ids(cols[5]), lineno))
+        current.annotations.append(Annotation(start, end, cols[3], cols[4], parse_ids(cols[5]), lineno))
     if title is not None:
         r.fail(title[2], f"title of {title[0]} without an abstract line after it")
     if not docs:

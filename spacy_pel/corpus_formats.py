@@ -5,7 +5,7 @@ refused, naming both files (or left out and counted with ``skip_bad_lines``).
 
 The format is ``--format`` when given, else the file's extension: ``.xml`` BioC XML, ``.json`` BioC JSON,
 ``.jsonl`` Prodigy tasks (or ``link``'s JSON lines output), ``.spacy`` a DocBin, anything else PubTator.
-Every format's gold ids follow PubTator's rule (:func:`.corpora._parse_ids`): a ``.spacy`` input's ``D1+D2`` or
+Every format's gold ids follow PubTator's rule (:func:`.corpora.parse_ids`): a ``.spacy`` input's ``D1+D2`` or
 ``D1,D2`` becomes the composite ``D1|D2``, its ``-1`` or ``-`` ``NIL`` (a span without an id keeps none).
 ``labels`` keeps the mentions of those types only (BC5CDR's diseases beside a disease corpus); the others
 are counted as ``left_out_by_label``, never silently lost.
@@ -31,10 +31,10 @@ from .corpora import (
     NIL,
     ConversionStats,
     PathLike,
-    _parse_ids,
     gold_ids,
     gold_spans,
     make_doc,
+    parse_ids,
     read_docbin,
     read_pubtator,
     write_docbin,
@@ -164,11 +164,11 @@ def _rewrite(ids: List[str], id_map: Dict[str, str], strip: Sequence[str], stats
 
 
 def _parse_gold_ids(doc: Doc) -> None:
-    """The gold ids of ``doc`` (a ``.spacy`` input) read as a PubTator id column is (:func:`.corpora._parse_ids`):
+    """The gold ids of ``doc`` (a ``.spacy`` input) read as a PubTator id column is (:func:`.corpora.parse_ids`):
     ``D1+D2`` and ``D1,D2`` become ``D1|D2``, ``-1`` and ``-`` ``NIL``; a span without an id keeps none. The
     spans are rewritten only when an id changes."""
     spans = list(gold_spans(doc))
-    ids = [ID_SEP.join(_parse_ids(s.kb_id_)) if s.kb_id_.strip() else s.kb_id_ for s in spans]
+    ids = [ID_SEP.join(parse_ids(s.kb_id_)) if s.kb_id_.strip() else s.kb_id_ for s in spans]
     if any(new != s.kb_id_ for new, s in zip(ids, spans)):
         set_gold_spans(doc, [s if new == s.kb_id_ else Span(doc, s.start, s.end, label=s.label_, kb_id=new)
                              for new, s in zip(ids, spans)])

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import files
-from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc, _parse_ids, surrogate_problem
+from .corpora import NIL, Annotation, CorpusFormatError, PathLike, PubTatorDoc, parse_ids, surrogate_problem
 
 NIL_PREFIX = "NIL"  # an option id starting with this is NIL (Prodigy's NIL_otherLink, NIL_ambiguous)
 NIL_OTHER_LINK = "NIL_otherLink"  # the NIL option a review task offers (``link --output-format prodigy``)
@@ -54,14 +54,14 @@ def _unicode(value: str, what: str) -> str:
 
 def _ids(raw: List[object]) -> List[str]:
     """The ids of accepted options or of a span's ``kb_id``, each read as a PubTator id column is
-    (:func:`~.corpora._parse_ids`: ``D1|D2``, ``D1,D2`` and ``D1+D2`` are a composite's two ids, ``-1`` and ``-``
+    (:func:`~.corpora.parse_ids`: ``D1|D2``, ``D1,D2`` and ``D1+D2`` are a composite's two ids, ``-1`` and ``-``
     NIL); an id starting with ``NIL`` is NIL, an empty one is no id."""
     ids: List[str] = []
     for i in raw:
         if not isinstance(i, (str, int)) or isinstance(i, bool):
             raise ValueError(f"an id must be a string (or a number), not {i!r}")
         _unicode(str(i), f"id {i!r}")
-        for part in _parse_ids(str(i)) if str(i).strip() else []:
+        for part in parse_ids(str(i)) if str(i).strip() else []:
             part = NIL if part.startswith(NIL_PREFIX) else part
             if part not in ids:
                 ids.append(part)

@@ -195,10 +195,10 @@ def test_random_text_raise_only_corpus_format_errors(data):
 def test_ncbi_plus_joined_ids_are_split_like_pipe_and_comma_ones(tmp_path):
     """NCBI Disease joins a composite mention's ids with `+` (`D054549+D004194`): each is a gold id of its
     own, not one id no KB has (the mention would count as absent from the KB)."""
-    from spacy_pel.corpora import _parse_ids
+    from spacy_pel.corpora import parse_ids
 
-    assert _parse_ids("D054549+D004194") == ["D054549", "D004194"]
-    assert _parse_ids("D1|D2") == _parse_ids("D1,D2") == _parse_ids("D1 + D2") == ["D1", "D2"]
-    assert _parse_ids("-1") == _parse_ids("-") == [NIL]
+    assert parse_ids("D054549+D004194") == ["D054549", "D004194"]
+    assert parse_ids("D1|D2") == parse_ids("D1,D2") == parse_ids("D1 + D2") == ["D1", "D2"]
+    assert parse_ids("-1") == parse_ids("-") == [NIL]
     (pdoc,) = read_pubtator(write(tmp_path, DOC + "100\t12\t20\tdelirium\tDisease\tD054549+D004194\n"))
     assert pdoc.annotations[-1].ids == ["D054549", "D004194"] and pdoc.annotations[-1].kb_id == "D054549|D004194"
