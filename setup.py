@@ -30,7 +30,7 @@ setup(
         "bioc>=2.0",  # BioC XML / JSON corpora (spacy_pel.bioc_corpus)
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "build>=1.0"],  # build: tests/test_package_wheel.py
+        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "build>=1.0"],  # build: tests/test_package_wheel.py; xdist: -n 2
         "ray": ["ray[data]>=2.20", "pyarrow>=12"],  # python -m spacy_pel bulk
         "package": ["build>=1.0"],  # spacy project run package: spacy package --build wheel runs python -m build
     },

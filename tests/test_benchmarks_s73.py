@@ -232,7 +232,7 @@ def test_acceptance_cpu_label_from_the_recorded_machine():
     assert acceptance.cpu_label(recorded)[0] == "AMD EPYC Zen 5"
     assert acceptance.cpu_label({**recorded, "cpu_family": 25, "flags": zen4_flags})[0] == "AMD EPYC Zen 4"
     xeon = {"cpu": "Intel(R) Xeon(R) Processor", "flags": zen4_flags + ["avx_vnni", "amx_bf16", "amx_int8"]}
-    assert acceptance.cpu_label(xeon) == ("Xeon Sapphire Rapids", "AMX")
+    assert acceptance.cpu_label(xeon) == ("Xeon with AMX", "bf16")  # its generation is masked (model 167 in session 76)
 
 
 def test_acceptance_labels_match_each_reports_machine():
