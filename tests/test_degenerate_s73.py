@@ -129,7 +129,8 @@ def test_a_mention_without_candidate_is_counted_as_the_linkers_nil(kb_dir):
 # ---------------------------------------------------------------- bug05 / bug06: the calibrated threshold
 def test_a_recall_loss_bound_no_cut_keeps_gives_nothing_nil(tmp_path):
     curve = nil_curve(np.array([0.1, 0.5]), np.array([False, True]), np.array([True, False]), 0.5)
-    assert curve["threshold"] is None and curve["in_kb_r1_loss"] == 0.0 and curve["f"] == 0.0
+    assert curve["threshold"] is None and curve["in_kb_r1_loss"] == 0.0
+    assert (curve["p"], curve["r"], curve["f"]) == (None, 0.0, None)  # nothing called NIL: P and F1 n/a, as evaluate says
     assert "nothing is NIL" in curve["note"]
     plot_curve(curve, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 0

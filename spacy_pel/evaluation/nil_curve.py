@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from ..files import InputError
-from .metrics import average_precision
+from .metrics import average_precision, rates, shown
 
 
 def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.ndarray] = None,
@@ -23,8 +23,9 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
     ``max_r1_loss`` of the in-KB mentions from ``correct`` (linked right) to NIL, when both are given
     (``correct``: per mention, its best candidate is gold). ``in_kb`` marks the in-KB mentions, the share's
     denominator (default: every mention not NIL; give it when some gold ids are absent from the KB: those
-    are no in-KB mentions). When no cut is allowed, threshold ``None`` (nothing NIL, loss 0, P/R/F1 0)
-    with a ``note``, unless ``max_r1_loss`` is below 0."""
+    are no in-KB mentions). When no cut is allowed, threshold ``None`` (nothing NIL, loss 0; recall 0, precision
+    and F1 None: n/a, as ``evaluate`` reports a pipeline that calls nothing NIL) with a ``note``, unless
+    ``max_r1_loss`` is below 0."""
     if not is_nil.any():
         raise InputError("the corpus has no gold NIL mentions: NIL calibration needs some")
     order = np.argsort(top_scores, kind="stable")
@@ -53,7 +54,7 @@ def nil_curve(top_scores: np.ndarray, is_nil: np.ndarray, correct: Optional[np.n
         if max_r1_loss is not None and not max_r1_loss >= 0.0:
             raise InputError(f"no threshold keeps the in-KB recall@1 loss within {max_r1_loss}")
         within = f" keeps the in-KB recall@1 loss within {max_r1_loss}" if max_r1_loss is not None else " is allowed"
-        return {"threshold": None, "p": 0.0, "r": 0.0, "f": 0.0, "in_kb_r1_loss": 0.0, "average_precision": ap,
+        return {"threshold": None, **rates(0, 0, int(is_nil.sum())), "in_kb_r1_loss": 0.0, "average_precision": ap,
                 "note": f"no threshold that turns a mention NIL{within}: nothing is NIL (threshold null)", "points": points}
     best = int(np.argmax(np.where(allowed, f1, -1)))
     return {"threshold": float(thresholds[best]), "p": float(precision[best]), "r": float(recall[best]),
@@ -77,7 +78,10 @@ def plot_curve(curve: Optional[dict], path: Path, title: str = "NIL detection") 
         precision = [p["precision"] for p in curve["points"]]
         ax.plot(recall, precision, drawstyle="steps-post")
         chosen = "no threshold" if curve["threshold"] is None else f"threshold {curve['threshold']:.3f}"
-        ax.scatter([curve["r"]], [curve["p"]], color="red", zorder=3, label=f"{chosen} (F1 {curve['f']:.3f})")
+        if curve["p"] is None:  # nothing called NIL: no point on the curve to mark
+            ax.plot([], [], " ", label=f"{chosen}: nothing is NIL (F1 n/a)")
+        else:
+            ax.scatter([curve["r"]], [curve["p"]], color="red", zorder=3, label=f"{chosen} (F1 {shown(curve['f'])})")
         ax.legend(loc="lower left")
         title = f"{title} (AP {curve['average_precision']:.3f})"
     ax.set(xlabel="NIL recall", ylabel="NIL precision", xlim=(0, 1.02), ylim=(0, 1.02), title=title)
